@@ -1,0 +1,638 @@
+"""The subscription expression language: parse text or tuples, rewrite sugar, format back.
+
+Semantics are DESIGN.md §1. ``normalize`` gives the canonical list of core predicates the
+index stores; ``format_predicates`` prints any predicate list so that it parses back equal.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pbtree.errors import ExpressionError
+from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, ValueRejected
+from storage.keys import const_payload as _const_payload
+
+__all__ = [
+    "OPS_CORE",
+    "OPS_SOURCE",
+    "Predicate",
+    "canonical",
+    "format_predicates",
+    "format_value",
+    "normalize",
+    "parse",
+    "prefix_successor",
+    "rewrite",
+    "value_sort_key",
+]
+
+Predicate = tuple[str, str, Any]
+
+#: Core operators, in canonical order: what ``rewrite`` produces and the index stores.
+OPS_CORE: tuple[str, ...] = ("=", "in", "<", "<=", ">", ">=", "!=")
+#: Every operator ``parse`` produces (core plus sugar).
+OPS_SOURCE: tuple[str, ...] = OPS_CORE + ("not in", "between", "prefix")
+
+_OP_RANK = {op: i for i, op in enumerate(OPS_CORE)}
+_EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
+_SCALAR_CORE = frozenset(("=", "<", "<=", ">", ">=", "!="))
+_OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
+_KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
+_OR_MESSAGE = (
+    "'or' is not supported: a subscription is a conjunction of predicates joined by 'and'; "
+    "split the alternatives into several subscriptions"
+)
+
+
+# ---------------------------------------------------------------------------------------
+# values
+
+
+def _canon(value: object) -> object:
+    """Canonical form of a constant, or ValueRejected (NaN, huge int, unsupported type)."""
+    t = type(value)
+    if t is str or t is bool:
+        return value
+    if t is int:
+        if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[operator]
+            return value
+        raise ValueRejected(f"integer {value} is beyond ±2^53 and has no exact numeric value")
+    if t is float:
+        if value != value:
+            raise ValueRejected("NaN is not comparable and cannot be matched")
+        if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[attr-defined]
+            return int(value)  # type: ignore[call-overload]
+        return value
+    # subclasses and foreign numbers (numpy scalars, Decimal...)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return _canon(int(value))
+    if isinstance(value, numbers.Real):
+        return _canon(float(value))
+    raise ValueRejected(f"value of type {type(value).__name__} is not a number, string or bool")
+
+
+def _constant(value: object) -> object:
+    """Canonical, index-storable constant, or ValueRejected saying why not."""
+    value = _canon(value)
+    if type(value) is str:
+        _const_payload(value)
+    return value
+
+
+def canonical(value: object) -> object:
+    """Canonical constant: integral numbers within ±2^53 become int (1.0 -> 1, -0.0 -> 0).
+
+    Bools stay bool, strings str, other floats float; NaN, ints beyond ±2^53 and other types
+    raise ExpressionError.
+    """
+    try:
+        return _canon(value)
+    except ValueRejected as exc:
+        raise ExpressionError(str(exc)) from None
+
+
+def _family(value: object) -> int:
+    t = type(value)
+    if t is bool:
+        return BOOL
+    if t is str:
+        return STRING
+    return NUMBER
+
+
+def value_sort_key(value: object) -> tuple[int, object]:
+    """(family, value): orders constants of mixed families; 1 and True stay distinct."""
+    return (_family(value), value)
+
+
+_FAMILY_WORD = {NUMBER: "number", STRING: "string", BOOL: "bool"}
+
+
+def _describe(value: object) -> str:
+    return f"{_FAMILY_WORD[_family(value)]} {_short(format_value(value))}"
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ---------------------------------------------------------------------------------------
+# prefix successor
+
+
+def prefix_successor(prefix: str) -> str | None:
+    """Smallest string above every string starting with ``prefix``; None if there is none."""
+    chars = prefix.rstrip("\U0010ffff")
+    if not chars:
+        return None
+    last = ord(chars[-1]) + 1
+    if last == 0xD800:
+        last = 0xE000
+    return chars[:-1] + chr(last)
+
+
+def _prefix_bound(attr: str, prefix: str) -> str | None:
+    """prefix_successor, or ExpressionError if it does not fit in an index key."""
+    succ = prefix_successor(prefix)
+    if succ is not None and len(succ) * 4 > MAX_CONST_BYTES:
+        size = len(succ.encode("utf-8"))
+        if size > MAX_CONST_BYTES:
+            raise ExpressionError(
+                f"prefix {_short(format_value(prefix))} on {format_attr(attr)} is too long: "
+                f"its upper bound takes {size} UTF-8 bytes, over the {MAX_CONST_BYTES}-byte "
+                "limit of an index key; shorten the prefix"
+            )
+    return succ
+
+
+# ---------------------------------------------------------------------------------------
+# tokenizer
+
+_NUM, _STR, _NAME, _QUOTED, _OP, _PUNCT, _BAD, _END = range(8)
+_TOKEN_RE = re.compile(
+    r"""\s*(?:
+      (?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
+    | (?P<str>'[^'\\]*(?:\\.[^'\\]*)*'|"[^"\\]*(?:\\.[^"\\]*)*")
+    | (?P<name>[^\W\d][\w.]*)
+    | (?P<quoted>`[^`]*(?:``[^`]*)*`)
+    | (?P<op><=|>=|==|!=|<>|<|>|=)
+    | (?P<punct>[(),])
+    | (?P<bad>\S)
+    )""",
+    re.S | re.X,
+)
+_KIND = {
+    "num": _NUM,
+    "str": _STR,
+    "name": _NAME,
+    "quoted": _QUOTED,
+    "op": _OP,
+    "punct": _PUNCT,
+    "bad": _BAD,
+}
+_ESCAPE_RE = re.compile(
+    r"\\(?:([\\'\"ntr0])|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.?))", re.S
+)
+_SIMPLE_ESCAPES = {"\\": "\\", "'": "'", '"': '"', "n": "\n", "t": "\t", "r": "\r", "0": "\0"}
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+Token = tuple[int, Any, int, int]  # kind, value, start, end
+
+
+def _unescape(body: str, start: int) -> str:
+    """Decode the escapes of a string literal body that starts at offset ``start``."""
+
+    def repl(m: re.Match[str]) -> str:
+        simple, x2, u4, u8, bad = m.groups()
+        if simple is not None:
+            return _SIMPLE_ESCAPES[simple]
+        if bad is not None:
+            what = f"'\\{bad}'" if bad else "'\\' at the end of the string"
+            raise ExpressionError(
+                f"at position {start + m.start()}: invalid escape {what} in string; use "
+                "\\\\ \\' \\\" \\n \\t \\r \\0 \\xHH \\uXXXX or \\UXXXXXXXX"
+            )
+        code = int(x2 or u4 or u8, 16)
+        if code > 0x10FFFF:
+            raise ExpressionError(
+                f"at position {start + m.start()}: escape '{m.group()}' is beyond U+10FFFF"
+            )
+        return chr(code)
+
+    text = _ESCAPE_RE.sub(repl, body)
+    if _SURROGATE_RE.search(text):  # join \uD83D\uDE00-style pairs; lone halves are rejected later
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+    return text
+
+
+def _number(text: str, pos: int) -> int | float:
+    if "." in text or "e" in text or "E" in text:
+        value = float(text)
+        if math.isinf(value):
+            raise ExpressionError(f"at position {pos}: number {_short(text)} is out of range")
+        return value
+    if len(text.lstrip("+-0")) > 17:  # also keeps int() off its digit limit
+        raise ExpressionError(
+            f"at position {pos}: integer {_short(text)} is beyond ±2^53 and has no exact value"
+        )
+    return int(text)
+
+
+def _tokenize(src: str) -> list[Token]:
+    tokens: list[Token] = []
+    append = tokens.append
+    for m in _TOKEN_RE.finditer(src):
+        kind = m.lastgroup
+        if kind is None:  # trailing whitespace
+            break
+        start, end = m.span(kind)
+        text = m.group(kind)
+        if kind == "name":
+            if len(text) == 2 and text.lower() == "or":
+                raise ExpressionError(f"at position {start}: {_OR_MESSAGE}")
+            append((_NAME, text, start, end))
+        elif kind == "num":
+            append((_NUM, _number(text, start), start, end))
+        elif kind == "str":
+            body = text[1:-1]
+            if "\\" in body:
+                body = _unescape(body, start + 1)
+            append((_STR, body, start, end))
+        elif kind == "quoted":
+            append((_QUOTED, text[1:-1].replace("``", "`"), start, end))
+        elif kind == "bad":
+            if text in "'\"":
+                raise ExpressionError(
+                    f"at position {start}: unterminated string (no closing {text})"
+                )
+            if text == "`":
+                raise ExpressionError(
+                    f"at position {start}: unterminated back-quoted name (no closing `)"
+                )
+            append((_BAD, text, start, end))
+        else:
+            append((_KIND[kind], text, start, end))
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------
+# text parser
+
+
+class _TextParser:
+    """Recursive-descent parser over the token list of one expression."""
+
+    __slots__ = ("src", "toks", "i")
+
+    def __init__(self, src: str, toks: list[Token]) -> None:
+        self.src = src
+        self.toks = toks
+        self.i = 0
+
+    def found(self, tok: Token) -> str:
+        kind, value, start, end = tok
+        if kind == _END:
+            return "end of expression"
+        text = _short(self.src[start:end])
+        if kind == _NUM:
+            return f"number {text}"
+        if kind == _STR:
+            return f"string {text}"
+        if kind == _QUOTED:
+            return f"name {text}"
+        if kind == _NAME and value.lower() in _KEYWORDS:
+            return f"keyword '{text}'"
+        return f"'{text}'"
+
+    def fail(self, expected: str, tok: Token | None = None) -> ExpressionError:
+        tok = tok or self.toks[self.i]
+        return ExpressionError(
+            f"at position {tok[2]}: expected {expected}, found {self.found(tok)}"
+        )
+
+    def keyword(self, tok: Token, word: str) -> bool:
+        return tok[0] == _NAME and len(tok[1]) == len(word) and tok[1].lower() == word
+
+    def parse(self) -> list[Predicate]:
+        toks = self.toks
+        preds: list[Predicate] = []
+        while True:
+            kind, value, start, _ = tok = toks[self.i]
+            if kind == _NAME and value.lower() not in _KEYWORDS:
+                attr = value
+            elif kind == _QUOTED:
+                if not value:
+                    raise ExpressionError(f"at position {start}: attribute name is empty")
+                attr = value
+                try:
+                    _check_name(attr)
+                except ValueRejected as exc:
+                    raise ExpressionError(f"at position {start}: attribute name: {exc}") from None
+            elif kind == _NAME:
+                raise ExpressionError(
+                    f"at position {start}: expected an attribute name, found {self.found(tok)} "
+                    f"(back-quote it as `{value}` to use it as a name)"
+                )
+            else:
+                raise self.fail("an attribute name")
+            self.i += 1
+            self.predicate(attr, preds)
+            tok = toks[self.i]
+            if tok[0] == _END:
+                return preds
+            if not self.keyword(tok, "and"):
+                raise self.fail(f"'and' or end of expression after the predicate on {_fa(attr)}")
+            self.i += 1
+
+    def predicate(self, attr: str, preds: list[Predicate]) -> None:
+        kind, value, _, _ = tok = self.toks[self.i]
+        name = _fa(attr)
+        if kind == _OP:
+            op = _OP_SPELLINGS[value]
+            self.i += 1
+            preds.append((attr, op, self.value(f"'{name} {value}'", attr)))
+            return
+        word = value.lower() if kind == _NAME else ""
+        if word == "in":
+            self.i += 1
+            preds.append((attr, "in", self.value_list(f"{name} in", attr)))
+        elif word == "not":
+            self.i += 1
+            if not self.keyword(self.toks[self.i], "in"):
+                raise self.fail(f"'in' after '{name} not'")
+            self.i += 1
+            preds.append((attr, "not in", self.value_list(f"{name} not in", attr)))
+        elif word == "between":
+            self.i += 1
+            lo_tok = self.toks[self.i]
+            lo = self.value(f"a lower bound after '{name} between'", attr, full=True)
+            if not self.keyword(self.toks[self.i], "and"):
+                raise self.fail(f"'and' after '{name} between {self.src[lo_tok[2] : lo_tok[3]]}'")
+            self.i += 1
+            hi = self.value(f"an upper bound after '{name} between … and'", attr, full=True)
+            if _family(lo) != _family(hi):
+                raise ExpressionError(
+                    f"at position {lo_tok[2]}: the bounds of '{name} between' must have the "
+                    f"same type, found {_describe(lo)} and {_describe(hi)}"
+                )
+            preds.append((attr, "between", (lo, hi)))
+        elif word == "prefix":
+            self.i += 1
+            tok = self.toks[self.i]
+            if tok[0] != _STR:
+                raise self.fail(f"a string after '{name} prefix'")
+            prefix = self.check(tok[1], tok, attr)
+            try:
+                _prefix_bound(attr, prefix)  # type: ignore[arg-type]
+            except ExpressionError as exc:
+                raise ExpressionError(f"at position {tok[2]}: {exc}") from None
+            self.i += 1
+            preds.append((attr, "prefix", prefix))
+        else:
+            raise self.fail(
+                f"an operator (< <= = != >= > in, not in, between, prefix) after attribute {name}",
+                tok,
+            )
+
+    def check(self, value: object, tok: Token, attr: str) -> object:
+        try:
+            return _constant(value)
+        except ValueRejected as exc:
+            raise ExpressionError(
+                f"at position {tok[2]}: invalid value for {_fa(attr)}: {exc}"
+            ) from None
+
+    def value(self, after: str, attr: str, full: bool = False) -> object:
+        tok = self.toks[self.i]
+        kind, value, start, end = tok
+        if kind == _NUM or kind == _STR:
+            self.i += 1
+            return self.check(value, tok, attr)
+        if kind == _NAME:
+            word = value.lower()
+            if word == "true" or word == "false":
+                self.i += 1
+                return word == "true"
+            if word == "inf":
+                self.i += 1
+                return math.inf
+        elif kind == _BAD and value in "+-":
+            nxt = self.toks[self.i + 1]
+            if self.keyword(nxt, "inf"):
+                self.i += 2
+                return -math.inf if value == "-" else math.inf
+            if nxt[0] == _NUM and self.src[nxt[2]] not in "+-":
+                self.i += 2
+                return self.check(-nxt[1] if value == "-" else nxt[1], tok, attr)
+            raise self.fail(f"a number or inf after '{value}'", nxt)
+        raise self.fail(after if full else f"a value after {after}")
+
+    def value_list(self, what: str, attr: str) -> tuple[object, ...]:
+        if self.toks[self.i][:2] != (_PUNCT, "("):
+            raise self.fail(f"'(' after '{what}'")
+        self.i += 1
+        if self.toks[self.i][:2] == (_PUNCT, ")"):
+            raise self.fail(f"at least one value in '{what} (…)'")
+        values = []
+        while True:
+            values.append(self.value(f"a value in '{what} (…)'", attr, full=True))
+            tok = self.toks[self.i]
+            self.i += 1
+            if tok[:2] == (_PUNCT, ")"):
+                return tuple(values)
+            if tok[:2] != (_PUNCT, ","):
+                raise self.fail(f"',' or ')' in '{what} (…)'", tok)
+            if self.toks[self.i][:2] == (_PUNCT, ")"):
+                self.i += 1
+                return tuple(values)
+
+
+def _parse_text(src: str) -> list[Predicate]:
+    toks = _tokenize(src)
+    if not toks:
+        raise ExpressionError("empty subscription: the expression is empty")
+    toks.append((_END, None, len(src), len(src)))
+    return _TextParser(src, toks).parse()
+
+
+# ---------------------------------------------------------------------------------------
+# tuple form
+
+
+def _check_name(attr: str) -> None:
+    try:
+        attr.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueRejected(
+            f"character {exc.start} (U+{ord(attr[exc.start]):04X}) is an unpaired surrogate"
+        ) from None
+
+
+def _parse_tuple(index: int, item: object) -> Predicate:
+    def fail(problem: str) -> ExpressionError:
+        return ExpressionError(f"predicate {index} {_short(repr(item), 60)}: {problem}")
+
+    if not isinstance(item, tuple | list) or len(item) != 3:
+        raise fail("expected an (attribute, operator, value) tuple; parse() takes a list of them")
+    attr, op, value = item
+    if not isinstance(attr, str):
+        raise fail(f"attribute name must be a str, not {type(attr).__name__}")
+    if not attr:
+        raise fail("attribute name is empty")
+    if not isinstance(op, str):
+        raise fail(f"operator must be a str, not {type(op).__name__}")
+    spelled = " ".join(op.lower().split())
+    canon_op = _OP_SPELLINGS.get(spelled)
+    if canon_op is None:
+        raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
+    try:
+        _check_name(attr)
+        if canon_op in _SCALAR_CORE:
+            return (attr, canon_op, _constant(value))
+        if canon_op == "in" or canon_op == "not in":
+            if not isinstance(value, list | tuple | set | frozenset):
+                raise fail(f"'{canon_op}' needs a list of values, not {type(value).__name__}")
+            if not value:
+                raise fail(f"'{canon_op}' needs at least one value")
+            return (attr, canon_op, tuple(_constant(v) for v in value))
+        if canon_op == "between":
+            if not isinstance(value, list | tuple) or len(value) != 2:
+                raise fail("'between' needs a (low, high) pair")
+            lo, hi = _constant(value[0]), _constant(value[1])
+            if _family(lo) != _family(hi):
+                raise fail(
+                    f"the bounds of 'between' must have the same type, found {_describe(lo)} "
+                    f"and {_describe(hi)}"
+                )
+            return (attr, "between", (lo, hi))
+        # prefix
+        if not isinstance(value, str):
+            raise fail(f"'prefix' needs a string, not {type(value).__name__}")
+        prefix = _constant(value)
+        _prefix_bound(attr, prefix)  # type: ignore[arg-type]
+        return (attr, "prefix", prefix)
+    except ValueRejected as exc:
+        raise fail(f"invalid value for {_fa(attr)}: {exc}") from None
+    except ExpressionError as exc:
+        if str(exc).startswith(f"predicate {index} "):
+            raise
+        raise fail(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------
+# public API
+
+
+def parse(source: str | Sequence[tuple]) -> list[Predicate]:
+    """Source-level predicates ``(attr, op, value)`` of a text expression or list of tuples.
+
+    Values are validated and canonical; ops are spelled as in OPS_SOURCE.
+    """
+    if isinstance(source, str):
+        return _parse_text(source)
+    if isinstance(source, bytes | bytearray | dict) or not isinstance(source, Iterable):
+        raise ExpressionError(
+            f"expected an expression string or a list of (attribute, op, value) tuples, "
+            f"not {type(source).__name__}"
+        )
+    preds = [_parse_tuple(i, item) for i, item in enumerate(source)]
+    if not preds:
+        raise ExpressionError("empty subscription: no predicates given")
+    return preds
+
+
+def _distinct(values: Iterable[object]) -> list[object]:
+    seen = {(_family(v), v): v for v in values}
+    return [seen[k] for k in sorted(seen)]
+
+
+def rewrite(preds: Iterable[Predicate]) -> list[Predicate]:
+    """Core predicates (ops in OPS_CORE), duplicates collapsed, in canonical order (DESIGN §1)."""
+    out: dict[tuple, Predicate] = {}
+    for attr, op, value in preds:
+        if op in _SCALAR_CORE:
+            out[(attr, _OP_RANK[op], _family(value), value)] = (attr, op, value)
+        elif op == "in" or op == "not in":
+            vals = _distinct(value)
+            if op == "not in":
+                for v in vals:
+                    out[(attr, _NE, _family(v), v)] = (attr, "!=", v)
+            elif len(vals) == 1:
+                v = vals[0]
+                out[(attr, _EQ, _family(v), v)] = (attr, "=", v)
+            else:
+                out[(attr, _IN, tuple((_family(v), v) for v in vals))] = (attr, "in", tuple(vals))
+        elif op == "between":
+            lo, hi = value
+            out[(attr, _GE, _family(lo), lo)] = (attr, ">=", lo)
+            out[(attr, _LE, _family(hi), hi)] = (attr, "<=", hi)
+        elif op == "prefix":
+            out[(attr, _GE, STRING, value)] = (attr, ">=", value)
+            succ = _prefix_bound(attr, value)
+            if succ is not None:
+                out[(attr, _LT, STRING, succ)] = (attr, "<", succ)
+        else:
+            raise ExpressionError(f"unknown operator {op!r} in predicate on {_fa(attr)}")
+    return [out[k] for k in sorted(out)]
+
+
+def normalize(source: str | Sequence[tuple]) -> list[Predicate]:
+    """rewrite(parse(source)): the canonical core predicates of a subscription."""
+    preds = rewrite(parse(source))
+    if not preds:
+        raise ExpressionError("empty subscription: no predicates given")
+    return preds
+
+
+# ---------------------------------------------------------------------------------------
+# formatting
+
+_PLAIN_NAME_RE = re.compile(r"[^\W\d][\w.]*")
+_ESCAPES_OUT = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def format_attr(attr: str) -> str:
+    """An attribute name as the text form spells it: bare, or back-quoted if need be."""
+    if _PLAIN_NAME_RE.fullmatch(attr) and attr.lower() not in _KEYWORDS:
+        return attr
+    return "`" + attr.replace("`", "``") + "`"
+
+
+_fa = format_attr
+
+
+def _quote(text: str) -> str:
+    if text.isprintable() and "'" not in text and "\\" not in text:
+        return "'" + text + "'"
+    out = []
+    for ch in text:
+        esc = _ESCAPES_OUT.get(ch)
+        if esc is not None:
+            out.append(esc)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code < 0x100:
+                out.append(f"\\x{code:02x}")
+            elif code < 0x10000:
+                out.append(f"\\u{code:04x}")
+            else:
+                out.append(f"\\U{code:08x}")
+    return "'" + "".join(out) + "'"
+
+
+def format_value(value: object) -> str:
+    """A constant as the text form spells it (strings quoted and escaped, floats by repr)."""
+    t = type(value)
+    if t is bool:
+        return "true" if value else "false"
+    if t is str:
+        return _quote(value)  # type: ignore[arg-type]
+    if t is float:
+        if math.isinf(value):  # type: ignore[arg-type]
+            return "inf" if value > 0 else "-inf"  # type: ignore[operator]
+        return repr(value)
+    return str(value)
+
+
+def format_predicates(preds: Iterable[Predicate]) -> str:
+    """Canonical text of predicates (core or source ops); normalize() of it gives them back."""
+    parts = []
+    for attr, op, value in preds:
+        name = format_attr(attr)
+        if op == "in" or op == "not in":
+            parts.append(f"{name} {op} ({', '.join(map(format_value, value))})")
+        elif op == "between":
+            parts.append(f"{name} between {format_value(value[0])} and {format_value(value[1])}")
+        else:
+            parts.append(f"{name} {op} {format_value(value)}")
+    return " and ".join(parts)

@@ -1,0 +1,87 @@
+"""Brute-force matching oracle: evaluates source-level predicates on an event, no index.
+
+Written from DESIGN.md §1 alone; the only thing taken from pbtree is ``parse`` (for text input).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable, Mapping
+
+from pbtree.expr import parse
+
+_EXACT = 2**53
+_COMPARE = {
+    "=": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+def family(value: object) -> str:
+    """Type bracket of a scalar: 'number' (int/float, not bool), 'string' or 'bool'."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        if -_EXACT <= value <= _EXACT:
+            return "number"
+        raise ValueError(f"integer {value} is beyond ±2^53")
+    if isinstance(value, float):
+        if math.isnan(value):
+            raise ValueError("NaN cannot be matched")
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    raise ValueError(f"unsupported value type {type(value).__name__}")
+
+
+def check_event(event: Mapping[str, object]) -> None:
+    """Raise ValueError if the event holds a value the index must reject."""
+    for value in event.values():
+        if value is not None:
+            family(value)
+
+
+def _holds(op: str, const: object, value: object) -> bool:
+    fam = family(value)
+    if op == "in":
+        return any(family(c) == fam and value == c for c in const)  # type: ignore[attr-defined]
+    if op == "not in":
+        # DESIGN rewrites `a not in (x, y)` into `a != x and a != y`, and `!=` is false across
+        # families, so every listed value must share the event value's family and differ from
+        # it: `a not in (1, 'x')` can never be satisfied. The oracle follows that literally.
+        return all(family(c) == fam and value != c for c in const)  # type: ignore[attr-defined]
+    if op == "between":
+        lo, hi = const  # type: ignore[misc]
+        return family(lo) == fam and family(hi) == fam and lo <= value <= hi
+    if op == "prefix":
+        return fam == "string" and value.startswith(const)  # type: ignore[attr-defined]
+    return family(const) == fam and _COMPARE[op](value, const)
+
+
+def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mapping) -> bool:
+    """True when every predicate holds (strong semantics: absent or None attribute -> false).
+
+    ``source_preds`` is parse() output (ops as in OPS_SOURCE) or an expression string.
+    """
+    if isinstance(source_preds, str):
+        source_preds = parse(source_preds)
+    for attr, op, const in source_preds:
+        value = event.get(attr)
+        if value is None or not _holds(op, const, value):
+            return False
+    return True
+
+
+def _id_key(sub_id: object) -> tuple[int, object]:
+    return (0, sub_id) if isinstance(sub_id, int) else (1, sub_id)
+
+
+def oracle_match(subs: Mapping[object, object], event: Mapping) -> list:
+    """Ids of the subscriptions the event matches, ints first then strs, each ascending."""
+    check_event(event)
+    return sorted((i for i, preds in subs.items() if matches(preds, event)), key=_id_key)

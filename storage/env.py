@@ -1,0 +1,129 @@
+"""LMDB environments: open/create, named databases, transactions, map growth.
+
+Every write runs as a function inside one write transaction; when the map is
+full the transaction is aborted, the map doubled, and the function run again,
+so callers never see MapFullError and a failed write changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import lmdb
+
+from pbtree.errors import CorruptIndexError, NotAnIndexError, ReadOnlyError, StorageError
+
+T = TypeVar("T")
+
+DEFAULT_MAP_SIZE = 64 << 20
+MAX_DBS = 16
+DATA_FILE = "data.mdb"
+
+
+def _storage_error(path: str, exc: lmdb.Error) -> Exception:
+    """Translate an LMDB error into the pbtree exception a user can act on."""
+    text = f"{path}: {exc}"
+    if isinstance(exc, lmdb.ReadonlyError):
+        return ReadOnlyError(f"{path}: the index is open read-only")
+    if isinstance(exc, lmdb.InvalidError | lmdb.VersionMismatchError | lmdb.CorruptedError):
+        return CorruptIndexError(f"{path}: not a valid LMDB data file or damaged ({exc})")
+    if isinstance(exc, lmdb.PageNotFoundError | lmdb.BadRslotError | lmdb.BadTxnError):
+        return CorruptIndexError(f"{path}: damaged data file ({exc})")
+    if isinstance(exc, lmdb.DiskError) or "No space left" in str(exc):
+        return StorageError(f"{path}: disk full or I/O error; nothing was written ({exc})")
+    return StorageError(text)
+
+
+class Environment:
+    """One LMDB environment (a directory holding data.mdb and lock.mdb)."""
+
+    def __init__(
+        self,
+        path: str,
+        db_names: tuple[str, ...],
+        *,
+        readonly: bool = False,
+        create: bool = False,
+        map_size: int = DEFAULT_MAP_SIZE,
+        sync: bool = True,
+    ) -> None:
+        self.path = path
+        self.readonly = readonly
+        if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
+            raise NotAnIndexError(f"{path}: no {DATA_FILE} here; not a pbtree shard")
+        if not readonly and not create and not os.access(path, os.W_OK):
+            raise ReadOnlyError(f"{path}: no write permission; open the index with readonly=True")
+        try:
+            self.env = lmdb.open(
+                path,
+                map_size=map_size,
+                max_dbs=MAX_DBS,
+                readonly=readonly,
+                create=create,
+                sync=sync,
+                lock=True,
+                readahead=False,
+                max_readers=512,
+            )
+            self.dbs = {
+                name: self.env.open_db(name.encode(), create=not readonly)
+                for name in db_names
+            }
+        except lmdb.NotFoundError as exc:
+            raise CorruptIndexError(f"{path}: a database of the shard is missing ({exc})") from None
+        except PermissionError as exc:
+            raise ReadOnlyError(f"{path}: {exc.strerror}") from None
+        except lmdb.Error as exc:
+            raise _storage_error(path, exc) from None
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot; values are zero-copy buffers valid inside the block."""
+        try:
+            txn = self.env.begin(buffers=True)
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            txn = self.env.begin(buffers=True)
+        except lmdb.Error as exc:
+            raise _storage_error(self.path, exc) from None
+        try:
+            yield txn
+        except lmdb.Error as exc:
+            raise _storage_error(self.path, exc) from None
+        finally:
+            txn.abort()
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``fn(txn)`` in one write transaction and commit; all or nothing."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.path}: the index is open read-only")
+        while True:
+            try:
+                txn = self.env.begin(write=True)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+                continue
+            except lmdb.Error as exc:
+                raise _storage_error(self.path, exc) from None
+            try:
+                result = fn(txn)
+                txn.commit()
+                return result
+            except lmdb.MapFullError:
+                txn.abort()
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            except lmdb.Error as exc:
+                txn.abort()
+                raise _storage_error(self.path, exc) from None
+            except BaseException:
+                txn.abort()
+                raise
+
+    def data_bytes(self) -> int:
+        return os.path.getsize(os.path.join(self.path, DATA_FILE))
+
+    def close(self) -> None:
+        self.env.close()

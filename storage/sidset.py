@@ -1,0 +1,42 @@
+"""SidSet codec: sorted packed little-endian uint32 subscription ids.
+
+A SidSet is a multiset: a subscription appears once per predicate of it that
+lands in the same place (``a >= 5 and a <= 5`` puts it twice in ``eq(5)``),
+so counting stays exact. Decoding is zero-copy over LMDB's buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DTYPE = np.dtype("<u4")
+EMPTY = np.zeros(0, dtype=DTYPE)
+
+
+def decode(buf: bytes | memoryview, offset: int = 0, count: int = -1) -> np.ndarray:
+    """View ``count`` sids (all when -1) of ``buf`` starting at byte ``offset``."""
+    return np.frombuffer(buf, dtype=DTYPE, count=count, offset=offset)
+
+
+def encode(sids: np.ndarray) -> bytes:
+    return np.asarray(sids, dtype=DTYPE).tobytes()
+
+
+def append(sids: np.ndarray, more: list[int]) -> np.ndarray:
+    """``sids`` followed by the sorted ``more``; all of ``more`` must be >= max(sids)."""
+    if not more:
+        return sids
+    return np.concatenate((sids, np.array(sorted(more), dtype=DTYPE)))
+
+
+def without(sids: np.ndarray, sid: int) -> np.ndarray:
+    """``sids`` with every occurrence of ``sid`` removed."""
+    lo = int(np.searchsorted(sids, sid, "left"))
+    hi = int(np.searchsorted(sids, sid, "right"))
+    if lo == hi:
+        return sids
+    return np.concatenate((sids[:lo], sids[hi:]))
+
+
+def is_sorted(sids: np.ndarray) -> bool:
+    return bool(sids.size < 2 or np.all(sids[1:] >= sids[:-1]))

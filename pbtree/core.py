@@ -1,0 +1,323 @@
+"""The Index: an index directory of K shards behind one API (DESIGN §2).
+
+``INDEX/manifest.json`` is written last, atomically; each ``shard-NNNN/`` is
+one LMDB environment. A subscription lives in the shard of a stable hash of
+its id; matching asks every shard.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from pbtree import expr as expressions
+from pbtree.errors import (
+    CorruptIndexError,
+    DuplicateIdError,
+    EventError,
+    ExpressionError,
+    FormatVersionError,
+    IdError,
+    IndexExistsError,
+    NotAnIndexError,
+    PbtreeError,
+)
+from pbtree.ids import encode_id, id_sort_key, shard_of
+from pbtree.shard import Shard
+from storage.env import DEFAULT_MAP_SIZE
+from storage.keys import ValueRejected, check_string, event_payload
+
+MANIFEST = "manifest.json"
+FORMAT_NAME = "pbtree"
+FORMAT_VERSION = 1
+MIN_NODE_BYTES = 256
+MAX_NODE_BYTES = 1 << 20
+MAX_ATTR_BYTES = 400
+MAX_PREDICATES = 65535
+
+Expr = str | Sequence[tuple]
+PreparedEvent = list[tuple[bytes, int, bytes, bool]]
+
+
+def shard_dir(path: str, shard: int) -> str:
+    return os.path.join(path, f"shard-{shard:04d}")
+
+
+def write_manifest(path: str, manifest: dict) -> None:
+    """Write manifest.json atomically (temporary file, fsync, rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path)
+    with os.fdopen(fd, "w") as out:
+        json.dump(manifest, out, indent=2, sort_keys=True)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, os.path.join(path, MANIFEST))
+
+
+def read_manifest(path: str) -> dict:
+    """The manifest of an index directory, or a clear error why there is none."""
+    if not os.path.isdir(path):
+        raise NotAnIndexError(f"{path}: no such index directory")
+    try:
+        with open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
+            manifest = json.load(src)
+    except FileNotFoundError:
+        raise NotAnIndexError(f"{path}: not a pbtree index (no {MANIFEST})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptIndexError(f"{path}: {MANIFEST} is damaged ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise NotAnIndexError(f"{path}: {MANIFEST} is not a pbtree manifest")
+    version = manifest.get("version")
+    if not isinstance(version, int) or version < 1:
+        raise CorruptIndexError(f"{path}: {MANIFEST} has no valid format version")
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path}: index format version {version} is newer than this pbtree "
+            f"(reads up to {FORMAT_VERSION}); upgrade pbtree")
+    shards = manifest.get("shards")
+    if not isinstance(shards, int) or shards < 1:
+        raise CorruptIndexError(f"{path}: {MANIFEST} has no valid shard count")
+    return manifest
+
+
+def new_manifest(shards: int, node_bytes: int, **build: object) -> dict:
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "shards": shards,
+            "node_bytes": node_bytes, "build": build}
+
+
+def check_layout(shards: int, node_bytes: int) -> None:
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise PbtreeError(f"shards must be a positive integer, not {shards!r}")
+    if not isinstance(node_bytes, int) or not MIN_NODE_BYTES <= node_bytes <= MAX_NODE_BYTES:
+        raise PbtreeError(
+            f"node_bytes must be an integer from {MIN_NODE_BYTES} to {MAX_NODE_BYTES}, "
+            f"not {node_bytes!r}")
+
+
+def normalize(expr: Expr) -> list:
+    """Core predicates of an expression, with pbtree's storage limits checked."""
+    if not isinstance(expr, str | list | tuple):
+        raise ExpressionError(
+            f"an expression is a string or a list of (attr, op, value) tuples, "
+            f"not {type(expr).__name__}")
+    preds = expressions.normalize(expr)
+    if len(preds) > MAX_PREDICATES:
+        raise ExpressionError(
+            f"subscription has {len(preds)} predicates; the limit is {MAX_PREDICATES}")
+    for attr, _, _ in preds:
+        size = len(attr.encode("utf-8", "surrogatepass"))
+        if not 0 < size <= MAX_ATTR_BYTES:
+            raise ExpressionError(
+                f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")
+    return preds
+
+
+def prepare_event(event: Mapping) -> PreparedEvent:
+    """Validate an event and encode each value for search; None values are absent."""
+    if not isinstance(event, Mapping):
+        raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
+    out = []
+    for attr, value in event.items():
+        if not isinstance(attr, str):
+            raise EventError(f"event attribute names must be strings, not {attr!r}")
+        if value is None:
+            continue
+        if isinstance(value, np.generic):
+            value = value.item()
+        try:
+            name = check_string(attr)
+            family, payload, exact = event_payload(value)
+        except ValueRejected as exc:
+            raise EventError(f"event attribute {attr!r}: {exc}") from None
+        out.append((name, family, payload, exact))
+    return out
+
+
+class Index:
+    """A pbtree index directory. Use ``pbtree.create`` / ``pbtree.open`` to get one."""
+
+    def __init__(self, path: str, shards: list[Shard], manifest: dict, readonly: bool) -> None:
+        self.path = path
+        self.shards = shards
+        self.manifest = manifest
+        self.readonly = readonly
+
+    # --- lifecycle ------------------------------------------------------------------
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+        self.shards = []
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _live(self) -> list[Shard]:
+        if not self.shards:
+            raise PbtreeError(f"{self.path}: the index is closed")
+        return self.shards
+
+    # --- writes ---------------------------------------------------------------------
+    def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> list[list]:
+        shards = self._live()
+        groups: list[list] = [[] for _ in shards]
+        for n, pair in enumerate(pairs):
+            try:
+                sub_id, expr = pair
+            except (TypeError, ValueError):
+                raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
+            try:
+                idkey = encode_id(sub_id)
+                preds = normalize(expr)
+            except (ExpressionError, IdError) as exc:
+                raise type(exc)(f"subscription {sub_id!r} (item {n}): {exc}") from None
+            groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
+        return groups
+
+    def subscribe(self, sub_id: int | str, expr: Expr, *, replace: bool = False) -> None:
+        """Add one subscription; an existing id raises DuplicateIdError unless replace."""
+        self.subscribe_many([(sub_id, expr)], replace=replace)
+
+    def subscribe_many(self, pairs: Iterable[tuple[int | str, Expr]], *,
+                       replace: bool = False) -> int:
+        """Add many subscriptions, one transaction per shard; all are checked first."""
+        groups = self._prepare(pairs)
+        if not replace:
+            seen: set[bytes] = set()
+            for shard, items in zip(self.shards, groups, strict=True):
+                for sub_id, idkey, _ in items:
+                    if idkey in seen or shard.contains(idkey):
+                        raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
+                    seen.add(idkey)
+        return sum(shard.subscribe(items, replace)
+                   for shard, items in zip(self.shards, groups, strict=True) if items)
+
+    def unsubscribe(self, sub_id: int | str) -> bool:
+        """Remove a subscription; False when the id is unknown."""
+        return self.unsubscribe_many([sub_id]) == 1
+
+    def unsubscribe_many(self, ids: Iterable[int | str]) -> int:
+        """Remove many subscriptions (one transaction per shard); returns how many existed."""
+        shards = self._live()
+        groups: list[list[bytes]] = [[] for _ in shards]
+        for sub_id in dict.fromkeys(encode_id(i) for i in ids):
+            groups[shard_of(sub_id, len(shards))].append(sub_id)
+        return sum(shard.unsubscribe(keys)
+                   for shard, keys in zip(shards, groups, strict=True) if keys)
+
+    # --- reads ----------------------------------------------------------------------
+    def match(self, event: Mapping) -> list:
+        """Ids of the subscriptions the event satisfies, sorted (ints first, then strings)."""
+        return self.match_many([event])[0]
+
+    def match_many(self, events: Iterable[Mapping]) -> list[list]:
+        """match() for many events, reading each shard in one snapshot."""
+        prepared = [prepare_event(e) for e in events]
+        results: list[list] = [[] for _ in prepared]
+        for shard in self._live():
+            with shard.env.read() as txn:
+                for out, event in zip(results, prepared, strict=True):
+                    out.extend(shard.ids_of(txn, shard.match_sids(txn, event)))
+        for out in results:
+            out.sort(key=id_sort_key)
+        return results
+
+    def _shard_for(self, sub_id: object) -> tuple[Shard, bytes]:
+        shards = self._live()
+        idkey = encode_id(sub_id)
+        return shards[shard_of(idkey, len(shards))], idkey
+
+    def get(self, sub_id: int | str) -> str:
+        """The normalised expression of a subscription; KeyError when unknown."""
+        shard, idkey = self._shard_for(sub_id)
+        preds = shard.get(idkey)
+        if preds is None:
+            raise KeyError(sub_id)
+        return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
+                                              for a, o, v in preds])
+
+    def __len__(self) -> int:
+        return sum(len(shard) for shard in self._live())
+
+    def __contains__(self, sub_id: object) -> bool:
+        try:
+            shard, idkey = self._shard_for(sub_id)
+        except IdError:
+            return False
+        return shard.contains(idkey)
+
+    def __iter__(self) -> Iterator:
+        for shard in self._live():
+            yield from shard.ids()
+
+    def stats(self) -> dict:
+        """Counts of subscriptions, predicates, attributes, leaf items, nodes and items."""
+        from pbtree.verify import shard_stats
+
+        total: dict = {}
+        for shard in self._live():
+            for key, value in shard_stats(shard).items():
+                if isinstance(value, set):
+                    total[key] = total.get(key, set()) | value
+                else:
+                    total[key] = total.get(key, 0) + value
+        total["attributes"] = len(total.pop("attribute_names", set()))
+        total["shards"] = len(self.shards)
+        total["node_bytes"] = self.manifest["node_bytes"]
+        total["bytes"] = sum(os.path.getsize(os.path.join(d, f))
+                             for d, _, files in os.walk(self.path) for f in files)
+        return total
+
+    def verify(self) -> dict:
+        """Check every invariant of DESIGN §3; CorruptIndexError names the first violation."""
+        from pbtree.verify import verify_shard
+
+        shards = self._live()
+        report = self.stats()
+        for n, shard in enumerate(shards):
+            verify_shard(shard, n, len(shards))
+        report["ok"] = True
+        return report
+
+
+def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
+           map_size: int = DEFAULT_MAP_SIZE) -> Index:
+    """Create a new, empty index directory at ``path`` (which must not hold files)."""
+    path = os.fspath(path)
+    check_layout(shards, node_bytes)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise IndexExistsError(f"{path}: already exists and is not empty")
+    os.makedirs(path, exist_ok=True)
+    opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size)
+              for n in range(shards)]
+    manifest = new_manifest(shards, node_bytes, created_by="api")
+    write_manifest(path, manifest)
+    return Index(path, opened, manifest, readonly=False)
+
+
+def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
+         map_size: int = DEFAULT_MAP_SIZE) -> Index:
+    """Open an existing index; readonly opens allow many reader processes."""
+    path = os.fspath(path)
+    manifest = read_manifest(path)
+    opened: list[Shard] = []
+    try:
+        for n in range(manifest["shards"]):
+            sdir = shard_dir(path, n)
+            if not os.path.isdir(sdir):
+                raise CorruptIndexError(f"{path}: shard directory {os.path.basename(sdir)} "
+                                        f"is missing")
+            opened.append(Shard(sdir, readonly=readonly, map_size=map_size))
+    except BaseException:
+        for shard in opened:
+            shard.close()
+        raise
+    return Index(path, opened, manifest, readonly=readonly)
+
+
+__all__ = ["Index", "create", "open"]

@@ -1,0 +1,48 @@
+"""Exception hierarchy: every error pbtree raises on purpose derives from PbtreeError."""
+
+
+class PbtreeError(Exception):
+    """Base class of all pbtree errors."""
+
+
+class ExpressionError(PbtreeError, ValueError):
+    """A subscription expression (text or tuples) is malformed or unsupported."""
+
+
+class EventError(PbtreeError, ValueError):
+    """An event holds a value pbtree cannot match (wrong type, NaN, huge integer...)."""
+
+
+class IdError(PbtreeError, TypeError):
+    """A subscription id is not a str or an int in the supported range."""
+
+
+class DuplicateIdError(PbtreeError, KeyError):
+    """subscribe() was given an id that is already in the index (and replace=False)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class NotAnIndexError(PbtreeError):
+    """The path does not hold a pbtree index (no manifest, foreign files)."""
+
+
+class FormatVersionError(PbtreeError):
+    """The index was written by a newer (or unknown) version of the on-disk format."""
+
+
+class CorruptIndexError(PbtreeError):
+    """The index files are damaged or an invariant does not hold."""
+
+
+class ReadOnlyError(PbtreeError):
+    """A write was attempted on an index opened read-only, or the files are not writable."""
+
+
+class StorageError(PbtreeError):
+    """The storage engine failed (disk full, lock trouble, ...); the operation was rolled back."""
+
+
+class IndexExistsError(PbtreeError, FileExistsError):
+    """create() was pointed at a path that already holds files."""

@@ -1,0 +1,44 @@
+"""Subscription ids: validation, the byte form stored in LMDB, and shard choice."""
+
+from __future__ import annotations
+
+import zlib
+
+from pbtree.errors import IdError
+
+MAX_ID_BYTES = 500
+_INT, _STR = b"i", b"s"
+
+
+def encode_id(sub_id: object) -> bytes:
+    """Tagged bytes of an id: ``i`` + 8-byte signed int, or ``s`` + UTF-8."""
+    if isinstance(sub_id, int) and not isinstance(sub_id, bool):
+        if not -(2**63) <= sub_id < 2**63:
+            raise IdError(f"integer id {sub_id} does not fit in 64 bits")
+        return _INT + sub_id.to_bytes(8, "big", signed=True)
+    if isinstance(sub_id, str):
+        try:
+            data = sub_id.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise IdError(f"id {sub_id!r}: character {exc.start} is not valid Unicode") from None
+        if len(data) > MAX_ID_BYTES:
+            raise IdError(f"id of {len(data)} UTF-8 bytes is longer than {MAX_ID_BYTES}")
+        return _STR + data
+    raise IdError(f"subscription id must be a str or an int, not {type(sub_id).__name__}")
+
+
+def decode_id(data: bytes | memoryview) -> int | str:
+    data = bytes(data)
+    if data[:1] == _INT:
+        return int.from_bytes(data[1:], "big", signed=True)
+    return data[1:].decode("utf-8")
+
+
+def id_sort_key(sub_id: int | str) -> tuple[int, int | str]:
+    """Ids sort ints first (numerically), then strings (by code point)."""
+    return (1, sub_id) if isinstance(sub_id, str) else (0, sub_id)
+
+
+def shard_of(id_bytes: bytes, shards: int) -> int:
+    """Stable shard of an encoded id (CRC-32, identical in every process)."""
+    return zlib.crc32(id_bytes) % shards

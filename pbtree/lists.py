@@ -1,0 +1,199 @@
+"""List nodes of the PB+tree (GreaterThan, LessThan, Inequality lists).
+
+A node is one LMDB record holding a run of consecutive list items in key
+order, linked to its neighbours; every list has an empty head and tail
+sentinel node. Layout (little-endian), documented in docs/FORMAT.md:
+
+``kind u8 | flags u8 | n u16 | prev u32 | next u32 | attr u32 | family u8``
+``| key_end u32[n] | key bytes | item_flags u8[n] | sid_end u32[n] | sids u32[]``
+
+All inline SidSets are concatenated in item order, so collecting a run of
+items is a single zero-copy numpy slice.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+
+from storage import sidset
+
+HEADER = struct.Struct("<BBHIII B")
+HEAD, TAIL = 0x01, 0x02
+ITEM_OVERFLOW = 0x01
+ITEM_FIXED = 9  # key_end + item_flags + sid_end bytes per item
+_U4 = np.dtype("<u4")
+
+
+def node_key(node_id: int) -> bytes:
+    return node_id.to_bytes(4, "big")
+
+
+class View:
+    """Read-only view of an encoded node, for the matcher and verify."""
+
+    __slots__ = ("buf", "kind", "flags", "n", "prev", "next", "attr", "family", "key_end",
+                 "keys_at", "flags_at", "sid_end", "sids_at")
+
+    def __init__(self, buf: bytes | memoryview) -> None:
+        self.buf = buf
+        (self.kind, self.flags, n, self.prev, self.next, self.attr,
+         self.family) = HEADER.unpack_from(buf)
+        self.n = n
+        at = HEADER.size
+        self.key_end = np.frombuffer(buf, _U4, n, at)
+        self.keys_at = at + 4 * n
+        self.flags_at = self.keys_at + (int(self.key_end[-1]) if n else 0)
+        self.sid_end = np.frombuffer(buf, _U4, n, self.flags_at + n)
+        self.sids_at = self.flags_at + 5 * n
+
+    def key(self, i: int) -> bytes:
+        start = int(self.key_end[i - 1]) if i else 0
+        return bytes(self.buf[self.keys_at + start:self.keys_at + int(self.key_end[i])])
+
+    def keys(self) -> list[bytes]:
+        ends = self.key_end.tolist()
+        if not ends:
+            return []
+        buf, at = self.buf, self.keys_at
+        starts = [0, *ends[:-1]]
+        return [bytes(buf[at + s:at + e]) for s, e in zip(starts, ends, strict=True)]
+
+    def count_below(self, target: bytes, inclusive: bool) -> int:
+        """Number of items whose key is < target (<= when inclusive)."""
+        if not self.n:
+            return 0
+        width = len(target)
+        side = "right" if inclusive else "left"
+        if width in (1, 8) and int(self.key_end[-1]) == width * self.n:
+            dtype = np.dtype(f">u{width}")
+            fixed = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
+            probe = dtype.type(int.from_bytes(target, "big"))
+            return int(np.searchsorted(fixed, probe, side))
+        keys = self.keys()
+        return bisect_right(keys, target) if inclusive else bisect_left(keys, target)
+
+    def item_flags(self) -> np.ndarray:
+        return np.frombuffer(self.buf, np.uint8, self.n, self.flags_at)
+
+    def inline(self, lo: int, hi: int) -> np.ndarray:
+        """Concatenated inline sids of items [lo, hi) as one zero-copy array."""
+        start = int(self.sid_end[lo - 1]) if lo else 0
+        stop = int(self.sid_end[hi - 1]) if hi else 0
+        return np.frombuffer(self.buf, _U4, stop - start, self.sids_at + 4 * start)
+
+    def overflowed(self, lo: int, hi: int) -> list[int]:
+        """Indexes in [lo, hi) of items whose SidSet lives in the overflow database."""
+        if lo >= hi:
+            return []
+        return (np.flatnonzero(self.item_flags()[lo:hi] & ITEM_OVERFLOW) + lo).tolist()
+
+
+class Node:
+    """A decoded list node being modified inside a write transaction."""
+
+    __slots__ = ("id", "kind", "flags", "prev", "next", "attr", "family",
+                 "keys", "sets", "adds", "overflow")
+
+    def __init__(self, node_id: int, kind: int, flags: int, prev: int, nxt: int,
+                 attr: int, family: int) -> None:
+        self.id, self.kind, self.flags = node_id, kind, flags
+        self.prev, self.next, self.attr, self.family = prev, nxt, attr, family
+        self.keys: list[bytes] = []
+        self.sets: list[np.ndarray | None] = []  # None: overflow set, not loaded, unchanged
+        self.adds: list[list[int]] = []  # sids appended since loading (all larger)
+        self.overflow: list[bool] = []  # the set was in the overflow db when loaded
+
+    @classmethod
+    def decode(cls, node_id: int, buf: bytes | memoryview) -> Node:
+        view = View(buf)
+        node = cls(node_id, view.kind, view.flags, view.prev, view.next, view.attr, view.family)
+        node.keys = view.keys()
+        over = view.item_flags() & ITEM_OVERFLOW
+        ends = view.sid_end.tolist()
+        sids = np.array(view.inline(0, view.n)) if view.n else sidset.EMPTY
+        start = 0
+        for i, end in enumerate(ends):
+            if over[i]:
+                node.sets.append(None)
+                node.overflow.append(True)
+            else:
+                node.sets.append(sids[start:end])
+                node.overflow.append(False)
+            node.adds.append([])
+            start = end
+        return node
+
+    @property
+    def sentinel(self) -> bool:
+        return bool(self.flags & (HEAD | TAIL))
+
+    def find(self, key: bytes) -> int:
+        """Index of the item with exactly this key (it must exist)."""
+        i = bisect_left(self.keys, key)
+        if i == len(self.keys) or self.keys[i] != key:
+            raise KeyError(key)
+        return i
+
+    def insert(self, i: int, key: bytes, sid: int) -> None:
+        self.keys.insert(i, key)
+        self.sets.insert(i, sidset.EMPTY)
+        self.adds.insert(i, [sid])
+        self.overflow.insert(i, False)
+
+    def pop(self, i: int) -> bool:
+        """Remove item i; True when its set was in the overflow database."""
+        self.keys.pop(i)
+        self.sets.pop(i)
+        self.adds.pop(i)
+        return self.overflow.pop(i)
+
+    def take(self, i: int, j: int) -> tuple[list, list, list, list]:
+        """Remove and return items [i, j) (for splitting)."""
+        out = (self.keys[i:j], self.sets[i:j], self.adds[i:j], self.overflow[i:j])
+        del self.keys[i:j], self.sets[i:j], self.adds[i:j], self.overflow[i:j]
+        return out
+
+    def item_bytes(self, i: int, inline_max: int) -> int:
+        size = ITEM_FIXED + len(self.keys[i])
+        s = self.sets[i]
+        if s is not None:
+            data = 4 * (s.size + len(self.adds[i]))
+            if data <= inline_max:
+                size += data
+        return size
+
+    def size(self, inline_max: int) -> int:
+        return HEADER.size + sum(self.item_bytes(i, inline_max) for i in range(len(self.keys)))
+
+    def encode(self, inline_max: int, spill) -> bytes:
+        """Encode; ``spill(i, sids_or_None)`` stores (array) or drops (None) overflow sets.
+
+        Items whose overflow set was never loaded must have no pending adds.
+        """
+        n = len(self.keys)
+        key_end, flags, sid_end, parts = [], bytearray(n), [], []
+        kpos = spos = 0
+        for i in range(n):
+            kpos += len(self.keys[i])
+            key_end.append(kpos)
+            s = self.sets[i]
+            if s is None:
+                flags[i] = ITEM_OVERFLOW
+            else:
+                full = sidset.append(s, self.adds[i])
+                if 4 * full.size > inline_max:
+                    flags[i] = ITEM_OVERFLOW
+                    spill(i, full)
+                else:
+                    if self.overflow[i]:
+                        spill(i, None)
+                    parts.append(full)
+                    spos += full.size
+            sid_end.append(spos)
+        head = HEADER.pack(self.kind, self.flags, n, self.prev, self.next, self.attr, self.family)
+        sids = np.concatenate(parts).astype(_U4, copy=False) if parts else sidset.EMPTY
+        return b"".join((head, np.array(key_end, _U4).tobytes(), b"".join(self.keys),
+                         bytes(flags), np.array(sid_end, _U4).tobytes(), sids.tobytes()))

@@ -1,0 +1,132 @@
+"""Matching one shard: PB+tree search per attribute (DESIGN §3) and counting (§4).
+
+Everything collected is a numpy view over LMDB's map; the counting phase is
+one concatenate, one unique and one comparison, whatever the number of sids.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import numpy as np
+
+from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
+from pbtree.lists import HEAD, TAIL, View, node_key
+from pbtree.tree import CHUNK, CHUNK_BITS, NEEDED_DTYPE
+from storage import sidset
+
+
+class Search:
+    """Collects the satisfied SidSets of one shard inside a read transaction."""
+
+    __slots__ = ("txn", "leaf_db", "nodes_db", "over_db", "out")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
+        self.txn = txn
+        self.leaf_db, self.nodes_db, self.over_db = dbs["leaf"], dbs["nodes"], dbs["overflow"]
+        self.out: list[np.ndarray] = []
+
+    def _view(self, node_id: int) -> View:
+        return View(self.txn.get(node_key(node_id), db=self.nodes_db))
+
+    def _take(self, view: View, prefix: bytes, lo: int, hi: int) -> None:
+        if lo >= hi:
+            return
+        self.out.append(view.inline(lo, hi))
+        for i in view.overflowed(lo, hi):
+            key = overflow_key(view.kind, prefix + view.key(i))
+            self.out.append(sidset.decode(self.txn.get(key, db=self.over_db)))
+
+    def attribute(self, prefix: bytes, payload: bytes, exact: bool) -> None:
+        """Collect everything one event value satisfies in the tree ``prefix``."""
+        cur = self.txn.cursor(db=self.leaf_db)
+        target = prefix + payload
+        hit = pred = succ = None
+        if cur.set_range(target):
+            key = cur.key()
+            if key == target and exact:
+                hit = HEADER.unpack_from(cur.value())
+                self._eq(cur.value(), target, hit[3])
+            elif key == target:
+                pred = HEADER.unpack_from(cur.value())
+                if cur.next() and cur.key()[:5] == prefix:
+                    succ = HEADER.unpack_from(cur.value())
+            else:
+                if key[:5] == prefix:
+                    succ = HEADER.unpack_from(cur.value())
+                if cur.prev() and cur.key()[:5] == prefix:
+                    pred = HEADER.unpack_from(cur.value())
+        elif cur.last() and cur.key()[:5] == prefix:
+            pred = HEADER.unpack_from(cur.value())
+        low, high = hit or pred, hit or succ
+        if low is not None:
+            self._greater(prefix, low[0], payload, not exact)
+        if high is not None:
+            self._less(prefix, high[1], payload)
+        anchor = low or high
+        if anchor is not None:
+            self._unequal(prefix, anchor[2], payload if hit else None)
+
+    def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
+        if flags & EQ_OVERFLOW:
+            raw = self.txn.get(overflow_key(EQ, key), db=self.over_db)
+            self.out.append(sidset.decode(raw))
+        elif len(value) > HEADER.size:
+            self.out.append(sidset.decode(value, HEADER.size))
+
+    def _greater(self, prefix: bytes, node_id: int, payload: bytes, inclusive: bool) -> None:
+        """GT items with key below the event value: this node's prefix, then all before."""
+        view = self._view(node_id)
+        if view.flags & HEAD:
+            return
+        self._take(view, prefix, 0, view.count_below(payload, inclusive))
+        view = self._view(view.prev)
+        while not view.flags & HEAD:
+            self._take(view, prefix, 0, view.n)
+            view = self._view(view.prev)
+
+    def _less(self, prefix: bytes, node_id: int, payload: bytes) -> None:
+        """LT items with key above the event value: this node's suffix, then all after."""
+        view = self._view(node_id)
+        if view.flags & TAIL:
+            return
+        self._take(view, prefix, view.count_below(payload, True), view.n)
+        view = self._view(view.next)
+        while not view.flags & TAIL:
+            self._take(view, prefix, 0, view.n)
+            view = self._view(view.next)
+
+    def _unequal(self, prefix: bytes, node_id: int, skip: bytes | None) -> None:
+        """Every INEQ item but the one keyed by the event value (when it exists)."""
+        start = self._view(node_id)
+        if not start.flags & HEAD:
+            i = start.count_below(skip, False) if skip is not None else start.n
+            if i < start.n and start.key(i) == skip:
+                self._take(start, prefix, 0, i)
+                self._take(start, prefix, i + 1, start.n)
+            else:
+                self._take(start, prefix, 0, start.n)
+            view = self._view(start.prev)
+            while not view.flags & HEAD:
+                self._take(view, prefix, 0, view.n)
+                view = self._view(view.prev)
+        view = self._view(start.next)
+        while not view.flags & TAIL:
+            self._take(view, prefix, 0, view.n)
+            view = self._view(view.next)
+
+
+def count(txn: lmdb.Transaction, needed_db, arrays: list[np.ndarray]) -> np.ndarray:
+    """Sids whose number of satisfied predicates equals their predicate count."""
+    if not arrays:
+        return sidset.EMPTY
+    sids, hits = np.unique(np.concatenate(arrays), return_counts=True)
+    need = np.empty(sids.size, dtype=NEEDED_DTYPE)
+    chunks = sids >> CHUNK_BITS
+    cuts = np.flatnonzero(np.diff(chunks)) + 1
+    starts = [0, *cuts.tolist()]
+    stops = [*cuts.tolist(), sids.size]
+    for lo, hi in zip(starts, stops, strict=True):
+        raw = txn.get(int(chunks[lo]).to_bytes(4, "big"), db=needed_db)
+        table = np.frombuffer(raw, NEEDED_DTYPE, CHUNK)
+        need[lo:hi] = table[sids[lo:hi] & (CHUNK - 1)]
+    return sids[hits == need]

@@ -1,0 +1,187 @@
+"""One shard: a complete PB+tree index over some subscriptions in one LMDB environment.
+
+Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow,
+subs (sid -> predicates), ids (id -> sid), names (sid -> id), needed
+(predicate counts per sid, in chunks of 4096).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import msgpack
+import numpy as np
+
+from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError
+from pbtree.ids import decode_id
+from pbtree.leaf import EQ, GT, INEQ, LT
+from pbtree.matcher import Search, count
+from pbtree.tree import Writer
+from storage.env import DEFAULT_MAP_SIZE, Environment
+from storage.keys import const_payload, tree_prefix
+
+DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "names",
+            "needed")
+FORMAT = b"pbtree-shard"
+VERSION = 1
+_PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
+           "!=": (INEQ,)}
+
+Predicate = tuple[str, str, object]
+Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
+
+
+def postings(preds: list) -> Iterator[Posting]:
+    """Where each core predicate is stored (DESIGN §3): one posting per place."""
+    for attr, op, value in preds:
+        name = attr.encode("utf-8")
+        for v in value if op == "in" else (value,):
+            family, payload = const_payload(v)
+            for kind in _PLACES[op]:
+                yield name, family, payload, kind
+
+
+def sid_key(sid: int) -> bytes:
+    return sid.to_bytes(4, "big")
+
+
+class Shard:
+    """A shard directory: subscribe, unsubscribe and match inside one environment."""
+
+    def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
+                 node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE) -> None:
+        self.path = path
+        self.env = Environment(path, DB_NAMES, readonly=readonly, create=create,
+                               map_size=map_size)
+        self.dbs = self.env.dbs
+        meta = self.dbs["meta"]
+        if create:
+            def init(txn) -> None:
+                txn.put(b"format", FORMAT, db=meta)
+                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
+                txn.put(b"node_bytes", node_bytes.to_bytes(4, "little"), db=meta)
+            self.env.write(init)
+        with self.env.read() as txn:
+            fmt, ver, nb = (txn.get(k, db=meta) for k in (b"format", b"version", b"node_bytes"))
+            if fmt is None or bytes(fmt) != FORMAT or ver is None or nb is None:
+                self.env.close()
+                raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
+            version = int.from_bytes(ver, "little")
+            self.node_bytes = int.from_bytes(nb, "little")
+        if version > VERSION:
+            self.env.close()
+            raise FormatVersionError(
+                f"{path}: shard format version {version} is newer than this pbtree "
+                f"(reads up to {VERSION}); upgrade pbtree")
+        self._attr_ids: dict[bytes, int] = {}
+
+    def close(self) -> None:
+        self.env.close()
+
+    # --- writes ---------------------------------------------------------------------
+    def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
+        """Insert (id, id bytes, core predicates) in one transaction; returns how many."""
+        dbs = self.dbs
+
+        def apply(txn) -> int:
+            w = Writer(txn, dbs, self.node_bytes)
+            for sub_id, idkey, preds in items:
+                old = txn.get(idkey, db=dbs["ids"])
+                if old is not None:
+                    if not replace:
+                        raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
+                    self._remove(w, txn, int.from_bytes(old, "big"))
+                sid = w.new_sid()
+                for name, family, payload, kind in postings(preds):
+                    w.add(tree_prefix(w.attr_id(name, True), family), kind, payload, sid)
+                w.set_needed(sid, len(preds))
+                key = sid_key(sid)
+                txn.put(key, msgpack.packb(preds), db=dbs["subs"])
+                txn.put(idkey, key, db=dbs["ids"])
+                txn.put(key, idkey, db=dbs["names"])
+            w.flush()
+            return len(items)
+
+        return self.env.write(apply)
+
+    def unsubscribe(self, idkeys: list[bytes]) -> int:
+        """Remove the subscriptions with these ids in one transaction; returns how many existed."""
+        dbs = self.dbs
+
+        def apply(txn) -> int:
+            w = Writer(txn, dbs, self.node_bytes)
+            found = 0
+            for idkey in idkeys:
+                old = txn.get(idkey, db=dbs["ids"])
+                if old is not None:
+                    self._remove(w, txn, int.from_bytes(old, "big"))
+                    found += 1
+            w.flush()
+            return found
+
+        return self.env.write(apply)
+
+    def _remove(self, w: Writer, txn, sid: int) -> None:
+        dbs = self.dbs
+        key = sid_key(sid)
+        raw = txn.get(key, db=dbs["subs"])
+        if raw is None:
+            raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
+        for name, family, payload, kind in sorted(set(postings(msgpack.unpackb(raw)))):
+            aid = w.attr_id(name, False)
+            if aid is None:
+                raise CorruptIndexError(f"{self.path}: attribute {name!r} of sid {sid} unknown")
+            w.remove(tree_prefix(aid, family), kind, payload, sid)
+        w.set_needed(sid, 0)
+        txn.delete(txn.get(key, db=dbs["names"]), db=dbs["ids"])
+        txn.delete(key, db=dbs["subs"])
+        txn.delete(key, db=dbs["names"])
+
+    # --- reads ----------------------------------------------------------------------
+    def _attr(self, txn, name: bytes) -> int | None:
+        aid = self._attr_ids.get(name)
+        if aid is None:
+            raw = txn.get(name, db=self.dbs["attrs"])
+            if raw is None:
+                return None
+            aid = self._attr_ids[name] = int.from_bytes(raw, "little")
+        return aid
+
+    def match_sids(self, txn, event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
+        """Sids of the subscriptions that a prepared event satisfies."""
+        search = Search(txn, self.dbs)
+        for name, family, payload, exact in event:
+            aid = self._attr(txn, name)
+            if aid is not None:
+                search.attribute(tree_prefix(aid, family), payload, exact)
+        return count(txn, self.dbs["needed"], search.out)
+
+    def ids_of(self, txn, sids: np.ndarray) -> list:
+        if not sids.size:
+            return []
+        keys = [sid_key(s) for s in sids.tolist()]
+        pairs = txn.cursor(db=self.dbs["names"]).getmulti(keys)
+        if len(pairs) != len(keys):
+            raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
+        return [decode_id(v) for _, v in pairs]
+
+    def get(self, idkey: bytes) -> list | None:
+        with self.env.read() as txn:
+            sid = txn.get(idkey, db=self.dbs["ids"])
+            if sid is None:
+                return None
+            raw = txn.get(bytes(sid), db=self.dbs["subs"])
+            return None if raw is None else msgpack.unpackb(raw)
+
+    def __len__(self) -> int:
+        with self.env.read() as txn:
+            return txn.stat(self.dbs["ids"])["entries"]
+
+    def contains(self, idkey: bytes) -> bool:
+        with self.env.read() as txn:
+            return txn.get(idkey, db=self.dbs["ids"]) is not None
+
+    def ids(self) -> list:
+        with self.env.read() as txn:
+            cur = txn.cursor(db=self.dbs["ids"])
+            return [decode_id(k) for k in cur.iternext(keys=True, values=False)]

@@ -1,0 +1,346 @@
+"""PB+tree updates inside one write transaction (paper Fig. 6-7 and the reverse).
+
+A Writer caches decoded leaf items and list nodes for the length of one API
+call, so a batch touches each record once, and writes them all back in
+flush(). Leaf keys are put immediately when created so cursor walks over the
+leaf level (for re-pointing) see them.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left, bisect_right
+
+import lmdb
+import numpy as np
+
+from pbtree.errors import CorruptIndexError
+from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
+from pbtree.lists import HEAD, TAIL, Node, node_key
+from storage import sidset
+from storage.keys import split_key
+
+#: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
+TREE = struct.Struct("<6I")
+COUNTER = struct.Struct("<Q")
+CHUNK_BITS = 12
+CHUNK = 1 << CHUNK_BITS
+NEEDED_DTYPE = np.dtype("<u2")
+MAX_SID = 2**32 - 1
+
+
+def read_counter(txn: lmdb.Transaction, db, name: bytes) -> int:
+    raw = txn.get(name, db=db)
+    return COUNTER.unpack(raw)[0] if raw is not None else 0
+
+
+def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:
+    """{kind: (head id, tail id)} of a trees record."""
+    ids = TREE.unpack(raw)
+    return {GT: ids[0:2], LT: ids[2:4], INEQ: ids[4:6]}
+
+
+class Writer:
+    """Applies postings (kind, key, sid) to the PB+tree of one shard."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int) -> None:
+        self.txn, self.dbs = txn, dbs
+        self.node_bytes = node_bytes
+        self.inline_max = node_bytes // 4
+        self.leaves: dict[bytes, Leaf] = {}
+        self.nodes: dict[int, Node] = {}
+        self.dropped: set[int] = set()
+        self.chunks: dict[int, np.ndarray] = {}
+        meta = dbs["meta"]
+        self.next_sid = read_counter(txn, meta, b"next_sid")
+        self.next_node = read_counter(txn, meta, b"next_node") or 1
+        self.next_attr = read_counter(txn, meta, b"next_attr")
+
+    # --- allocation -----------------------------------------------------------------
+    def new_sid(self) -> int:
+        if self.next_sid > MAX_SID:
+            raise CorruptIndexError("shard has used all 2^32 internal subscription ids")
+        sid = self.next_sid
+        self.next_sid += 1
+        return sid
+
+    def attr_id(self, name: bytes, create: bool) -> int | None:
+        raw = self.txn.get(name, db=self.dbs["attrs"])
+        if raw is not None:
+            return int.from_bytes(raw, "little")
+        if not create:
+            return None
+        aid = self.next_attr
+        self.next_attr += 1
+        self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
+        return aid
+
+    def set_needed(self, sid: int, count: int) -> None:
+        chunk = self.chunks.get(sid >> CHUNK_BITS)
+        if chunk is None:
+            raw = self.txn.get((sid >> CHUNK_BITS).to_bytes(4, "big"), db=self.dbs["needed"])
+            chunk = (np.frombuffer(raw, NEEDED_DTYPE).copy() if raw is not None
+                     else np.zeros(CHUNK, NEEDED_DTYPE))
+            self.chunks[sid >> CHUNK_BITS] = chunk
+        chunk[sid & (CHUNK - 1)] = count
+
+    # --- records ----------------------------------------------------------------------
+    def node(self, node_id: int) -> Node:
+        node = self.nodes.get(node_id)
+        if node is None:
+            raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
+            if raw is None:
+                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+            node = self.nodes[node_id] = Node.decode(node_id, raw)
+        return node
+
+    def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
+        attr, family, _ = split_key(prefix)
+        node = Node(self.next_node, kind, flags, prev, nxt, attr, family)
+        self.next_node += 1
+        self.nodes[node.id] = node
+        return node
+
+    def _node_after(self, node: Node, prefix: bytes) -> Node:
+        """A new empty node linked right after ``node``."""
+        new = self._new_node(node.kind, 0, node.id, node.next, prefix)
+        self.node(node.next).prev = new.id
+        node.next = new.id
+        return new
+
+    def leaf(self, key: bytes) -> Leaf | None:
+        leaf = self.leaves.get(key)
+        if leaf is None:
+            raw = self.txn.get(key, db=self.dbs["leaf"])
+            if raw is None:
+                return None
+            leaf = self.leaves[key] = Leaf.decode(raw)
+        return leaf
+
+    def _overflow(self, key: bytes) -> np.ndarray:
+        raw = self.txn.get(key, db=self.dbs["overflow"])
+        if raw is None:
+            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
+        return sidset.decode(raw).copy()
+
+    def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
+        """Sentinels of the tree with this prefix, creating the tree if new."""
+        raw = self.txn.get(prefix, db=self.dbs["trees"])
+        if raw is not None:
+            return tree_sentinels(raw)
+        ids = []
+        for kind in (GT, LT, INEQ):
+            head = self._new_node(kind, HEAD, 0, 0, prefix)
+            tail = self._new_node(kind, TAIL, head.id, 0, prefix)
+            head.next = tail.id
+            ids += [head.id, tail.id]
+        self.txn.put(prefix, TREE.pack(*ids), db=self.dbs["trees"])
+        return tree_sentinels(TREE.pack(*ids))
+
+    def _ensure_leaf(self, prefix: bytes, key: bytes) -> Leaf:
+        """The leaf item of ``key``; a new one copies its pointers from its neighbours."""
+        leaf = self.leaf(key)
+        if leaf is not None:
+            return leaf
+        ends = self.tree(prefix)
+        cur = self.txn.cursor(db=self.dbs["leaf"])
+        pred = succ = None
+        if cur.set_range(key):
+            if cur.key()[:5] == prefix:
+                succ = cur.key()
+            found = cur.prev()
+        else:
+            found = cur.last()
+        if found and cur.key()[:5] == prefix:
+            pred = cur.key()
+        p = self.leaf(pred) if pred else None
+        s = self.leaf(succ) if succ else None
+        ptr = [0, p.ptr[GT] if p else ends[GT][0], s.ptr[LT] if s else ends[LT][1],
+               p.ptr[INEQ] if p else ends[INEQ][0]]
+        leaf = self.leaves[key] = Leaf(ptr, 0, sidset.EMPTY)
+        self.txn.put(key, leaf.encode(True), db=self.dbs["leaf"])
+        return leaf
+
+    # --- re-pointing ------------------------------------------------------------------
+    def _repoint(self, prefix: bytes, kind: int, lo: bytes | None, lo_incl: bool,
+                 hi: bytes | None, hi_incl: bool, node_id: int) -> None:
+        """Point ``kind`` of every leaf item with key in the range at ``node_id``."""
+        cur = self.txn.cursor(db=self.dbs["leaf"])
+        if not cur.set_range(prefix + (lo or b"")):
+            return
+        for key in cur.iternext(keys=True, values=False):
+            if key[:5] != prefix:
+                break
+            payload = key[5:]
+            if lo is not None and not lo_incl and payload == lo:
+                continue
+            if hi is not None and (payload > hi or (payload == hi and not hi_incl)):
+                break
+            self.leaf(key).ptr[kind] = node_id
+
+    def _first_key(self, node_id: int) -> bytes | None:
+        node = self.node(node_id)
+        return None if node.flags & TAIL else node.keys[0]
+
+    def _last_key(self, node_id: int) -> bytes | None:
+        node = self.node(node_id)
+        return None if node.flags & HEAD else node.keys[-1]
+
+    def _repoint_moved(self, prefix: bytes, left: Node, right: Node) -> None:
+        """After items moved from ``left`` into the following ``right`` node."""
+        if right.kind == LT:
+            self._repoint(prefix, LT, left.keys[-1], False, right.keys[-1], True, right.id)
+        else:
+            self._repoint(prefix, right.kind, right.keys[0], True,
+                          self._first_key(right.next), False, right.id)
+
+    def _split(self, prefix: bytes, node: Node) -> None:
+        """Split ``node`` at its byte midpoint until every part fits (paper Fig. 7)."""
+        n = len(node.keys)
+        if n < 2 or node.size(self.inline_max) <= self.node_bytes:
+            return
+        sizes = [node.item_bytes(i, self.inline_max) for i in range(n)]
+        half, acc, cut = sum(sizes) / 2, 0, n - 1
+        for i, size in enumerate(sizes[:-1]):
+            acc += size
+            if acc >= half:
+                cut = i + 1
+                break
+        right = self._node_after(node, prefix)
+        right.keys, right.sets, right.adds, right.overflow = (list(x) for x in node.take(cut, n))
+        self._repoint_moved(prefix, node, right)
+        self._split(prefix, node)
+        self._split(prefix, right)
+
+    # --- postings ---------------------------------------------------------------------
+    def add(self, prefix: bytes, kind: int, payload: bytes, sid: int) -> None:
+        """Add one posting; ``sid`` must be larger than every sid already stored."""
+        key = prefix + payload
+        leaf = self._ensure_leaf(prefix, key)
+        if kind == EQ:
+            leaf.adds.append(sid)
+            return
+        start = leaf.ptr[kind]
+        node = self.node(start)
+        if leaf.has(kind):
+            node.adds[node.find(payload)].append(sid)
+            self._split(prefix, node)
+            return
+        if node.flags & HEAD:
+            nxt = self.node(node.next)
+            node, i = (self._node_after(node, prefix) if nxt.flags & TAIL else nxt), 0
+        elif node.flags & TAIL:
+            prv = self.node(node.prev)
+            node = self._node_after(prv, prefix) if prv.flags & HEAD else prv
+            i = len(node.keys)
+        else:
+            i = bisect_right(node.keys, payload) if kind != LT else bisect_left(node.keys, payload)
+        node.insert(i, payload, sid)
+        leaf.flags |= HAS[kind]
+        if node.id != start:
+            if kind == LT:
+                lo = node.keys[i - 1] if i else self._last_key(node.prev)
+                self._repoint(prefix, LT, lo, False, payload, True, node.id)
+            else:
+                hi = node.keys[i + 1] if i + 1 < len(node.keys) else self._first_key(node.next)
+                self._repoint(prefix, kind, payload, True, hi, False, node.id)
+        self._split(prefix, node)
+
+    def remove(self, prefix: bytes, kind: int, payload: bytes, sid: int) -> None:
+        """Remove every occurrence of ``sid`` from one posting place."""
+        key = prefix + payload
+        leaf = self.leaf(key)
+        if leaf is None:
+            raise CorruptIndexError(f"leaf item {key.hex()} of a stored predicate is missing")
+        if kind == EQ:
+            eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
+            leaf.eq, leaf.adds = sidset.without(sidset.append(eq, leaf.adds), sid), []
+        else:
+            node = self.node(leaf.ptr[kind])
+            i = node.find(payload)
+            full = node.sets[i]
+            if full is None:
+                full = self._overflow(overflow_key(kind, key))
+            full = sidset.without(sidset.append(full, node.adds[i]), sid)
+            if full.size:
+                node.sets[i], node.adds[i] = full, []
+            else:
+                self._remove_item(prefix, key, leaf, node, i)
+        if not leaf.referenced():
+            self._drop_leaf(prefix, key, leaf)
+
+    def _remove_item(self, prefix: bytes, key: bytes, leaf: Leaf, node: Node, i: int) -> None:
+        kind, payload = node.kind, key[5:]
+        if node.pop(i):
+            self.txn.delete(overflow_key(kind, key), db=self.dbs["overflow"])
+        leaf.flags &= ~HAS[kind]
+        if kind == LT and i == len(node.keys):
+            lo = node.keys[-1] if node.keys else self._last_key(node.prev)
+            self._repoint(prefix, LT, lo, False, payload, True, node.next)
+        elif kind != LT and i == 0:
+            hi = node.keys[0] if node.keys else self._first_key(node.next)
+            self._repoint(prefix, kind, payload, True, hi, False, node.prev)
+        if not node.keys:
+            self.node(node.prev).next = node.next
+            self.node(node.next).prev = node.prev
+            del self.nodes[node.id]
+            self.dropped.add(node.id)
+
+    def _drop_leaf(self, prefix: bytes, key: bytes, leaf: Leaf) -> None:
+        """Delete an unreferenced leaf item, and the whole tree when it was the last."""
+        dbs = self.dbs
+        self.txn.delete(key, db=dbs["leaf"])
+        if leaf.was_overflow:
+            self.txn.delete(overflow_key(EQ, key), db=dbs["overflow"])
+        del self.leaves[key]
+        cur = self.txn.cursor(db=dbs["leaf"])
+        if cur.set_range(prefix) and cur.key()[:5] == prefix:
+            return
+        for head, tail in tree_sentinels(self.txn.get(prefix, db=dbs["trees"])).values():
+            for node_id in (head, tail):
+                self.nodes.pop(node_id, None)
+                self.dropped.add(node_id)
+        self.txn.delete(prefix, db=dbs["trees"])
+
+    # --- write back -------------------------------------------------------------------
+    def flush(self) -> None:
+        txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
+        for key, leaf in self.leaves.items():
+            if leaf.eq is None and not leaf.adds:
+                txn.put(key, leaf.encode(False), db=dbs["leaf"])
+                continue
+            eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
+            leaf.eq, leaf.adds = sidset.append(eq, leaf.adds), []
+            inline = 4 * leaf.eq.size <= inline_max
+            if not inline:
+                txn.put(overflow_key(EQ, key), sidset.encode(leaf.eq), db=dbs["overflow"])
+            elif leaf.was_overflow:
+                txn.delete(overflow_key(EQ, key), db=dbs["overflow"])
+            txn.put(key, leaf.encode(inline), db=dbs["leaf"])
+        for node_id, node in self.nodes.items():
+            prefix = struct.pack(">IB", node.attr, node.family)
+            for i, sids in enumerate(node.sets):
+                if sids is None and node.adds[i]:
+                    node.sets[i] = self._overflow(overflow_key(node.kind, prefix + node.keys[i]))
+            txn.put(node_key(node_id), node.encode(inline_max, self._spiller(node)),
+                    db=dbs["nodes"])
+        for node_id in self.dropped - self.nodes.keys():
+            txn.delete(node_key(node_id), db=dbs["nodes"])
+        for chunk_no, chunk in self.chunks.items():
+            txn.put(chunk_no.to_bytes(4, "big"), chunk.tobytes(), db=dbs["needed"])
+        meta = dbs["meta"]
+        txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
+        txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
+        txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
+
+    def _spiller(self, node: Node):
+        prefix = struct.pack(">IB", node.attr, node.family)
+
+        def spill(i: int, sids: np.ndarray | None) -> None:
+            key = overflow_key(node.kind, prefix + node.keys[i])
+            if sids is None:
+                self.txn.delete(key, db=self.dbs["overflow"])
+            else:
+                self.txn.put(key, sidset.encode(sids), db=self.dbs["overflow"])
+
+        return spill

@@ -1,0 +1,237 @@
+"""Statistics and the full invariant check of a shard (DESIGN §3 "Invariants")."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+
+import msgpack
+import numpy as np
+
+from pbtree.errors import CorruptIndexError
+from pbtree.ids import shard_of
+from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
+from pbtree.lists import HEAD, ITEM_OVERFLOW, TAIL, View, node_key
+from pbtree.lists import HEADER as NODE_HEADER
+from pbtree.shard import postings
+from pbtree.tree import CHUNK, NEEDED_DTYPE, read_counter, tree_sentinels
+from storage import sidset
+from storage.keys import tree_prefix
+
+LIST_KINDS = (GT, LT, INEQ)
+
+
+def shard_stats(shard) -> dict:
+    """Counts over one shard, read in one snapshot."""
+    dbs = shard.dbs
+    with shard.env.read() as txn:
+        names = {int.from_bytes(v, "little"): bytes(k).decode("utf-8")
+                 for k, v in txn.cursor(db=dbs["attrs"])}
+        used = {names[int.from_bytes(bytes(k)[:4], "big")]
+                for k in txn.cursor(db=dbs["trees"]).iternext(values=False)}
+        stats = {
+            "subscriptions": txn.stat(dbs["ids"])["entries"],
+            "predicates": int(sum(np.frombuffer(v, NEEDED_DTYPE).sum(dtype=np.int64)
+                                  for v in txn.cursor(db=dbs["needed"]).iternext(keys=False))),
+            "attribute_names": used,
+            "leaf_items": txn.stat(dbs["leaf"])["entries"],
+            "overflow_sidsets": txn.stat(dbs["overflow"])["entries"],
+        }
+        for kind in LIST_KINDS:
+            stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
+        for raw in txn.cursor(db=dbs["nodes"]).iternext(keys=False):
+            kind, flags, n = NODE_HEADER.unpack_from(raw)[:3]
+            if not flags & (HEAD | TAIL):
+                stats[f"{KIND_NAMES[kind]}_nodes"] += 1
+                stats[f"{KIND_NAMES[kind]}_items"] += n
+    return stats
+
+
+class _Checker:
+    """Walks one shard in one snapshot and raises at the first broken invariant."""
+
+    def __init__(self, shard, number: int, shards: int, txn) -> None:
+        self.shard, self.number, self.shards, self.txn = shard, number, shards, txn
+        self.dbs = shard.dbs
+        self.inline_max = shard.node_bytes // 4
+        self.actual: dict[tuple, np.ndarray] = {}
+        self.nodes_seen: set[int] = set()
+        self.overflow_seen: set[bytes] = set()
+
+    def fail(self, what: str) -> None:
+        raise CorruptIndexError(f"{self.shard.path}: {what}")
+
+    def sids(self, what: str, arr: np.ndarray) -> None:
+        if not arr.size:
+            self.fail(f"{what}: empty SidSet")
+        if not sidset.is_sorted(arr):
+            self.fail(f"{what}: SidSet not sorted")
+
+    def overflow(self, key: bytes, what: str) -> np.ndarray:
+        raw = self.txn.get(key, db=self.dbs["overflow"])
+        if raw is None:
+            self.fail(f"{what}: overflow SidSet missing")
+        arr = sidset.decode(bytes(raw))
+        if 4 * arr.size <= self.inline_max:
+            self.fail(f"{what}: overflow SidSet small enough to be inline")
+        self.overflow_seen.add(key)
+        return arr
+
+    def walk(self, prefix: bytes, kind: int, head: int, tail: int) -> list[tuple[bytes, int]]:
+        """Follow one list from head to tail; returns its (key, node id) in order."""
+        name = f"tree {prefix.hex()} {KIND_NAMES[kind]} list"
+        items: list[tuple[bytes, int]] = []
+        prev, node_id, attr_family = 0, head, (prefix[:4], prefix[4])
+        while True:
+            raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
+            if raw is None:
+                self.fail(f"{name}: node {node_id} missing")
+            if node_id in self.nodes_seen:
+                self.fail(f"{name}: node {node_id} linked twice")
+            self.nodes_seen.add(node_id)
+            view = View(bytes(raw))
+            if view.kind != kind or (view.attr.to_bytes(4, "big"), view.family) != attr_family:
+                self.fail(f"{name}: node {node_id} belongs to another list")
+            if view.prev != prev:
+                self.fail(f"{name}: node {node_id} prev is {view.prev}, expected {prev}")
+            if node_id == head and view.flags != HEAD:
+                self.fail(f"{name}: head sentinel {node_id} lacks its flag")
+            if view.flags & TAIL:
+                if node_id != tail or view.next != 0 or view.n:
+                    self.fail(f"{name}: bad tail sentinel {node_id}")
+                return items
+            if node_id != head:
+                self.node_items(name, prefix, node_id, view, items)
+            prev, node_id = node_id, view.next
+
+    def node_items(self, name, prefix, node_id, view: View, items: list) -> None:
+        if view.flags or not view.n:
+            self.fail(f"{name}: node {node_id} is empty or flagged as a sentinel")
+        if len(view.buf) > self.shard.node_bytes and view.n > 1:
+            self.fail(f"{name}: node {node_id} has {len(view.buf)} bytes, over capacity")
+        flags = view.item_flags()
+        for i, key in enumerate(view.keys()):
+            if items and key <= items[-1][0]:
+                self.fail(f"{name}: key {key.hex()} out of order in node {node_id}")
+            items.append((key, node_id))
+            what = f"{name} item {key.hex()}"
+            if flags[i] & ITEM_OVERFLOW:
+                if view.inline(i, i + 1).size:
+                    self.fail(f"{what}: overflow item also has inline sids")
+                arr = self.overflow(overflow_key(view.kind, prefix + key), what)
+            else:
+                arr = view.inline(i, i + 1)
+            self.sids(what, arr)
+            self.actual[(prefix, view.kind, key)] = arr
+
+    def tree(self, prefix: bytes, sentinels: dict) -> None:
+        lists = {kind: self.walk(prefix, kind, *sentinels[kind]) for kind in LIST_KINDS}
+        keys = {kind: [k for k, _ in lists[kind]] for kind in LIST_KINDS}
+        cur = self.txn.cursor(db=self.dbs["leaf"])
+        leaf_keys = set()
+        if cur.set_range(prefix):
+            for key, value in cur:
+                key, value = bytes(key), bytes(value)
+                if key[:5] != prefix:
+                    break
+                leaf_keys.add(key[5:])
+                self.leaf(prefix, key, value, lists, keys, sentinels)
+        if not leaf_keys:
+            self.fail(f"tree {prefix.hex()} has no leaf items")
+        for kind in LIST_KINDS:
+            for key in keys[kind]:
+                if key not in leaf_keys:
+                    self.fail(f"{KIND_NAMES[kind]} item {key.hex()} has no leaf item")
+
+    def leaf(self, prefix, key, value, lists, keys, sentinels) -> None:
+        gt, lt, ineq, flags = HEADER.unpack_from(value)
+        payload = key[5:]
+        what = f"leaf item {key.hex()}"
+        if flags & EQ_OVERFLOW:
+            if len(value) != HEADER.size:
+                self.fail(f"{what}: overflow eq set also stored inline")
+            eq = self.overflow(overflow_key(EQ, key), what)
+        else:
+            eq = sidset.decode(value, HEADER.size)
+        if eq.size:
+            self.sids(what, eq)
+            self.actual[(prefix, EQ, payload)] = eq
+        referenced = bool(eq.size)
+        for kind, ptr in ((GT, gt), (LT, lt), (INEQ, ineq)):
+            ks = keys[kind]
+            i = bisect_left(ks, payload)
+            present = i < len(ks) and ks[i] == payload
+            referenced |= present
+            if present != bool(flags & HAS[kind]):
+                self.fail(f"{what}: {KIND_NAMES[kind]} presence flag is wrong")
+            if kind == LT:
+                expect = lists[kind][i][1] if i < len(ks) else sentinels[kind][1]
+            else:
+                j = bisect_right(ks, payload) - 1
+                expect = lists[kind][j][1] if j >= 0 else sentinels[kind][0]
+            if ptr != expect:
+                self.fail(f"{what}: {KIND_NAMES[kind]} pointer is {ptr}, expected {expect}")
+        if not referenced:
+            self.fail(f"{what}: nothing references it")
+
+    def subscriptions(self) -> dict[tuple, list[int]]:
+        """Expected postings from the subscription store, with its own consistency checks."""
+        txn, dbs = self.txn, self.dbs
+        attrs = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=dbs["attrs"])}
+        next_sid = read_counter(txn, dbs["meta"], b"next_sid")
+        needed = {int.from_bytes(k, "big"): np.frombuffer(bytes(v), NEEDED_DTYPE)
+                  for k, v in txn.cursor(db=dbs["needed"])}
+        expected: dict[tuple, list[int]] = defaultdict(list)
+        live = 0
+        for skey, raw in txn.cursor(db=dbs["subs"]):
+            sid = int.from_bytes(skey, "big")
+            preds = msgpack.unpackb(raw)
+            idkey = txn.get(bytes(skey), db=dbs["names"])
+            if idkey is None or bytes(txn.get(bytes(idkey), db=dbs["ids"]) or b"") != skey:
+                self.fail(f"sid {sid}: id records disagree")
+            if shard_of(bytes(idkey), self.shards) != self.number:
+                self.fail(f"sid {sid}: id hashes to another shard")
+            if sid >= next_sid:
+                self.fail(f"sid {sid} is not below the sid counter {next_sid}")
+            chunk = needed.get(sid // CHUNK)
+            if chunk is None or chunk[sid % CHUNK] != len(preds):
+                self.fail(f"sid {sid}: predicate count disagrees with {len(preds)}")
+            live += 1
+            for name, family, payload, kind in postings(preds):
+                if name not in attrs:
+                    self.fail(f"sid {sid}: attribute {name!r} has no id")
+                expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
+        if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
+            self.fail("predicate counts exist for removed subscriptions")
+        for db in ("ids", "names"):
+            if txn.stat(dbs[db])["entries"] != live:
+                self.fail(f"{db} database has a different number of records than subs")
+        return expected
+
+    def run(self) -> None:
+        txn, dbs = self.txn, self.dbs
+        expected = self.subscriptions()
+        trees = {bytes(k): tree_sentinels(bytes(v)) for k, v in txn.cursor(db=dbs["trees"])}
+        for prefix, sentinels in trees.items():
+            self.tree(prefix, sentinels)
+        for key in txn.cursor(db=dbs["leaf"]).iternext(values=False):
+            if bytes(key)[:5] not in trees:
+                self.fail(f"leaf item {bytes(key).hex()} outside any tree")
+        if txn.stat(dbs["nodes"])["entries"] != len(self.nodes_seen):
+            self.fail("list nodes exist that no list links")
+        if txn.stat(dbs["overflow"])["entries"] != len(self.overflow_seen):
+            self.fail("overflow SidSets exist that nothing references")
+        if max(self.nodes_seen, default=-1) >= read_counter(txn, dbs["meta"], b"next_node"):
+            self.fail("a node id is not below the node counter")
+        for place in expected.keys() | self.actual.keys():
+            want = np.sort(np.array(expected.get(place, []), dtype=np.uint32))
+            got = self.actual.get(place, sidset.EMPTY)
+            if not np.array_equal(want, got):
+                prefix, kind, payload = place
+                self.fail(f"{KIND_NAMES[kind]} SidSet of key {(prefix + payload).hex()} holds "
+                          f"{got.size} sids, the subscriptions put {want.size} there")
+
+
+def verify_shard(shard, number: int, shards: int) -> None:
+    with shard.env.read() as txn:
+        _Checker(shard, number, shards, txn).run()

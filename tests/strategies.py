@@ -1,0 +1,65 @@
+"""Hypothesis strategies and seeded generators for subscriptions and events.
+
+Small value domains on few attributes, so that keys collide, lists share
+nodes, and every operator meets equal, smaller and larger event values.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import strategies as st
+
+ATTRS = ["a", "b", "c", "x.y"]
+LONG = "a" * 504  # as long as a constant may be (505 bytes with one more char)
+NUMBERS = [-5, -1.5, 0, 1, 2, 2.5, 3, 7, 10, 1e9, float("inf"), float("-inf")]
+STRINGS = ["", "a", "ab", "abc", "b", "ba", "é", "\x00", "zz", LONG, LONG + "b"]
+EVENT_ONLY = ["a" * 600, LONG + "c" * 100, "ab" + "\U0010ffff"]
+
+numbers = st.one_of(st.sampled_from(NUMBERS), st.integers(-3, 12))
+strings = st.sampled_from(STRINGS)
+values = st.one_of(numbers, strings, st.booleans())
+attrs = st.sampled_from(ATTRS)
+COMPARE = ["<", "<=", "=", "!=", ">=", ">"]
+
+predicates = st.one_of(
+    st.tuples(attrs, st.sampled_from(COMPARE), values),
+    st.tuples(attrs, st.just("in"), st.lists(values, min_size=1, max_size=4)),
+    st.tuples(attrs, st.just("not in"), st.lists(values, min_size=1, max_size=3)),
+    st.tuples(attrs, st.just("between"),
+              st.one_of(st.tuples(numbers, numbers), st.tuples(strings, strings))),
+    st.tuples(attrs, st.just("prefix"), strings),
+)
+subscriptions = st.lists(predicates, min_size=1, max_size=4)
+event_values = st.one_of(values, st.none(), st.sampled_from(EVENT_ONLY))
+events = st.dictionaries(st.sampled_from([*ATTRS, "unused"]), event_values, max_size=5)
+
+
+def random_value(rng: random.Random, domain: int) -> object:
+    kind = rng.random()
+    if kind < 0.6:
+        return rng.randrange(domain) + (0.5 if rng.random() < 0.1 else 0)
+    if kind < 0.9:
+        return "s" + str(rng.randrange(domain))
+    return rng.random() < 0.5
+
+
+def random_predicate(rng: random.Random, attrs: list[str], domain: int) -> tuple:
+    attr = rng.choice(attrs)
+    op = rng.choice([*COMPARE, *COMPARE, "in", "not in", "between", "prefix"])
+    if op in ("in", "not in"):
+        return attr, op, [random_value(rng, domain) for _ in range(rng.randint(1, 3))]
+    if op == "between":
+        lo = rng.randrange(domain)
+        return attr, op, (lo, lo + rng.randrange(domain // 2 + 1))
+    if op == "prefix":
+        return attr, op, "s" + str(rng.randrange(domain))[:1]
+    return attr, op, random_value(rng, domain)
+
+
+def random_subscription(rng: random.Random, attrs: list[str], domain: int) -> list[tuple]:
+    return [random_predicate(rng, attrs, domain) for _ in range(rng.randint(1, 4))]
+
+
+def random_event(rng: random.Random, attrs: list[str], domain: int) -> dict:
+    return {a: random_value(rng, domain) for a in attrs if rng.random() < 0.7}

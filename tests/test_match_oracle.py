@@ -1,0 +1,117 @@
+"""Randomized matching against the brute-force oracle, with interleaved updates.
+
+Small nodes (256 bytes) make every list span many nodes and every large
+SidSet overflow; verify() runs after every batch of changes.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import oracle_match
+from strategies import events, random_event, random_subscription, subscriptions
+
+import pbtree
+from pbtree.expr import parse
+
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
+           HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=SLOW_OK)
+@given(data=st.data(), shards=st.sampled_from([1, 3]))
+def test_interleaved_updates_match_oracle(tmp_path_factory, data, shards):
+    path = tmp_path_factory.mktemp("ix") / "index"
+    model: dict = {}
+    with pbtree.create(path, shards=shards, node_bytes=256) as ix:
+        for _ in range(data.draw(st.integers(2, 6), label="steps")):
+            action = data.draw(st.sampled_from(["batch", "one", "unsubscribe", "replace"]))
+            if action == "batch":
+                subs = data.draw(st.lists(subscriptions, min_size=1, max_size=25), label="batch")
+                base = len(model) + 1000 * _
+                pairs = [(base + n if n % 3 else f"s{base + n}", s) for n, s in enumerate(subs)]
+                assert ix.subscribe_many(pairs) == len(pairs)
+                model.update((i, parse(s)) for i, s in pairs)
+            elif action == "one":
+                sub_id = data.draw(st.integers(-50, 50) | st.text(max_size=3), label="id")
+                sub = data.draw(subscriptions, label="sub")
+                if sub_id in model:
+                    try:
+                        ix.subscribe(sub_id, sub)
+                    except pbtree.DuplicateIdError:
+                        pass
+                    else:
+                        raise AssertionError("duplicate id accepted")
+                else:
+                    ix.subscribe(sub_id, sub)
+                    model[sub_id] = parse(sub)
+            elif action == "unsubscribe" and model:
+                gone = data.draw(st.lists(st.sampled_from(sorted(model, key=str)), max_size=10))
+                assert ix.unsubscribe_many(gone) == len(set(gone))
+                for i in gone:
+                    model.pop(i, None)
+                assert not ix.unsubscribe(gone[0]) if gone else True
+            elif action == "replace" and model:
+                sub_id = data.draw(st.sampled_from(sorted(model, key=str)))
+                sub = data.draw(subscriptions)
+                ix.subscribe(sub_id, sub, replace=True)
+                model[sub_id] = parse(sub)
+            ix.verify()
+            assert len(ix) == len(model)
+            for event in data.draw(st.lists(events, min_size=1, max_size=6), label="events"):
+                assert ix.match(event) == oracle_match(model, event), event
+
+
+def test_many_events_many_subscriptions(tmp_path):
+    """Ten thousand events against thousands of subscriptions, with churn."""
+    rng = random.Random(20261125)
+    attrs = [f"attr{i}" for i in range(8)]
+    model: dict = {}
+    with pbtree.create(tmp_path / "ix", shards=2, node_bytes=256) as ix:
+        next_id = 0
+        for round_no in range(4):
+            batch = [(next_id + n, random_subscription(rng, attrs, 6)) for n in range(900)]
+            next_id += len(batch)
+            ix.subscribe_many(batch)
+            model.update((i, parse(s)) for i, s in batch)
+            for _ in range(60):
+                sub = random_subscription(rng, attrs, 6)
+                ix.subscribe(f"one-{next_id}", sub)
+                model[f"one-{next_id}"] = parse(sub)
+                next_id += 1
+            gone = rng.sample(sorted(model, key=str), 250)
+            assert ix.unsubscribe_many(gone) == 250
+            for i in gone:
+                del model[i]
+            report = ix.verify()
+            assert report["subscriptions"] == len(model)
+            assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
+            evs = [random_event(rng, attrs, 6) for _ in range(2500)]
+            got = ix.match_many(evs)
+            for event, ids in zip(evs, got, strict=True):
+                assert ids == oracle_match(model, event), (round_no, event)
+
+
+def test_shared_constants_overflow_and_delete(tmp_path):
+    """Thousands of subscriptions on the same constants: overflow SidSets everywhere."""
+    rng = random.Random(7)
+    shapes = ["a >= 5", "a > 5", "a != 3", "a < 7", "a <= 7", "a = 1", "a in (1, 5, 9)",
+              "a between 2 and 8", "b prefix 'x'"]
+    model: dict = {}
+    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
+        pairs = [(n, " and ".join(rng.sample(shapes, rng.randint(1, 3)))) for n in range(3000)]
+        ix.subscribe_many(pairs)
+        model.update((i, parse(e)) for i, e in pairs)
+        assert ix.verify()["overflow_sidsets"] >= 8
+        for sub_id in rng.sample(range(3000), 200):
+            assert ix.unsubscribe(sub_id)
+            del model[sub_id]
+        ix.unsubscribe_many(rng.sample(sorted(model), 2500))
+        model = {i: model[i] for i in ix}
+        ix.verify()
+        for v in [0, 1, 2, 3, 4.5, 5, 6, 7, 8, 9, 10, "x", True]:
+            for b in ["x", "xy", "y", None]:
+                event = {"a": v, "b": b}
+                assert ix.match(event) == oracle_match(model, event)

@@ -7,6 +7,7 @@ its id; matching asks every shard.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import tempfile
@@ -62,7 +63,7 @@ def read_manifest(path: str) -> dict:
     if not os.path.isdir(path):
         raise NotAnIndexError(f"{path}: no such index directory")
     try:
-        with open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
+        with builtins.open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
             manifest = json.load(src)
     except FileNotFoundError:
         raise NotAnIndexError(f"{path}: not a pbtree index (no {MANIFEST})") from None

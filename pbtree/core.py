@@ -27,7 +27,7 @@ from pbtree.errors import (
     NotAnIndexError,
     PbtreeError,
 )
-from pbtree.ids import encode_id, id_sort_key, shard_of
+from pbtree.ids import encode_id, shard_of
 from pbtree.shard import Shard
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
@@ -219,14 +219,16 @@ class Index:
     def match_many(self, events: Iterable[Mapping]) -> list[list]:
         """match() for many events, reading each shard in one snapshot."""
         prepared = [prepare_event(e) for e in events]
-        results: list[list] = [[] for _ in prepared]
+        ints: list[list[np.ndarray]] = [[] for _ in prepared]
+        strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
             with shard.env.read() as txn:
-                for out, event in zip(results, prepared, strict=True):
-                    out.extend(shard.ids_of(txn, shard.match_sids(txn, event)))
-        for out in results:
-            out.sort(key=id_sort_key)
-        return results
+                for n, event in enumerate(prepared):
+                    found_ints, found_strings = shard.ids_of(txn, shard.match_sids(txn, event))
+                    ints[n].append(found_ints)
+                    strings[n] += found_strings
+        return [np.sort(np.concatenate(i)).tolist() + sorted(s)
+                for i, s in zip(ints, strings, strict=True)]
 
     def _shard_for(self, sub_id: object) -> tuple[Shard, bytes]:
         shards = self._live()

@@ -13,8 +13,8 @@ _INT, _STR = b"i", b"s"
 def encode_id(sub_id: object) -> bytes:
     """Tagged bytes of an id: ``i`` + 8-byte signed int, or ``s`` + UTF-8."""
     if isinstance(sub_id, int) and not isinstance(sub_id, bool):
-        if not -(2**63) <= sub_id < 2**63:
-            raise IdError(f"integer id {sub_id} does not fit in 64 bits")
+        if not -(2**63) < sub_id < 2**63:
+            raise IdError(f"integer id {sub_id} is outside -(2^63 - 1) .. 2^63 - 1")
         return _INT + sub_id.to_bytes(8, "big", signed=True)
     if isinstance(sub_id, str):
         try:
@@ -32,11 +32,6 @@ def decode_id(data: bytes | memoryview) -> int | str:
     if data[:1] == _INT:
         return int.from_bytes(data[1:], "big", signed=True)
     return data[1:].decode("utf-8")
-
-
-def id_sort_key(sub_id: int | str) -> tuple[int, int | str]:
-    """Ids sort ints first (numerically), then strings (by code point)."""
-    return (1, sub_id) if isinstance(sub_id, str) else (0, sub_id)
 
 
 def shard_of(id_bytes: bytes, shards: int) -> int:

@@ -22,6 +22,7 @@ from storage import sidset
 
 HEADER = struct.Struct("<BBHIII B")
 HEAD, TAIL = 0x01, 0x02
+SPILLED = 0x04  # some item of the node keeps its SidSet in the overflow database
 ITEM_OVERFLOW = 0x01
 ITEM_FIXED = 9  # key_end + item_flags + sid_end bytes per item
 _U4 = np.dtype("<u4")
@@ -72,8 +73,8 @@ class View:
             fixed = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
             probe = dtype.type(int.from_bytes(target, "big"))
             return int(np.searchsorted(fixed, probe, side))
-        keys = self.keys()
-        return bisect_right(keys, target) if inclusive else bisect_left(keys, target)
+        find = bisect_right if inclusive else bisect_left
+        return find(range(self.n), target, key=self.key)
 
     def item_flags(self) -> np.ndarray:
         return np.frombuffer(self.buf, np.uint8, self.n, self.flags_at)
@@ -86,7 +87,7 @@ class View:
 
     def overflowed(self, lo: int, hi: int) -> list[int]:
         """Indexes in [lo, hi) of items whose SidSet lives in the overflow database."""
-        if lo >= hi:
+        if lo >= hi or not self.flags & SPILLED:
             return []
         return (np.flatnonzero(self.item_flags()[lo:hi] & ITEM_OVERFLOW) + lo).tolist()
 
@@ -193,7 +194,8 @@ class Node:
                     parts.append(full)
                     spos += full.size
             sid_end.append(spos)
-        head = HEADER.pack(self.kind, self.flags, n, self.prev, self.next, self.attr, self.family)
+        node_flags = self.flags | SPILLED if any(flags) else self.flags & ~SPILLED
+        head = HEADER.pack(self.kind, node_flags, n, self.prev, self.next, self.attr, self.family)
         sids = np.concatenate(parts).astype(_U4, copy=False) if parts else sidset.EMPTY
         return b"".join((head, np.array(key_end, _U4).tobytes(), b"".join(self.keys),
                          bytes(flags), np.array(sid_end, _U4).tobytes(), sids.tobytes()))

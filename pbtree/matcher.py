@@ -9,9 +9,9 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
+from pbtree.columns import NEEDED
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
 from pbtree.lists import HEAD, TAIL, View, node_key
-from pbtree.tree import CHUNK, CHUNK_BITS, NEEDED_DTYPE
 from storage import sidset
 
 
@@ -115,18 +115,9 @@ class Search:
             view = self._view(view.next)
 
 
-def count(txn: lmdb.Transaction, needed_db, arrays: list[np.ndarray]) -> np.ndarray:
-    """Sids whose number of satisfied predicates equals their predicate count."""
+def count(txn: lmdb.Transaction, dbs: dict, arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted sids whose number of satisfied predicates equals their predicate count."""
     if not arrays:
         return sidset.EMPTY
     sids, hits = np.unique(np.concatenate(arrays), return_counts=True)
-    need = np.empty(sids.size, dtype=NEEDED_DTYPE)
-    chunks = sids >> CHUNK_BITS
-    cuts = np.flatnonzero(np.diff(chunks)) + 1
-    starts = [0, *cuts.tolist()]
-    stops = [*cuts.tolist(), sids.size]
-    for lo, hi in zip(starts, stops, strict=True):
-        raw = txn.get(int(chunks[lo]).to_bytes(4, "big"), db=needed_db)
-        table = np.frombuffer(raw, NEEDED_DTYPE, CHUNK)
-        need[lo:hi] = table[sids[lo:hi] & (CHUNK - 1)]
-    return sids[hits == need]
+    return sids[hits == NEEDED.gather(txn, dbs, sids)]

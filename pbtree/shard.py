@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import msgpack
 import numpy as np
 
+from pbtree.columns import INT_IDS, STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
@@ -21,7 +22,7 @@ from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import const_payload, tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "names",
-            "needed")
+            "needed", "intids")
 FORMAT = b"pbtree-shard"
 VERSION = 1
 _PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
@@ -94,7 +95,7 @@ class Shard:
                 sid = w.new_sid()
                 for name, family, payload, kind in postings(preds):
                     w.add(tree_prefix(w.attr_id(name, True), family), kind, payload, sid)
-                w.set_needed(sid, len(preds))
+                w.set_sid(sid, len(preds), sub_id if isinstance(sub_id, int) else STRING_ID)
                 key = sid_key(sid)
                 txn.put(key, msgpack.packb(preds), db=dbs["subs"])
                 txn.put(idkey, key, db=dbs["ids"])
@@ -132,7 +133,7 @@ class Shard:
             if aid is None:
                 raise CorruptIndexError(f"{self.path}: attribute {name!r} of sid {sid} unknown")
             w.remove(tree_prefix(aid, family), kind, payload, sid)
-        w.set_needed(sid, 0)
+        w.set_sid(sid, 0, 0)
         txn.delete(txn.get(key, db=dbs["names"]), db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
         txn.delete(key, db=dbs["names"])
@@ -154,16 +155,19 @@ class Shard:
             aid = self._attr(txn, name)
             if aid is not None:
                 search.attribute(tree_prefix(aid, family), payload, exact)
-        return count(txn, self.dbs["needed"], search.out)
+        return count(txn, self.dbs, search.out)
 
-    def ids_of(self, txn, sids: np.ndarray) -> list:
-        if not sids.size:
-            return []
-        keys = [sid_key(s) for s in sids.tolist()]
+    def ids_of(self, txn, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Ids of sorted sids: int ids as one array, string ids as a list."""
+        ints = INT_IDS.gather(txn, self.dbs, sids)
+        strings = ints == STRING_ID
+        if not strings.any():
+            return ints, []
+        keys = [sid_key(s) for s in sids[strings].tolist()]
         pairs = txn.cursor(db=self.dbs["names"]).getmulti(keys)
         if len(pairs) != len(keys):
             raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
-        return [decode_id(v) for _, v in pairs]
+        return ints[~strings], [decode_id(v) for _, v in pairs]
 
     def get(self, idkey: bytes) -> list | None:
         with self.env.read() as txn:

@@ -14,6 +14,7 @@ from bisect import bisect_left, bisect_right
 import lmdb
 import numpy as np
 
+from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, TAIL, Node, node_key
@@ -23,9 +24,6 @@ from storage.keys import split_key
 #: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
 TREE = struct.Struct("<6I")
 COUNTER = struct.Struct("<Q")
-CHUNK_BITS = 12
-CHUNK = 1 << CHUNK_BITS
-NEEDED_DTYPE = np.dtype("<u2")
 MAX_SID = 2**32 - 1
 
 
@@ -50,7 +48,8 @@ class Writer:
         self.leaves: dict[bytes, Leaf] = {}
         self.nodes: dict[int, Node] = {}
         self.dropped: set[int] = set()
-        self.chunks: dict[int, np.ndarray] = {}
+        self.needed = ColumnWriter(NEEDED, txn, dbs)
+        self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         meta = dbs["meta"]
         self.next_sid = read_counter(txn, meta, b"next_sid")
         self.next_node = read_counter(txn, meta, b"next_node") or 1
@@ -75,14 +74,10 @@ class Writer:
         self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
         return aid
 
-    def set_needed(self, sid: int, count: int) -> None:
-        chunk = self.chunks.get(sid >> CHUNK_BITS)
-        if chunk is None:
-            raw = self.txn.get((sid >> CHUNK_BITS).to_bytes(4, "big"), db=self.dbs["needed"])
-            chunk = (np.frombuffer(raw, NEEDED_DTYPE).copy() if raw is not None
-                     else np.zeros(CHUNK, NEEDED_DTYPE))
-            self.chunks[sid >> CHUNK_BITS] = chunk
-        chunk[sid & (CHUNK - 1)] = count
+    def set_sid(self, sid: int, needed: int, int_id: int) -> None:
+        """Record a sid's predicate count (0 frees it) and its int id (or STRING_ID)."""
+        self.needed.set(sid, needed)
+        self.int_ids.set(sid, int_id)
 
     # --- records ----------------------------------------------------------------------
     def node(self, node_id: int) -> Node:
@@ -326,8 +321,8 @@ class Writer:
                     db=dbs["nodes"])
         for node_id in self.dropped - self.nodes.keys():
             txn.delete(node_key(node_id), db=dbs["nodes"])
-        for chunk_no, chunk in self.chunks.items():
-            txn.put(chunk_no.to_bytes(4, "big"), chunk.tobytes(), db=dbs["needed"])
+        self.needed.flush()
+        self.int_ids.flush()
         meta = dbs["meta"]
         txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
         txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)

@@ -8,13 +8,14 @@ from collections import defaultdict
 import msgpack
 import numpy as np
 
+from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError
-from pbtree.ids import shard_of
+from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
-from pbtree.lists import HEAD, ITEM_OVERFLOW, TAIL, View, node_key
+from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.shard import postings
-from pbtree.tree import CHUNK, NEEDED_DTYPE, read_counter, tree_sentinels
+from pbtree.tree import read_counter, tree_sentinels
 from storage import sidset
 from storage.keys import tree_prefix
 
@@ -31,8 +32,8 @@ def shard_stats(shard) -> dict:
                 for k in txn.cursor(db=dbs["trees"]).iternext(values=False)}
         stats = {
             "subscriptions": txn.stat(dbs["ids"])["entries"],
-            "predicates": int(sum(np.frombuffer(v, NEEDED_DTYPE).sum(dtype=np.int64)
-                                  for v in txn.cursor(db=dbs["needed"]).iternext(keys=False))),
+            "predicates": int(sum(c.sum(dtype=np.int64)
+                                  for c in NEEDED.chunks(txn, dbs).values())),
             "attribute_names": used,
             "leaf_items": txn.stat(dbs["leaf"])["entries"],
             "overflow_sidsets": txn.stat(dbs["overflow"])["entries"],
@@ -105,8 +106,10 @@ class _Checker:
             prev, node_id = node_id, view.next
 
     def node_items(self, name, prefix, node_id, view: View, items: list) -> None:
-        if view.flags or not view.n:
+        if view.flags & (HEAD | TAIL) or not view.n:
             self.fail(f"{name}: node {node_id} is empty or flagged as a sentinel")
+        if bool(view.flags & SPILLED) != bool((view.item_flags() & ITEM_OVERFLOW).any()):
+            self.fail(f"{name}: node {node_id} spilled flag disagrees with its items")
         if len(view.buf) > self.shard.node_bytes and view.n > 1:
             self.fail(f"{name}: node {node_id} has {len(view.buf)} bytes, over capacity")
         flags = view.item_flags()
@@ -179,8 +182,8 @@ class _Checker:
         txn, dbs = self.txn, self.dbs
         attrs = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=dbs["attrs"])}
         next_sid = read_counter(txn, dbs["meta"], b"next_sid")
-        needed = {int.from_bytes(k, "big"): np.frombuffer(bytes(v), NEEDED_DTYPE)
-                  for k, v in txn.cursor(db=dbs["needed"])}
+        needed = NEEDED.chunks(txn, dbs)
+        int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
         live = 0
         for skey, raw in txn.cursor(db=dbs["subs"]):
@@ -193,9 +196,14 @@ class _Checker:
                 self.fail(f"sid {sid}: id hashes to another shard")
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")
-            chunk = needed.get(sid // CHUNK)
-            if chunk is None or chunk[sid % CHUNK] != len(preds):
+            chunk = needed.get(sid >> NEEDED.bits)
+            if chunk is None or chunk[sid % NEEDED.size] != len(preds):
                 self.fail(f"sid {sid}: predicate count disagrees with {len(preds)}")
+            sub_id = decode_id(idkey)
+            chunk = int_ids.get(sid >> INT_IDS.bits)
+            if chunk is None or chunk[sid % INT_IDS.size] != (
+                    sub_id if isinstance(sub_id, int) else STRING_ID):
+                self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")
             live += 1
             for name, family, payload, kind in postings(preds):
                 if name not in attrs:

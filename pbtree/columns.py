@@ -1,0 +1,72 @@
+"""Per-sid columns stored in fixed-size chunks: one LMDB record per 2^bits sids.
+
+Matching gathers a column for thousands of sorted sids with one record read
+and one numpy fancy-index per chunk, instead of one lookup per sid.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import numpy as np
+
+
+class Column:
+    """A column's database name, element type and chunk size."""
+
+    def __init__(self, db: str, dtype: str, bits: int) -> None:
+        self.db, self.dtype, self.bits = db, np.dtype(dtype), bits
+        self.size = 1 << bits
+
+    def chunk_key(self, number: int) -> bytes:
+        return number.to_bytes(4, "big")
+
+    def gather(self, txn: lmdb.Transaction, dbs: dict, sids: np.ndarray) -> np.ndarray:
+        """Values at ``sids`` (sorted ascending); missing chunks read as zeros."""
+        out = np.zeros(sids.size, dtype=self.dtype)
+        if not sids.size:
+            return out
+        chunks = sids >> self.bits
+        cuts = np.flatnonzero(chunks[1:] != chunks[:-1]) + 1
+        bounds = [0, *cuts.tolist(), sids.size]
+        mask = self.size - 1
+        db = dbs[self.db]
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            raw = txn.get(self.chunk_key(int(chunks[lo])), db=db)
+            if raw is not None:
+                out[lo:hi] = np.frombuffer(raw, self.dtype, self.size)[sids[lo:hi] & mask]
+        return out
+
+    def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
+        """Every stored chunk by number (for verify and stats)."""
+        return {int.from_bytes(k, "big"): np.frombuffer(bytes(v), self.dtype)
+                for k, v in txn.cursor(db=dbs[self.db])}
+
+
+class ColumnWriter:
+    """Pending changes to one column inside a write transaction."""
+
+    def __init__(self, column: Column, txn: lmdb.Transaction, dbs: dict) -> None:
+        self.column, self.txn, self.db = column, txn, dbs[column.db]
+        self.dirty: dict[int, np.ndarray] = {}
+
+    def set(self, sid: int, value: int) -> None:
+        col = self.column
+        number = sid >> col.bits
+        chunk = self.dirty.get(number)
+        if chunk is None:
+            raw = self.txn.get(col.chunk_key(number), db=self.db)
+            chunk = (np.frombuffer(raw, col.dtype).copy() if raw is not None
+                     else np.zeros(col.size, col.dtype))
+            self.dirty[number] = chunk
+        chunk[sid & (col.size - 1)] = value
+
+    def flush(self) -> None:
+        for number, chunk in self.dirty.items():
+            self.txn.put(self.column.chunk_key(number), chunk.tobytes(), db=self.db)
+
+
+#: predicates per subscription (0 for a free sid)
+NEEDED = Column("needed", "<u2", 12)
+#: integer id per sid, or STRING_ID when the id is a string (then in the names db)
+INT_IDS = Column("intids", "<i8", 10)
+STRING_ID = -(2**63)

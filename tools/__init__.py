@@ -1,0 +1,1 @@
+"""Workload generators, benchmark harness and baselines for pbtree (not part of the library)."""

@@ -1,0 +1,96 @@
+"""The system under test, pbtree, behind the baselines' protocol."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+class PbtreeSystem:
+    name = "pbtree"
+
+    def __init__(
+        self,
+        path: str | None = None,
+        shards: int = 1,
+        node_bytes: int = 4096,
+        batch: int = 50_000,
+    ):
+        self._tmp = None
+        if path is None:
+            self._tmp = tempfile.mkdtemp(prefix="bench-pbtree-")
+            path = os.path.join(self._tmp, "index")
+        self.path = path
+        self.shards = shards
+        self.node_bytes = node_bytes
+        self.batch = batch
+        self.ix: Any = None
+
+    def build(self, subs: Sequence[tuple[Any, Sequence]]) -> None:
+        """Bulk load through the public API: ``subscribe_many`` in batches (one txn each)."""
+        import pbtree
+
+        if os.path.exists(self.path):
+            shutil.rmtree(self.path)
+        self.ix = pbtree.create(self.path, shards=self.shards, node_bytes=self.node_bytes)
+        for start in range(0, len(subs), self.batch):
+            self.ix.subscribe_many(subs[start : start + self.batch])
+
+    def open(self, readonly: bool = False) -> None:
+        import pbtree
+
+        self.ix = pbtree.open(self.path, readonly=readonly)
+
+    def match(self, event: dict[str, Any]) -> list:
+        return self.ix.match(event)
+
+    def match_many(self, events: Sequence[dict[str, Any]]) -> list[list]:
+        return self.ix.match_many(events)
+
+    def subscribe(self, ident: Any, preds: Sequence) -> None:
+        self.ix.subscribe(ident, preds)
+
+    def subscribe_many(self, subs: Iterable[tuple[Any, Sequence]]) -> int:
+        return self.ix.subscribe_many(list(subs))
+
+    def unsubscribe(self, ident: Any) -> bool:
+        return self.ix.unsubscribe(ident)
+
+    def unsubscribe_many(self, ids: Iterable[Any]) -> int:
+        return self.ix.unsubscribe_many(list(ids))
+
+    def flush(self) -> None:
+        pass
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self.ix.stats()) if self.ix is not None else {}
+
+    def data_files(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.path, "shard-*", "data.mdb")))
+
+    def disk_bytes(self) -> int:
+        if self.ix is not None:
+            try:
+                return int(self.ix.stats()["bytes"])
+            except (KeyError, TypeError, AttributeError):
+                pass
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        return total
+
+    def close(self) -> None:
+        if self.ix is not None:
+            self.ix.close()
+            self.ix = None
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None

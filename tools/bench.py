@@ -1,0 +1,558 @@
+"""Benchmark harness: pbtree against the baselines, same data, same process, same events.
+
+    python -m tools.bench PROFILE [--scale small|full] [--only pbtree,counting-mem,...]
+                                  [--cold] [--seed N] [--out bench/results]
+
+For every system, in one process and on the same workload: build time, correctness on a
+sample of events against the brute-force reference (a wrong system is reported and not
+timed), events/s and p50/p99 latency per event after a warm-up, subscribe and unsubscribe
+rates (single calls and batches), bytes on disk, and the growth of the process's resident
+anonymous memory (``RssAnon``, i.e. not the page cache or file mappings) next to the size of
+the index. ``--cold`` also closes each on-disk system, evicts its data files from the page
+cache (``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``fsync``), reopens it and reports the
+open time, the first event's latency and the steady state that follows.
+
+Writes ``OUT/<profile>.json|.md|.png`` at full scale and ``OUT/<profile>-small.*`` at small
+scale. Numbers are measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tools import reference
+from tools.baselines import BASELINES, make
+from tools.workloads import PROFILES, Workload, generate
+
+SYSTEMS = ("pbtree",) + BASELINES
+DISK_SYSTEMS = ("pbtree", "sqlite", "duckdb")
+
+# per scale: reference sample, warm-up events, timed events at most, seconds at most per phase,
+# single updates, batched updates, batch size
+SETTINGS = {
+    "small": dict(sample=20, warmup=20, events=1000, budget=15.0, single=200, batched=2000,
+                  batch=500),
+    "full": dict(sample=3, warmup=5, events=1000, budget=60.0, single=200, batched=10000,
+                 batch=1000),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# measurements
+
+
+def rss_anon() -> int:
+    """Resident anonymous memory of this process in bytes (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def evict(files: Sequence[str]) -> int:
+    """Drop the files' pages from the page cache; returns the bytes advised."""
+    total = 0
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return total
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    i = min(len(s) - 1, max(0, round(q * (len(s) - 1))))
+    return s[i]
+
+
+def time_events(system: Any, events: Sequence[dict], limit: int, budget: float) -> list[float]:
+    """Per-event latencies (s) of up to ``limit`` events or ``budget`` seconds."""
+    lat: list[float] = []
+    spent = 0.0
+    clock = time.perf_counter
+    for i in range(limit):
+        ev = events[i % len(events)]
+        t0 = clock()
+        system.match(ev)
+        dt = clock() - t0
+        lat.append(dt)
+        spent += dt
+        if spent > budget:
+            break
+    return lat
+
+
+def make_system(name: str, workdir: str) -> Any:
+    if name == "pbtree":
+        from tools.baselines.pbtree_index import PbtreeSystem
+
+        return PbtreeSystem(os.path.join(workdir, "index"))
+    return make(name, workdir)
+
+
+# ---------------------------------------------------------------------------------------
+# one system
+
+
+def run_system(
+    name: str,
+    wl: Workload,
+    core: list,
+    sample: list[tuple[dict, list]],
+    settings: dict,
+    cold: bool,
+    workdir: str,
+) -> dict[str, Any]:
+    res: dict[str, Any] = {"system": name}
+    os.makedirs(workdir, exist_ok=True)
+    system = make_system(name, workdir)
+    gc.collect()
+    rss0 = rss_anon()
+    try:
+        t0 = time.perf_counter()
+        system.build(core)
+        if hasattr(system, "flush"):
+            system.flush()
+        res["build_s"] = time.perf_counter() - t0
+        res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
+        gc.collect()
+        res["rss_anon_build_bytes"] = rss_anon() - rss0
+
+        # correctness first: a system that disagrees with the reference is not timed
+        wrong = [
+            i for i, (ev, want) in enumerate(sample) if system.match(ev) != want
+        ]
+        res["sample_events"] = len(sample)
+        res["correct"] = not wrong
+        if wrong:
+            ev, want = sample[wrong[0]]
+            got = system.match(ev)
+            res["mismatch"] = {
+                "events_wrong": len(wrong),
+                "first_event": wrong[0],
+                "missing": [x for x in want if x not in set(got)][:20],
+                "extra": [x for x in got if x not in set(want)][:20],
+            }
+            return res
+
+        events = wl.events
+        warm = settings["warmup"]
+        time_events(system, events, warm, settings["budget"])
+        lat = time_events(system, events[warm:], settings["events"], settings["budget"])
+        total = sum(lat)
+        res["timed_events"] = len(lat)
+        res["events_per_s"] = len(lat) / total if total else None
+        res["p50_ms"] = percentile(lat, 0.5) * 1e3
+        res["p99_ms"] = percentile(lat, 0.99) * 1e3
+        res["mean_ms"] = statistics.fmean(lat) * 1e3
+        matched = [len(system.match(events[warm + i])) for i in range(min(len(lat), 200))]
+        res["match_fraction"] = sum(matched) / (len(matched) * len(core)) if matched else None
+        if hasattr(system, "match_many"):
+            batch = events[warm : warm + min(len(lat), 200)]
+            t0 = time.perf_counter()
+            system.match_many(batch)
+            dt = time.perf_counter() - t0
+            res["match_many_events_per_s"] = len(batch) / dt if dt else None
+        gc.collect()
+        res["rss_anon_bytes"] = rss_anon() - rss0
+        res["disk_bytes"] = system.disk_bytes()
+        if hasattr(system, "memory_bytes"):
+            res["index_bytes"] = system.memory_bytes()
+        elif hasattr(system, "stats"):
+            res["stats"] = system.stats()
+            res["index_bytes"] = res["disk_bytes"]
+        else:
+            res["index_bytes"] = res["disk_bytes"]
+
+        res.update(measure_updates(system, core, sample, settings))
+        res["disk_bytes_after_updates"] = system.disk_bytes()
+
+        if cold and name in DISK_SYSTEMS:
+            res.update(measure_cold(system, events, warm, settings))
+    except Exception as exc:  # report and carry on with the other systems
+        res["error"] = f"{type(exc).__name__}: {exc}"
+        res["traceback"] = traceback.format_exc()
+    finally:
+        try:
+            if hasattr(system, "destroy"):
+                system.destroy()
+            else:
+                system.close()
+        except Exception:
+            pass
+        del system
+        gc.collect()
+    return res
+
+
+def measure_updates(system: Any, core: list, sample, settings: dict) -> dict[str, Any]:
+    """Subscribe/unsubscribe rates with fresh ids (same shapes as the workload's subs)."""
+    out: dict[str, Any] = {}
+    base = 10**12
+    n1 = min(settings["single"], len(core))
+    nb = min(settings["batched"], len(core))
+    bs = settings["batch"]
+    single = [(base + i, core[i][1]) for i in range(n1)]
+    batched = [(2 * base + i, core[-1 - i][1]) for i in range(nb)]
+    clock = time.perf_counter
+
+    t0 = clock()
+    for ident, preds in single:
+        system.subscribe(ident, preds)
+    system.flush()
+    out["subscribe_per_s"] = n1 / (clock() - t0)
+    t0 = clock()
+    for start in range(0, nb, bs):
+        system.subscribe_many(batched[start : start + bs])
+    system.flush()
+    out["subscribe_many_per_s"] = nb / (clock() - t0)
+    out["update_batch"] = bs
+
+    # the copies must now match wherever their originals do
+    ev, want = sample[0]
+    got = system.match(ev)
+    orig = set(want)
+    expect = sorted(
+        want
+        + [i for i, _ in single if core[i - base][0] in orig]
+        + [i for i, _ in batched if core[-1 - (i - 2 * base)][0] in orig]
+    )
+    out["updates_correct"] = got == expect
+
+    t0 = clock()
+    removed = sum(bool(system.unsubscribe(ident)) for ident, _ in single)
+    system.flush()
+    out["unsubscribe_per_s"] = n1 / (clock() - t0)
+    t0 = clock()
+    for start in range(0, nb, bs):
+        removed += system.unsubscribe_many([i for i, _ in batched[start : start + bs]])
+    system.flush()
+    out["unsubscribe_many_per_s"] = nb / (clock() - t0)
+    out["updates_correct"] = out["updates_correct"] and removed == n1 + nb
+    out["updates_correct"] = out["updates_correct"] and system.match(ev) == want
+    return out
+
+
+def measure_cold(system: Any, events: Sequence[dict], warm: int, settings: dict) -> dict:
+    out: dict[str, Any] = {}
+    system.close()
+    files = system.data_files()
+    out["cold_evicted_bytes"] = evict(files)
+    t0 = time.perf_counter()
+    if system.name == "pbtree":
+        system.open(readonly=True)
+    else:
+        system.open()
+    out["cold_open_s"] = time.perf_counter() - t0
+    ev = events[warm]
+    t0 = time.perf_counter()
+    system.match(ev)
+    out["cold_first_event_ms"] = (time.perf_counter() - t0) * 1e3
+    lat = time_events(system, events[warm + 1 :], settings["events"], settings["budget"])
+    out["cold_timed_events"] = len(lat)
+    out["cold_p50_ms"] = percentile(lat, 0.5) * 1e3
+    out["cold_p99_ms"] = percentile(lat, 0.99) * 1e3
+    first = lat[: max(1, len(lat) // 10)]
+    out["cold_first10pct_mean_ms"] = statistics.fmean(first) * 1e3 if first else None
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# report
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        if v != v:
+            return "—"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _mb(v: Any) -> Any:
+    return None if v is None else v / 2**20
+
+
+COLUMNS = (
+    ("system", "system", None),
+    ("correct", "correct", None),
+    ("build_s", "build s", None),
+    ("events_per_s", "events/s", None),
+    ("p50_ms", "p50 ms", None),
+    ("p99_ms", "p99 ms", None),
+    ("subscribe_per_s", "sub/s", None),
+    ("subscribe_many_per_s", "sub/s batch", None),
+    ("unsubscribe_per_s", "unsub/s", None),
+    ("unsubscribe_many_per_s", "unsub/s batch", None),
+    ("disk_bytes", "disk MiB", _mb),
+    ("index_bytes", "index MiB", _mb),
+    ("rss_anon_bytes", "RssAnon Δ MiB", _mb),
+    ("cold_open_s", "cold open s", None),
+    ("cold_first_event_ms", "cold 1st ms", None),
+    ("cold_p50_ms", "cold p50 ms", None),
+)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    w = report["workload"]
+    lines = [
+        f"# {w['profile']} ({w['scale']}): {w['subscriptions']:,} subscriptions, "
+        f"{w['events']:,} events",
+        "",
+        f"{report['profile']['description']}. Seed {w['seed']}; "
+        f"{w['preds_per_sub']:.2f} predicates per subscription "
+        f"({w['core_preds_per_sub']:.2f} after rewriting), events of "
+        f"{w['event_size']:.1f} attributes; target match probability "
+        f"{_fmt(w.get('target_match_prob'))}, achieved {_fmt(report.get('match_fraction'))} "
+        f"(mean fraction of subscriptions matched per event).",
+        "",
+        f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}; "
+        f"generated in {report['generate_s']:.1f} s.",
+        "",
+    ]
+    present = [
+        c for c in COLUMNS if any(r.get(c[0]) is not None for r in report["results"])
+    ]
+    lines.append("| " + " | ".join(c[1] for c in present) + " |")
+    lines.append("|" + "---|" * len(present))
+    for r in report["results"]:
+        cells = []
+        for key, _, conv in present:
+            v = r.get(key)
+            cells.append(_fmt(conv(v) if conv and v is not None else v))
+        lines.append("| " + " | ".join(cells) + " |")
+    errors = [r for r in report["results"] if r.get("error") or r.get("mismatch")]
+    for r in errors:
+        lines.append("")
+        lines.append(f"**{r['system']}**: {r.get('error') or r.get('mismatch')}")
+    ratios = report.get("ratios")
+    if ratios:
+        lines += ["", "pbtree vs each baseline (>1: pbtree better):", ""]
+        lines.append("| baseline | events/s ratio | p50 ratio | build ratio | disk ratio |")
+        lines.append("|---|---|---|---|---|")
+        for name, r in ratios.items():
+            lines.append(
+                f"| {name} | {_fmt(r.get('events_per_s'))} | {_fmt(r.get('p50'))} | "
+                f"{_fmt(r.get('build'))} | {_fmt(r.get('disk'))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def compute_ratios(results: list[dict]) -> dict[str, dict[str, float | None]]:
+    by = {r["system"]: r for r in results}
+    pb = by.get("pbtree")
+    if not pb or pb.get("events_per_s") is None:
+        return {}
+    out = {}
+    for name, r in by.items():
+        if name == "pbtree" or r.get("events_per_s") is None:
+            continue
+
+        def ratio(a: Any, b: Any) -> float | None:
+            return a / b if a and b else None
+
+        out[name] = {
+            "events_per_s": ratio(pb["events_per_s"], r["events_per_s"]),
+            "p50": ratio(r.get("p50_ms"), pb.get("p50_ms")),
+            "build": ratio(r.get("build_s"), pb.get("build_s")),
+            "disk": ratio(r.get("disk_bytes"), pb.get("disk_bytes"))
+            if r.get("disk_bytes")
+            else None,
+        }
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in report["results"] if r.get("events_per_s")]
+    if not rows:
+        return
+    names = [r["system"] for r in rows]
+    colors = ["tab:red" if n == "pbtree" else "tab:blue" for n in names]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    ax.bar(names, [r["events_per_s"] for r in rows], color=colors)
+    ax.set_yscale("log")
+    ax.set_title("events/s (higher is better)")
+    ax = axes[1]
+    x = range(len(rows))
+    ax.bar([i - 0.2 for i in x], [r["p50_ms"] for r in rows], width=0.4, label="p50")
+    ax.bar([i + 0.2 for i in x], [r["p99_ms"] for r in rows], width=0.4, label="p99")
+    if any(r.get("cold_p50_ms") for r in rows):
+        ax.scatter(
+            [i for i, r in enumerate(rows) if r.get("cold_first_event_ms")],
+            [r["cold_first_event_ms"] for r in rows if r.get("cold_first_event_ms")],
+            color="black", marker="x", label="cold first event", zorder=3,
+        )
+    ax.set_xticks(list(x), names)
+    ax.set_yscale("log")
+    ax.set_title("latency per event, ms")
+    ax.legend()
+    ax = axes[2]
+    ax.bar([i - 0.2 for i in x], [(r.get("disk_bytes") or 0) / 2**20 for r in rows], width=0.4,
+           label="disk")
+    ax.bar([i + 0.2 for i in x], [max(0, r.get("rss_anon_bytes") or 0) / 2**20 for r in rows],
+           width=0.4, label="RssAnon growth")
+    ax.set_xticks(list(x), names)
+    ax.set_title("MiB")
+    ax.legend()
+    w = report["workload"]
+    fig.suptitle(f"{w['profile']} ({w['scale']}): {w['subscriptions']:,} subscriptions")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# main
+
+
+def pbtree_available() -> bool:
+    try:
+        import pbtree
+    except ImportError:
+        return False
+    return hasattr(pbtree, "create")
+
+
+def run(
+    profile: str,
+    scale: str = "small",
+    only: Sequence[str] | None = None,
+    cold: bool = False,
+    seed: int = 0,
+    out: str | Path = "bench/results",
+    workdir: str | None = None,
+    settings: dict | None = None,
+    n_subs: int | None = None,
+    log=print,
+) -> dict[str, Any]:
+    cfg = dict(SETTINGS[scale])
+    cfg.update(settings or {})
+    systems = list(only or SYSTEMS)
+    if "pbtree" in systems and not pbtree_available():
+        log("pbtree engine not available (pbtree.create missing): skipped")
+        systems.remove("pbtree")
+    t0 = time.perf_counter()
+    wl = generate(profile, scale, seed, n_subs=n_subs)
+    gen_s = time.perf_counter() - t0
+    core = wl.core()
+    summary = wl.summary()
+    log(f"generated {profile}/{scale}: {len(core):,} subscriptions in {gen_s:.1f} s")
+    t0 = time.perf_counter()
+    sample_events = wl.events[: cfg["sample"]]
+    sample = [(ev, reference.match(core, ev)) for ev in sample_events]
+    log(f"reference answers for {len(sample)} events in {time.perf_counter() - t0:.1f} s")
+    results = []
+    base_dir = workdir or tempfile.mkdtemp(prefix="pbtree-bench-")
+    try:
+        for name in systems:
+            log(f"-- {name}")
+            r = run_system(
+                name, wl, core, sample, cfg, cold, os.path.join(base_dir, name)
+            )
+            results.append(r)
+            log("   " + json.dumps({k: v for k, v in r.items() if k != "traceback"},
+                                  default=str))
+    finally:
+        if workdir is None:
+            shutil.rmtree(base_dir, ignore_errors=True)
+    fractions = [r["match_fraction"] for r in results if r.get("match_fraction") is not None]
+    report = {
+        "profile": PROFILES[profile].knobs(),
+        "workload": summary,
+        "generate_s": gen_s,
+        "settings": cfg,
+        "cold": cold,
+        "match_fraction": fractions[0] if fractions else None,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "results": results,
+        "ratios": compute_ratios(results),
+    }
+    if out:
+        outdir = Path(out)
+        outdir.mkdir(parents=True, exist_ok=True)
+        stem = profile if scale == "full" else f"{profile}-{scale}"
+        (outdir / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str))
+        (outdir / f"{stem}.md").write_text(markdown(report))
+        try:
+            plot(report, outdir / f"{stem}.png")
+        except Exception as exc:  # the numbers matter more than the picture
+            log(f"plot failed: {exc}")
+        log(f"wrote {outdir / stem}.json/.md/.png")
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("profile", choices=sorted(PROFILES))
+    ap.add_argument("--scale", choices=("small", "full"), default="small")
+    ap.add_argument("--only", default=None,
+                    help=f"comma-separated systems out of {', '.join(SYSTEMS)}")
+    ap.add_argument("--cold", action="store_true",
+                    help="also evict on-disk indexes from the page cache and time from disk")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--subs", type=int, default=None, help="override the subscription count")
+    ap.add_argument("--events", type=int, default=None, help="timed events per system at most")
+    ap.add_argument("--budget", type=float, default=None, help="seconds per timed phase at most")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--workdir", default=None, help="keep the systems' files here")
+    args = ap.parse_args(argv)
+    only = None
+    if args.only:
+        only = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = [s for s in only if s not in SYSTEMS]
+        if unknown:
+            ap.error(f"unknown system(s) {', '.join(unknown)}; expected {', '.join(SYSTEMS)}")
+    extra: dict[str, Any] = {}
+    if args.events:
+        extra["events"] = args.events
+    if args.budget:
+        extra["budget"] = args.budget
+    report = run(args.profile, args.scale, only, args.cold, args.seed, args.out, args.workdir,
+                 extra, n_subs=args.subs, log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

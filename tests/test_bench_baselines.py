@@ -1,0 +1,217 @@
+"""The benchmark harness's own tests: baselines agree with the oracle, generator is sound.
+
+Speed targets are never asserted here; the harness measures them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+from pbtree.expr import normalize, parse
+from tools import reference
+from tools.baselines import BASELINES, make
+from tools.workloads import (
+    PROFILES,
+    core_predicates,
+    expression_text,
+    generate,
+    write_events_jsonl,
+    write_jsonl,
+    write_parquet,
+)
+
+ATTRS = ["a", "b", "c", "x.y"]
+
+
+def _canon(preds) -> set:
+    """Core predicates as a set, ``in`` lists as sets, values tagged by type family."""
+
+    def tag(v):
+        return (type(v) is bool, type(v) is str, v)
+
+    return {
+        (a, op, frozenset(map(tag, v)) if op == "in" else tag(v)) for a, op, v in preds
+    }
+
+
+def random_workload(seed: int, n_subs: int = 150, n_events: int = 60, domain: int = 8):
+    """Small random subscriptions over all operators, numbers/strings/bools, inf, NUL..."""
+    rng = random.Random(seed)
+    subs = {i: random_subscription(rng, ATTRS, domain) for i in range(n_subs)}
+    extra = [
+        [("a", "=", float("inf"))],
+        [("a", ">", float("-inf")), ("b", "!=", "\x00")],
+        [("b", "in", ["s1", 1, True])],
+        [("a", "in", [1, 1.0, 2])],
+        [("a", "=", 3), ("a", "in", [3, 4])],
+        [("c", ">=", "s"), ("c", "<", "t")],
+        [("a", "not in", [1, "s1"])],
+        [("x.y", "between", (2, 2))],
+        [("b", "<=", "é")],
+    ]
+    for preds in extra:
+        subs[len(subs)] = preds
+    events = [random_event(rng, ATTRS, domain) for _ in range(n_events)]
+    events += [
+        {"a": float("inf"), "b": "\x00"},
+        {"a": float("-inf"), "b": "s1", "c": "s"},
+        {"a": 3, "b": True, "c": None},
+        {"a": 1.0, "b": 1, "x.y": 2.0},
+        {"b": "é", "c": "sz"},
+        {"a": None},
+        {},
+    ]
+    return subs, events
+
+
+@pytest.mark.parametrize("name", BASELINES)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_baseline_agrees_with_oracle(name, seed, tmp_path):
+    subs, events = random_workload(seed)
+    core = [(i, normalize(preds)) for i, preds in subs.items()]
+    system = make(name, str(tmp_path))
+    system.build(core)
+    try:
+        for ev in events:
+            assert system.match(ev) == oracle_match(subs, ev), ev
+    finally:
+        system.close()
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_baseline_updates(name, tmp_path):
+    subs, events = random_workload(3, n_subs=80, n_events=25)
+    items = list(subs.items())
+    core = {i: normalize(p) for i, p in items}
+    system = make(name, str(tmp_path))
+    system.build([(i, core[i]) for i, _ in items[:40]])
+    model = {i: p for i, p in items[:40]}
+    try:
+        system.subscribe(items[40][0], core[items[40][0]])
+        assert system.subscribe_many([(i, core[i]) for i, _ in items[41:70]]) == 29
+        model.update(items[40:70])
+        assert system.unsubscribe(5) is True
+        assert system.unsubscribe(5) is False
+        assert system.unsubscribe_many([6, 7, 45, 999]) == 3
+        for i in (5, 6, 7, 45):
+            del model[i]
+        system.flush()
+        for ev in events:
+            assert system.match(ev) == oracle_match(model, ev)
+        system.subscribe_many([(i, core[i]) for i, _ in items[70:]])
+        model.update(items[70:])
+        for ev in events:
+            assert system.match(ev) == oracle_match(model, ev)
+    finally:
+        system.close()
+
+
+def test_reference_matcher_agrees_with_oracle():
+    subs, events = random_workload(4)
+    core = [(i, normalize(p)) for i, p in subs.items()]
+    for ev in events:
+        assert reference.match(core, ev) == oracle_match(subs, ev)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_small_profiles_shape_and_baselines(profile):
+    wl = generate(profile, "small", seed=0, n_subs=1500)
+    p = PROFILES[profile]
+    assert len(wl.subscriptions) == 1500
+    assert len(wl.events) == p.n_events
+    assert [s for s, _ in wl.subscriptions] == list(range(1500))
+    if p.kind == "synthetic":
+        assert len(wl.attr_types) == p.n_attrs
+        assert all(len(preds) == p.preds_per_sub for _, preds in wl.subscriptions)
+        assert all(len(e) == p.event_size for e in wl.events)
+        assert all(len({a for a, _, _ in preds}) == len(preds) for _, preds in wl.subscriptions)
+        ops = {op for _, preds in wl.subscriptions for _, op, _ in preds}
+        allowed = {op for op, w in p.op_mix.items() if w > 0} | ({"="} if p.eq_ratio else set())
+        assert ops <= allowed
+        if profile == "equality":
+            assert ops == {"=", "in"}
+        if profile == "ranges":
+            assert "=" not in ops
+    else:
+        assert {a for _, preds in wl.subscriptions for a, _, _ in preds} <= set(wl.attr_types)
+        assert all(preds[0][0] == "price" for _, preds in wl.subscriptions)
+    # the text form parses back to the same predicates; the core rewrite is pbtree's
+    for sid, preds in wl.subscriptions[:300]:
+        text = expression_text(preds)
+        assert normalize(text) == normalize(preds), (sid, text)
+        assert _canon(core_predicates(preds)) == _canon(normalize(preds)), sid
+    # every baseline answers exactly like the oracle on a sample of events
+    subs = {sid: preds for sid, preds in wl.subscriptions}
+    core = wl.core()
+    sample = wl.events[:5]
+    want = [oracle_match(subs, ev) for ev in sample]
+    if p.kind == "synthetic":
+        # BE-Gen: an event matches (at least) the subscriptions derived from it
+        assert sum(map(len, want)) > 0
+    for name in ("scan", "counting-mem"):
+        system = make(name)
+        system.build(core)
+        assert [system.match(ev) for ev in sample] == want, name
+        system.close()
+
+
+def test_generator_is_deterministic_by_seed():
+    a = generate("dense", "small", seed=7, n_subs=500)
+    b = generate("dense", "small", seed=7, n_subs=500)
+    c = generate("dense", "small", seed=8, n_subs=500)
+    assert a.subscriptions == b.subscriptions and a.events == b.events
+    assert a.subscriptions != c.subscriptions
+    p1 = generate("products", "small", seed=3, n_subs=300)
+    p2 = generate("products", "small", seed=3, n_subs=300)
+    assert p1.subscriptions == p2.subscriptions and p1.events == p2.events
+
+
+def test_writers_round_trip(tmp_path):
+    import pyarrow.parquet as pq
+
+    wl = generate("zipf", "small", seed=1, n_subs=200)
+    write_parquet(wl, tmp_path / "subs.parquet", row_group=64)
+    table = pq.read_table(tmp_path / "subs.parquet")
+    assert table.column_names == ["id", "expr"]
+    assert table.column("id").to_pylist() == list(range(200))
+    for (sid, preds), text in zip(wl.subscriptions, table.column("expr").to_pylist(), strict=True):
+        assert parse(text) == parse(preds), sid
+    write_jsonl(wl, tmp_path / "subs.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "subs.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == list(range(200))
+    write_events_jsonl(wl, tmp_path / "events.jsonl")
+    evs = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert evs == wl.events
+
+
+def test_expression_text_escapes_strings():
+    preds = [("a", "=", "it's \\ here"), ("b", "not in", ("x'", "y")), ("c", "between", (1, 2.5))]
+    text = expression_text(preds)
+    assert parse(text) == parse(preds)
+
+
+def test_bench_harness_runs_small(tmp_path):
+    from tools import bench
+
+    report = bench.run(
+        "equality",
+        "small",
+        only=["scan", "counting-mem", "sqlite"],
+        cold=True,
+        out=tmp_path,
+        settings=dict(sample=3, warmup=2, events=10, budget=2.0, single=5, batched=20, batch=10),
+        n_subs=800,
+        log=lambda _m: None,
+    )
+    assert [r["system"] for r in report["results"]] == ["scan", "counting-mem", "sqlite"]
+    for r in report["results"]:
+        assert r["correct"] and r["updates_correct"], r
+        assert r["events_per_s"] > 0
+    assert report["results"][2]["cold_first_event_ms"] > 0
+    assert (tmp_path / "equality-small.json").exists()
+    assert "| system |" in (tmp_path / "equality-small.md").read_text()

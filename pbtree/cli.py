@@ -1,0 +1,783 @@
+"""The ``pbtree`` command: create, subscribe, unsubscribe, match, get, stats, verify, generate.
+
+Every subcommand is a handler ``func(args) -> int`` (the exit status). ``main`` turns errors
+into one line on standard error: status 2 for usage errors, 1 for failures; ``--debug`` shows
+the traceback. Standard output carries results only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import select
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import pbtree
+from pbtree.core import normalize
+from pbtree.errors import EventError, PbtreeError
+from pbtree.ids import encode_id
+
+PROG = "pbtree"
+SUB_BATCH = 10_000
+EVENT_BATCH = 1000
+_INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+class UsageError(Exception):
+    """The command line is wrong (exit status 2)."""
+
+
+class CliError(Exception):
+    """The command failed for a reason the message explains (exit status 1)."""
+
+
+def note(args: argparse.Namespace, message: str) -> None:
+    """An informational line on standard error, unless --quiet."""
+    if not args.quiet:
+        print(message, file=sys.stderr, flush=True)
+
+
+def plural(n: int, noun: str) -> str:
+    """``1 event``, ``2 events``, ``3 matches``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {noun}{'es' if noun.endswith('ch') else 's'}"
+
+
+def parse_id(text: str, string_id: bool = False) -> int | str:
+    """A command-line id: an int if it is written like one (``42``, ``-7``), else the string."""
+    if not string_id and _INT_RE.fullmatch(text):
+        return int(text)
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# progress
+
+
+class Progress:
+    """A one-line progress meter on standard error, drawn only when that is a terminal."""
+
+    def __init__(self, args: argparse.Namespace, label: str, unit: str,
+                 total: int | None = None) -> None:
+        self.enabled = not args.quiet and sys.stderr.isatty()
+        self.label, self.unit, self.total = label, unit, total
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.shown = False
+
+    def update(self, count: int, done: int | None = None) -> None:
+        """Show ``count`` items handled; ``done`` of ``total`` (bytes or rows) for a bar."""
+        now = time.monotonic()
+        if not self.enabled or now - self.last < 0.2:
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-6)
+        text = f"{self.label}: {count:,} {self.unit}, {count / elapsed:,.0f}/s"
+        if self.total and done is not None:
+            frac = min(done / self.total, 1.0)
+            eta = elapsed * (1 - frac) / frac if frac > 0 else 0
+            text = f"{self.label} [{'#' * int(frac * 24):<24}] {frac:4.0%}  " \
+                   f"{count:,} {self.unit}, {count / elapsed:,.0f}/s, {eta:,.0f} s left"
+        sys.stderr.write("\r" + text + "\x1b[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
+# ---------------------------------------------------------------------------------------
+# input: JSON Lines and Parquet records, streamed
+
+
+@dataclass
+class Bad:
+    """A record that could not be decoded, with the reason."""
+
+    message: str
+
+
+Record = tuple[int, Any]  # (line or row number from 1, decoded value or Bad)
+
+
+def _stdin_lines() -> Iterator[bytes | None]:
+    """Lines of standard input as they arrive; None whenever no more input is ready yet."""
+    fd = sys.stdin.fileno()
+    pending = b""
+    while True:
+        if not select.select([fd], [], [], 0)[0]:
+            yield None
+            select.select([fd], [], [])
+        data = os.read(fd, 1 << 16)
+        if not data:
+            break
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        yield from lines
+    if pending:
+        yield pending
+
+
+def is_parquet(path: str) -> bool:
+    """Whether a file starts with the Parquet magic bytes."""
+    with open(path, "rb") as src:
+        return src.read(4) == b"PAR1"
+
+
+class Source:
+    """Records of a JSON Lines file, a Parquet file or standard input (path None or ``-``)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.stdin = path in (None, "-")
+        self.name = "<stdin>" if self.stdin else str(path)
+        self.path = path
+        self.parquet = not self.stdin and is_parquet(self.name)
+        self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
+        self.total: int | None = None
+        if self.parquet:
+            import pyarrow.parquet as pq
+
+            self.file = pq.ParquetFile(self.name)
+            self.total = self.file.metadata.num_rows
+        elif not self.stdin:
+            self.total = os.path.getsize(self.name)
+
+    def where(self, n: int) -> str:
+        return f"{self.name}:{n}"
+
+    def records(self) -> Iterator[Record | None]:
+        """(number, value) pairs; None marks a pause in standard input (flush what you have)."""
+        if self.parquet:
+            return self._parquet_rows()
+        if self.stdin:
+            return self._json_lines(_stdin_lines())
+        return self._json_file()
+
+    def _json_file(self) -> Iterator[Record | None]:
+        with open(self.name, "rb") as src:
+            yield from self._json_lines(src)
+
+    def _json_lines(self, lines: Iterable[bytes | None]) -> Iterator[Record | None]:
+        n = 0
+        for line in lines:
+            if line is None:
+                yield None
+                continue
+            n += 1
+            self.done += len(line)
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+                yield n, Bad(f"not valid JSON ({reason})")
+
+    def _parquet_rows(self) -> Iterator[Record]:
+        n = 0
+        for batch in self.file.iter_batches(batch_size=EVENT_BATCH):
+            for row in batch.to_pylist():
+                n += 1
+                yield n, row
+            self.done = n
+
+
+def batches(records: Iterable[Record | None], size: int) -> Iterator[list[Record]]:
+    """Records grouped by ``size``; a pause in the input (None) flushes early."""
+    batch: list[Record] = []
+    for record in records:
+        if record is not None:
+            batch.append(record)
+            if len(batch) < size:
+                continue
+        if batch:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# ---------------------------------------------------------------------------------------
+# create, get, stats, verify
+
+
+def cmd_create(args: argparse.Namespace) -> int:
+    with pbtree.create(args.index, shards=args.shards, node_bytes=args.node_bytes):
+        pass
+    note(args, f"created {args.index} ({plural(args.shards, 'shard')}, "
+               f"{args.node_bytes:,}-byte list nodes)")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    sub_id = parse_id(args.id, args.string_id)
+    with pbtree.open(args.index, readonly=True) as index:
+        try:
+            expr = index.get(sub_id)
+        except KeyError:
+            hint = ""
+            if isinstance(sub_id, int) and args.id in index:
+                hint = f" (there is a string id {args.id!r}: add --string-id)"
+            raise CliError(f"{args.index}: no subscription with id {sub_id!r}{hint}") from None
+    print(json.dumps({"id": sub_id, "expr": expr}, ensure_ascii=False) if args.json else expr)
+    return 0
+
+
+_STAT_ROWS = (
+    ("subscriptions", "subscriptions"), ("predicates", "predicates (core)"),
+    ("attributes", "attributes"), ("shards", "shards"), ("node_bytes", "list node size (bytes)"),
+    ("leaf_items", "leaf items"), ("gt_nodes", "GT list nodes"), ("gt_items", "GT list items"),
+    ("lt_nodes", "LT list nodes"), ("lt_items", "LT list items"),
+    ("ineq_nodes", "INEQ list nodes"), ("ineq_items", "INEQ list items"),
+    ("overflow_sidsets", "overflow SidSets"),
+)
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def stats_table(path: str, stats: dict) -> str:
+    """The stats of an index as an aligned two-column table."""
+    labels = dict(_STAT_ROWS)
+    rows = [("index", path)]
+    rows += [(labels[k], f"{stats[k]:,}") for k, _ in _STAT_ROWS if k in stats]
+    rows += [(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else str(v))
+             for k, v in stats.items() if k not in labels and k not in ("bytes", "ok")]
+    if "bytes" in stats:
+        rows.append(("size on disk", _size(stats["bytes"])))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with pbtree.open(args.index, readonly=True) as index:
+        stats = index.stats()
+    print(json.dumps(stats, sort_keys=True) if args.json else stats_table(args.index, stats))
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with pbtree.open(args.index, readonly=True) as index:
+        report = index.verify()
+    if args.json:
+        print(json.dumps(report, sort_keys=True))
+    else:
+        print(f"OK {args.index}: {plural(report.get('subscriptions', 0), 'subscription')} in "
+              f"{plural(report.get('shards', 1), 'shard')}; every invariant holds")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# subscribe, unsubscribe
+
+
+def _file_id(where: str, value: object) -> int | str:
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise CliError(f"{where}: id must be an integer or a string, not {json.dumps(value)}")
+
+
+def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
+    """(id, expression) of one input record ``{"id": ..., "expr": ...}``."""
+    if isinstance(row, Bad):
+        raise CliError(f"{where}: {row.message}")
+    if not isinstance(row, dict) or "id" not in row or "expr" not in row:
+        raise CliError(f'{where}: expected an object {{"id": ..., "expr": ...}}, '
+                       f"found {json.dumps(row, default=str)[:80]}")
+    return _file_id(where, row["id"]), row["expr"]
+
+
+def _explain(index: pbtree.Index, batch: list[tuple[str, Any, Any]], replace: bool,
+             exc: PbtreeError) -> str:
+    """Which input record made a subscribe batch fail, and why."""
+    seen: set[bytes] = set()
+    for where, sub_id, expr in batch:
+        at = f"{where}: " if where else ""
+        try:
+            key = encode_id(sub_id)
+            normalize(expr)
+        except PbtreeError as bad:
+            return f"{at}subscription {sub_id!r}: {bad}"
+        if not replace and (key in seen or sub_id in index):
+            return f"{at}subscription id {sub_id!r} already exists (use --replace)"
+        seen.add(key)
+    return _message(exc)
+
+
+def cmd_subscribe(args: argparse.Namespace) -> int:
+    if args.file is None:
+        if args.id is None or args.expr is None:
+            raise UsageError("give ID and EXPR, or --file FILE")
+        sub_id = parse_id(args.id, args.string_id)
+        with pbtree.open(args.index) as index:
+            try:
+                index.subscribe(sub_id, args.expr, replace=args.replace)
+            except PbtreeError as exc:
+                raise CliError(_explain(index, [("", sub_id, args.expr)], args.replace,
+                                        exc)) from None
+        note(args, f"subscribed {sub_id!r}")
+        return 0
+    if args.id is not None:
+        raise UsageError("give either ID EXPR or --file FILE, not both")
+    source = Source(args.file)
+    done = 0
+    start = time.monotonic()
+    with pbtree.open(args.index) as index:
+        bar = Progress(args, "subscribe", "subscriptions", source.total)
+        try:
+            for batch in batches(source.records(), args.batch):
+                items = [(source.where(n), *subscription_of(source.where(n), row))
+                         for n, row in batch]
+                try:
+                    index.subscribe_many([(i, e) for _, i, e in items], replace=args.replace)
+                except PbtreeError as exc:
+                    saved = f" ({done:,} subscriptions of earlier lines were saved)" if done else ""
+                    raise CliError(_explain(index, items, args.replace, exc) + saved) from None
+                done += len(items)
+                bar.update(done, source.done)
+        finally:
+            bar.close()
+    note(args, f"subscribed {plural(done, 'subscription')} from {source.name} "
+               f"in {time.monotonic() - start:.2f} s")
+    return 0
+
+
+def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterator[list]:
+    if source is None:
+        yield [parse_id(i, args.string_id) for i in args.ids]
+        return
+    for batch in batches(source.records(), args.batch):
+        ids = []
+        for n, row in batch:
+            value = row.get("id") if isinstance(row, dict) else row
+            if isinstance(row, Bad):
+                raise CliError(f"{source.where(n)}: {row.message}")
+            ids.append(_file_id(source.where(n), value))
+        yield ids
+
+
+def cmd_unsubscribe(args: argparse.Namespace) -> int:
+    if bool(args.ids) == (args.file is not None):
+        raise UsageError("give the ids to remove, or --file FILE (not both)")
+    source = Source(args.file) if args.file is not None else None
+    removed = asked = 0
+    missing: list = []
+    with pbtree.open(args.index) as index:
+        bar = Progress(args, "unsubscribe", "ids", source.total if source else None)
+        try:
+            for ids in _unsubscribe_ids(args, source):
+                unique = list(dict.fromkeys(ids))
+                if source is None:
+                    missing = [i for i in unique if i not in index]
+                count = index.unsubscribe_many(unique)
+                removed += count
+                asked += len(unique)
+                bar.update(asked, source.done if source else None)
+        finally:
+            bar.close()
+    note(args, f"removed {plural(removed, 'subscription')}")
+    if removed < asked and not args.missing_ok:
+        named = f": {', '.join(map(repr, missing[:10]))}" if missing else ""
+        raise CliError(f"{asked - removed:,} of the ids were not in the index{named} "
+                       "(--missing-ok to ignore)")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# match
+
+
+class JsonOut:
+    """Results as JSON Lines, flushed after every batch."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, labels: list, results: list, count: bool) -> None:
+        key = "count" if count else "matches"
+        self.stream.write("".join(
+            json.dumps({"event": label, key: len(r) if count else r}, ensure_ascii=False) + "\n"
+            for label, r in zip(labels, results, strict=True)))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.stream is not sys.stdout:
+            self.stream.close()
+
+
+class ParquetOut:
+    """Results as Parquet: columns ``event`` and ``matches`` (list) or ``count``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.writer: Any = None
+
+    def write(self, labels: list, results: list, count: bool) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            if count:
+                column = pa.array([len(r) for r in results], pa.int64())
+            else:
+                ids = [i for r in results for i in r]
+                kind = pa.string() if any(isinstance(i, str) for i in ids) else pa.int64()
+                if self.writer is not None:
+                    kind = self.writer.schema.field("matches").type.value_type
+                column = pa.array(results, pa.list_(kind))
+            table = pa.table({"event": pa.array(labels), "count" if count else "matches": column})
+            if self.writer is None:
+                self.writer = pq.ParquetWriter(self.path, table.schema)
+            self.writer.write_table(table.cast(self.writer.schema))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CliError(f"{self.path}: Parquet needs one type per column, but event or "
+                           f"subscription ids mix ints and strings ({exc}); write JSON Lines "
+                           "instead") from None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
+    for n, text in enumerate(texts, 1):
+        try:
+            yield n, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--event {text!r}: not valid JSON ({exc.msg})") from None
+
+
+def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
+                 numbers: list[int], skip: bool, args: argparse.Namespace) -> list:
+    """match_many on a batch; a bad event fails the command or, with --skip-bad, gets None."""
+    try:
+        if not any(isinstance(e, Bad) for e in events):
+            return index.match_many(events)
+    except EventError:
+        pass
+    results: list = []
+    for n, event in zip(numbers, events, strict=True):
+        try:
+            if isinstance(event, Bad):
+                raise EventError(event.message)
+            results.append(index.match(event))
+        except EventError as exc:
+            if not skip:
+                raise CliError(f"{where(n)}: {exc}") from None
+            note(args, f"skipped {where(n)}: {exc}")
+            results.append(None)
+    return results
+
+
+def cmd_match(args: argparse.Namespace) -> int:
+    if args.event and args.events is not None:
+        raise UsageError("give an EVENTS file or --event, not both")
+    source = None if args.event else Source(args.events)
+    if source is not None and source.stdin and sys.stdin.isatty():
+        note(args, "reading events as JSON Lines from the terminal; end with Ctrl-D")
+    records = _inline_events(args.event) if source is None else source.records()
+    where = source.where if source else (lambda n: f"--event {n}")
+    out: JsonOut | ParquetOut
+    if args.output is None or args.output == "-":
+        out = JsonOut(sys.stdout)
+    elif args.output.lower().endswith((".parquet", ".pq")):
+        out = ParquetOut(args.output)
+    else:
+        out = JsonOut(open(args.output, "w", encoding="utf-8"))  # noqa: SIM115
+    seen = matched = skipped = 0
+    start = time.monotonic()
+    with pbtree.open(args.index, readonly=True) as index:
+        bar = Progress(args, "match", "events", source.total if source else None)
+        try:
+            for batch in batches(records, args.batch):
+                numbers = [n for n, _ in batch]
+                events = [e for _, e in batch]
+                results = _match_batch(index, events, where, numbers, args.skip_bad, args)
+                kept = [(n, e, r) for n, e, r in zip(numbers, events, results, strict=True)
+                        if r is not None]
+                skipped += len(results) - len(kept)
+                labels = [_label(e, n, args.id_field) for n, e, _ in kept]
+                out.write(labels, [r for _, _, r in kept], args.count)
+                seen += len(kept)
+                matched += sum(len(r) for _, _, r in kept)
+                bar.update(seen, source.done if source else None)
+        finally:
+            bar.close()
+            out.close()
+    took = time.monotonic() - start
+    extra = f"; skipped {skipped:,} bad events" if skipped else ""
+    note(args, f"matched {plural(seen, 'event')} in {took:.2f} s "
+               f"({seen / max(took, 1e-9):,.0f} events/s): {plural(matched, 'match')}{extra}")
+    return 0
+
+
+def _label(event: dict, n: int, field: str) -> object:
+    """The event's id field when it has one, else its line (or row) number."""
+    value = event.get(field) if field else None
+    return n if value is None else value
+
+
+# ---------------------------------------------------------------------------------------
+# generate
+
+_KNOBS = (
+    ("attrs", "n_attrs", int, "number of attributes"),
+    ("cardinality", "cardinality", int, "distinct values per attribute"),
+    ("preds", "preds_per_sub", int, "predicates per subscription"),
+    ("event_size", "event_size", int, "attributes per event"),
+    ("zipf", "zipf_alpha", float, "Zipf skew of the attribute choice (0 = uniform)"),
+    ("eq_ratio", "eq_ratio", float, "share of '=' among the predicates"),
+    ("match_prob", "match_prob", float, "target fraction of subscriptions an event matches"),
+    ("string_share", "string_share", float, "fraction of string-valued attributes"),
+)
+
+
+def _profiles() -> list[str]:
+    try:
+        from tools.workloads import PROFILES
+    except ImportError:
+        return ["ecommerce"]
+    return ["ecommerce", *PROFILES]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from pbtree import samples
+
+    if args.output is None and args.events is None:
+        raise UsageError("give -o SUBSCRIPTIONS and/or --events EVENTS")
+    knobs = {field: getattr(args, flag) for flag, field, _, _ in _KNOBS
+             if getattr(args, flag) is not None}
+    if args.profile == "ecommerce":
+        if knobs:
+            raise UsageError("the workload knobs apply to the synthetic profiles only")
+        data = samples.ecommerce(args.subs or 5000, args.event_count or 1000, args.seed)
+        subs, events = data.subscriptions, data.events
+    else:
+        from dataclasses import replace
+
+        from tools.workloads import PROFILES, generate
+
+        if args.event_count is not None:
+            knobs["n_events"] = args.event_count
+        profile = replace(PROFILES[args.profile], **knobs)
+        try:
+            wl = generate(profile, args.scale, args.seed, n_subs=args.subs)
+        except (ValueError, OSError) as exc:
+            raise CliError(f"profile {args.profile}: {exc}") from None
+        subs, events = list(wl.expressions()), wl.events
+    written = []
+    if args.output is not None:
+        samples.write_subscriptions(subs, args.output)
+        written.append(f"{len(subs):,} subscriptions to {args.output}")
+    if args.events is not None:
+        try:
+            samples.write_events(events, args.events)
+        except ValueError as exc:
+            raise CliError(f"{args.events}: {exc}") from None
+        written.append(f"{len(events):,} events to {args.events}")
+    note(args, "wrote " + " and ".join(written))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------
+# argument parsing and dispatch
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but usage errors are one line on standard error with status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _common() -> argparse.ArgumentParser:
+    """--quiet and --debug, accepted after the subcommand too."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                        help="no progress or summary on standard error")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the Python traceback of errors")
+    return common
+
+
+def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
+             example: str) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=summary, description=summary, parents=[_common()],
+                            epilog="example:\n  " + example.replace("\n", "\n  "),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(func=func, command=parser.prog)
+    return parser
+
+
+def _add_id_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--string-id", action="store_true",
+                        help="take ID as a string even if it looks like an integer")
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A disk-backed PB+tree predicate index for content-based pub/sub.",
+        epilog="On the command line an ID that looks like an integer (42, -7; not 007) is an "
+               "integer id;\nuse --string-id for the string. Run 'pbtree COMMAND --help' for "
+               "examples.")
+    parser.add_argument("--version", action="version", version=f"pbtree {pbtree.__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress or summary on standard error")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks of errors")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    p = _command(sub, "create", cmd_create, "create a new, empty index",
+                 "pbtree create alerts.pbt --shards 4")
+    p.add_argument("index", metavar="INDEX", help="directory to create (must not hold files)")
+    p.add_argument("--shards", type=int, default=1, metavar="K", help="shards (default 1)")
+    p.add_argument("--node-bytes", type=int, default=4096, metavar="N",
+                   help="list node size in bytes, 256 to 1048576 (default 4096)")
+
+    p = _command(sub, "subscribe", cmd_subscribe, "add subscriptions",
+                 "pbtree subscribe alerts.pbt 1 \"price < 100 and brand = 'acme'\"\n"
+                 "pbtree subscribe alerts.pbt --file subs.parquet   # or subs.jsonl, or - ")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("id", metavar="ID", nargs="?", help="subscription id")
+    p.add_argument("expr", metavar="EXPR", nargs="?", help="subscription expression")
+    p.add_argument("-f", "--file", metavar="FILE",
+                   help='JSON Lines {"id": ..., "expr": ...} or Parquet (columns id, expr); '
+                        "- for standard input")
+    p.add_argument("--replace", action="store_true", help="replace subscriptions whose id exists")
+    p.add_argument("--batch", type=int, default=SUB_BATCH, metavar="N",
+                   help=f"subscriptions per transaction (default {SUB_BATCH})")
+    _add_id_options(p)
+
+    p = _command(sub, "unsubscribe", cmd_unsubscribe, "remove subscriptions",
+                 "pbtree unsubscribe alerts.pbt 1 2 wish-7\n"
+                 "pbtree unsubscribe alerts.pbt --file gone.jsonl")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("ids", metavar="ID", nargs="*", help="ids to remove")
+    p.add_argument("-f", "--file", metavar="FILE",
+                   help='ids as JSON Lines (42, "x" or {"id": ...}) or Parquet (column id); '
+                        "- for standard input")
+    p.add_argument("--missing-ok", action="store_true", help="ids not in the index are no error")
+    p.add_argument("--batch", type=int, default=SUB_BATCH, metavar="N",
+                   help=f"ids per transaction (default {SUB_BATCH})")
+    _add_id_options(p)
+
+    p = _command(sub, "match", cmd_match, "match events against the subscriptions",
+                 "pbtree match alerts.pbt events.jsonl -o matches.jsonl\n"
+                 "pbtree match alerts.pbt --event '{\"price\": 90, \"brand\": \"acme\"}'\n"
+                 "tail -f events.jsonl | pbtree match alerts.pbt --count")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("events", metavar="EVENTS", nargs="?",
+                   help="JSON Lines or Parquet file of events (default: standard input)")
+    p.add_argument("-e", "--event", action="append", metavar="JSON",
+                   help="match this event (a JSON object); repeatable")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="write results here (.parquet for Parquet) instead of standard output")
+    p.add_argument("-c", "--count", action="store_true", help="output match counts only")
+    p.add_argument("--id-field", default="id", metavar="NAME",
+                   help="event field that labels results (default id; else the line or row "
+                        "number)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip events that cannot be matched (reported on standard error)")
+    p.add_argument("--batch", type=int, default=EVENT_BATCH, metavar="N",
+                   help=f"events matched together (default {EVENT_BATCH})")
+
+    p = _command(sub, "get", cmd_get, "print the normalised expression of a subscription",
+                 "pbtree get alerts.pbt 1")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--json", action="store_true", help='print {"id": ..., "expr": ...}')
+    _add_id_options(p)
+
+    p = _command(sub, "stats", cmd_stats, "show the size and shape of an index",
+                 "pbtree stats alerts.pbt --json")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+
+    p = _command(sub, "verify", cmd_verify, "check every invariant of an index",
+                 "pbtree verify alerts.pbt")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = _command(sub, "generate", cmd_generate,
+                 "write sample or synthetic subscriptions and events",
+                 "pbtree generate ecommerce -o subs.parquet --events events.jsonl\n"
+                 "pbtree generate dense --subs 100000 --zipf 1.0 -o subs.parquet")
+    p.add_argument("profile", metavar="PROFILE", nargs="?", default="ecommerce",
+                   choices=_profiles(), help="one of %(choices)s (default ecommerce)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="subscriptions file (.parquet or .jsonl)")
+    p.add_argument("--events", metavar="FILE", help="events file (.parquet or .jsonl)")
+    p.add_argument("--subs", type=int, metavar="N", help="number of subscriptions")
+    p.add_argument("--event-count", type=int, metavar="N", help="number of events")
+    p.add_argument("--scale", choices=("small", "full"), default="small",
+                   help="size of a synthetic profile when --subs is not given")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    knobs = p.add_argument_group("workload knobs (synthetic profiles)")
+    for flag, _, kind, text in _KNOBS:
+        knobs.add_argument(f"--{flag.replace('_', '-')}", type=kind, metavar="X", help=text)
+
+    _register_spark(sub)
+    return parser
+
+
+def _register_spark(sub: Any) -> None:
+    """Add ``build`` and ``match-batch`` from spark_loader when it is installed."""
+    try:
+        spark_cli = importlib.import_module("spark_loader.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name in ("spark_loader", "spark_loader.cli"):
+            return
+        raise
+    spark_cli.register(sub)
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    if isinstance(exc, KeyError | PbtreeError):
+        return str(exc.args[0]) if exc.args else type(exc).__name__
+    return str(exc) or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the pbtree command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        command = getattr(args, "command", PROG)
+        print(f"{command}: error: {exc} (see '{command} --help')", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except Exception as exc:
+        if args.debug:
+            raise
+        expected = isinstance(exc, CliError | PbtreeError | OSError | ValueError)
+        hint = "" if expected else f" ({type(exc).__name__}; rerun with --debug for details)"
+        command = getattr(args, "command", PROG)
+        print(f"{command}: error: {_message(exc)}{hint}", file=sys.stderr)
+        return 1

@@ -137,6 +137,8 @@ def run_system(
         if hasattr(system, "flush"):
             system.flush()
         res["build_s"] = time.perf_counter() - t0
+        if hasattr(system, "used_build"):
+            res["build_mode"] = system.used_build
         res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
         gc.collect()
         res["rss_anon_build_bytes"] = rss_anon() - rss0

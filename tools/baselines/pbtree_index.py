@@ -19,6 +19,7 @@ class PbtreeSystem:
         shards: int = 1,
         node_bytes: int = 4096,
         batch: int = 50_000,
+        build_mode: str = "auto",
     ):
         self._tmp = None
         if path is None:
@@ -28,14 +29,31 @@ class PbtreeSystem:
         self.shards = shards
         self.node_bytes = node_bytes
         self.batch = batch
+        if build_mode not in ("auto", "bulk", "api"):
+            raise ValueError("build_mode must be auto, bulk or api")
+        self.build_mode = build_mode
         self.ix: Any = None
 
     def build(self, subs: Sequence[tuple[Any, Sequence]]) -> None:
-        """Bulk load through the public API: ``subscribe_many`` in batches (one txn each)."""
+        """Load the subscriptions: the bulk loader (``pbtree.bulk.build``) where there is
+        one and ``build_mode`` allows, else ``subscribe_many`` in batches (one txn each)."""
         import pbtree
 
         if os.path.exists(self.path):
             shutil.rmtree(self.path)
+        bulk = None
+        if self.build_mode in ("auto", "bulk"):
+            try:
+                from pbtree import bulk  # type: ignore[no-redef]
+            except ImportError:
+                if self.build_mode == "bulk":
+                    raise
+        if bulk is not None:
+            self.used_build = "bulk"
+            bulk.build(self.path, subs, shards=self.shards, node_bytes=self.node_bytes)
+            self.ix = pbtree.open(self.path)
+            return
+        self.used_build = "api"
         self.ix = pbtree.create(self.path, shards=self.shards, node_bytes=self.node_bytes)
         for start in range(0, len(subs), self.batch):
             self.ix.subscribe_many(subs[start : start + self.batch])

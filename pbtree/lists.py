@@ -93,43 +93,53 @@ class View:
 
 
 class Node:
-    """A decoded list node being modified inside a write transaction."""
+    """A decoded list node being modified inside a write transaction.
 
-    __slots__ = ("id", "kind", "flags", "prev", "next", "attr", "family",
-                 "keys", "sets", "adds", "overflow")
+    Keeps its encoded size up to date item by item, so checking for a split
+    after each added sid costs O(1).
+    """
+
+    __slots__ = ("id", "kind", "flags", "prev", "next", "attr", "family", "inline_max",
+                 "keys", "sets", "adds", "overflow", "counts", "size")
 
     def __init__(self, node_id: int, kind: int, flags: int, prev: int, nxt: int,
-                 attr: int, family: int) -> None:
+                 attr: int, family: int, inline_max: int) -> None:
         self.id, self.kind, self.flags = node_id, kind, flags
         self.prev, self.next, self.attr, self.family = prev, nxt, attr, family
+        self.inline_max = inline_max
         self.keys: list[bytes] = []
         self.sets: list[np.ndarray | None] = []  # None: overflow set, not loaded, unchanged
         self.adds: list[list[int]] = []  # sids appended since loading (all larger)
         self.overflow: list[bool] = []  # the set was in the overflow db when loaded
+        self.counts: list[int] = []  # sids per item, -1 for an unloaded overflow set
+        self.size = HEADER.size
 
     @classmethod
-    def decode(cls, node_id: int, buf: bytes | memoryview) -> Node:
+    def decode(cls, node_id: int, buf: bytes | memoryview, inline_max: int) -> Node:
         view = View(buf)
-        node = cls(node_id, view.kind, view.flags, view.prev, view.next, view.attr, view.family)
+        node = cls(node_id, view.kind, view.flags, view.prev, view.next, view.attr,
+                   view.family, inline_max)
         node.keys = view.keys()
         over = view.item_flags() & ITEM_OVERFLOW
         ends = view.sid_end.tolist()
         sids = np.array(view.inline(0, view.n)) if view.n else sidset.EMPTY
         start = 0
         for i, end in enumerate(ends):
-            if over[i]:
-                node.sets.append(None)
-                node.overflow.append(True)
-            else:
-                node.sets.append(sids[start:end])
-                node.overflow.append(False)
+            node.overflow.append(bool(over[i]))
+            node.sets.append(None if over[i] else sids[start:end])
+            node.counts.append(-1 if over[i] else end - start)
             node.adds.append([])
             start = end
+        node._resize()
         return node
 
-    @property
-    def sentinel(self) -> bool:
-        return bool(self.flags & (HEAD | TAIL))
+    def _resize(self) -> None:
+        self.size = HEADER.size + sum(self.item_bytes(i) for i in range(len(self.keys)))
+
+    def item_bytes(self, i: int) -> int:
+        """Encoded bytes of item i: fixed fields, key, and its sids when inline."""
+        data = 4 * self.counts[i]
+        return ITEM_FIXED + len(self.keys[i]) + (data if 0 <= data <= self.inline_max else 0)
 
     def find(self, key: bytes) -> int:
         """Index of the item with exactly this key (it must exist)."""
@@ -143,31 +153,39 @@ class Node:
         self.sets.insert(i, sidset.EMPTY)
         self.adds.insert(i, [sid])
         self.overflow.insert(i, False)
+        self.counts.insert(i, 1)
+        self.size += self.item_bytes(i)
+
+    def add_sid(self, i: int, sid: int) -> None:
+        self.adds[i].append(sid)
+        if self.counts[i] >= 0:
+            before = self.item_bytes(i)
+            self.counts[i] += 1
+            self.size += self.item_bytes(i) - before
+
+    def set_sids(self, i: int, sids: np.ndarray) -> None:
+        """Replace item i's whole (loaded) set."""
+        before = self.item_bytes(i)
+        self.sets[i], self.adds[i], self.counts[i] = sids, [], int(sids.size)
+        self.size += self.item_bytes(i) - before
 
     def pop(self, i: int) -> bool:
         """Remove item i; True when its set was in the overflow database."""
+        self.size -= self.item_bytes(i)
         self.keys.pop(i)
         self.sets.pop(i)
         self.adds.pop(i)
+        self.counts.pop(i)
         return self.overflow.pop(i)
 
-    def take(self, i: int, j: int) -> tuple[list, list, list, list]:
-        """Remove and return items [i, j) (for splitting)."""
-        out = (self.keys[i:j], self.sets[i:j], self.adds[i:j], self.overflow[i:j])
-        del self.keys[i:j], self.sets[i:j], self.adds[i:j], self.overflow[i:j]
-        return out
-
-    def item_bytes(self, i: int, inline_max: int) -> int:
-        size = ITEM_FIXED + len(self.keys[i])
-        s = self.sets[i]
-        if s is not None:
-            data = 4 * (s.size + len(self.adds[i]))
-            if data <= inline_max:
-                size += data
-        return size
-
-    def size(self, inline_max: int) -> int:
-        return HEADER.size + sum(self.item_bytes(i, inline_max) for i in range(len(self.keys)))
+    def split_off(self, cut: int, right: Node) -> None:
+        """Move items [cut, n) into the empty node ``right``."""
+        for name in ("keys", "sets", "adds", "overflow", "counts"):
+            items = getattr(self, name)
+            setattr(right, name, items[cut:])
+            del items[cut:]
+        self._resize()
+        right._resize()
 
     def encode(self, inline_max: int, spill) -> bytes:
         """Encode; ``spill(i, sids_or_None)`` stores (array) or drops (None) overflow sets.

@@ -86,12 +86,12 @@ class Writer:
             raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
             if raw is None:
                 raise CorruptIndexError(f"list node {node_id} is referenced but missing")
-            node = self.nodes[node_id] = Node.decode(node_id, raw)
+            node = self.nodes[node_id] = Node.decode(node_id, raw, self.inline_max)
         return node
 
     def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
         attr, family, _ = split_key(prefix)
-        node = Node(self.next_node, kind, flags, prev, nxt, attr, family)
+        node = Node(self.next_node, kind, flags, prev, nxt, attr, family, self.inline_max)
         self.next_node += 1
         self.nodes[node.id] = node
         return node
@@ -192,9 +192,9 @@ class Writer:
     def _split(self, prefix: bytes, node: Node) -> None:
         """Split ``node`` at its byte midpoint until every part fits (paper Fig. 7)."""
         n = len(node.keys)
-        if n < 2 or node.size(self.inline_max) <= self.node_bytes:
+        if n < 2 or node.size <= self.node_bytes:
             return
-        sizes = [node.item_bytes(i, self.inline_max) for i in range(n)]
+        sizes = [node.item_bytes(i) for i in range(n)]
         half, acc, cut = sum(sizes) / 2, 0, n - 1
         for i, size in enumerate(sizes[:-1]):
             acc += size
@@ -202,7 +202,7 @@ class Writer:
                 cut = i + 1
                 break
         right = self._node_after(node, prefix)
-        right.keys, right.sets, right.adds, right.overflow = (list(x) for x in node.take(cut, n))
+        node.split_off(cut, right)
         self._repoint_moved(prefix, node, right)
         self._split(prefix, node)
         self._split(prefix, right)
@@ -218,7 +218,7 @@ class Writer:
         start = leaf.ptr[kind]
         node = self.node(start)
         if leaf.has(kind):
-            node.adds[node.find(payload)].append(sid)
+            node.add_sid(node.find(payload), sid)
             self._split(prefix, node)
             return
         if node.flags & HEAD:
@@ -258,7 +258,7 @@ class Writer:
                 full = self._overflow(overflow_key(kind, key))
             full = sidset.without(sidset.append(full, node.adds[i]), sid)
             if full.size:
-                node.sets[i], node.adds[i] = full, []
+                node.set_sids(i, full)
             else:
                 self._remove_item(prefix, key, leaf, node, i)
         if not leaf.referenced():

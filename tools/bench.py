@@ -105,11 +105,11 @@ def time_events(system: Any, events: Sequence[dict], limit: int, budget: float) 
     return lat
 
 
-def make_system(name: str, workdir: str) -> Any:
+def make_system(name: str, workdir: str, pbtree_build: str = "auto") -> Any:
     if name == "pbtree":
         from tools.baselines.pbtree_index import PbtreeSystem
 
-        return PbtreeSystem(os.path.join(workdir, "index"))
+        return PbtreeSystem(os.path.join(workdir, "index"), build_mode=pbtree_build)
     return make(name, workdir)
 
 
@@ -125,10 +125,11 @@ def run_system(
     settings: dict,
     cold: bool,
     workdir: str,
+    pbtree_build: str = "auto",
 ) -> dict[str, Any]:
     res: dict[str, Any] = {"system": name}
     os.makedirs(workdir, exist_ok=True)
-    system = make_system(name, workdir)
+    system = make_system(name, workdir, pbtree_build)
     gc.collect()
     rss0 = rss_anon()
     try:
@@ -139,6 +140,8 @@ def run_system(
         res["build_s"] = time.perf_counter() - t0
         if hasattr(system, "used_build"):
             res["build_mode"] = system.used_build
+            if getattr(system, "bulk_error", None):
+                res["bulk_error"] = system.bulk_error
         res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
         gc.collect()
         res["rss_anon_build_bytes"] = rss_anon() - rss0
@@ -352,6 +355,8 @@ def markdown(report: dict[str, Any]) -> str:
         cells = []
         for key, _, conv in present:
             v = r.get(key)
+            if key == "system" and r.get("build_mode"):
+                v = f"{v} ({r['build_mode']})"
             cells.append(_fmt(conv(v) if conv and v is not None else v))
         lines.append("| " + " | ".join(cells) + " |")
     errors = [r for r in report["results"] if r.get("error") or r.get("mismatch")]
@@ -463,6 +468,7 @@ def run(
     settings: dict | None = None,
     n_subs: int | None = None,
     log=print,
+    pbtree_build: str = "auto",
 ) -> dict[str, Any]:
     cfg = dict(SETTINGS[scale])
     cfg.update(settings or {})
@@ -486,7 +492,7 @@ def run(
         for name in systems:
             log(f"-- {name}")
             r = run_system(
-                name, wl, core, sample, cfg, cold, os.path.join(base_dir, name)
+                name, wl, core, sample, cfg, cold, os.path.join(base_dir, name), pbtree_build
             )
             results.append(r)
             log("   " + json.dumps({k: v for k, v in r.items() if k != "traceback"},
@@ -538,6 +544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=None, help="seconds per timed phase at most")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--workdir", default=None, help="keep the systems' files here")
+    ap.add_argument("--pbtree-build", choices=("auto", "bulk", "api"), default="auto",
+                    help="load pbtree with its bulk loader or subscribe_many (auto: bulk if any)")
     args = ap.parse_args(argv)
     only = None
     if args.only:
@@ -551,7 +559,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.budget:
         extra["budget"] = args.budget
     report = run(args.profile, args.scale, only, args.cold, args.seed, args.out, args.workdir,
-                 extra, n_subs=args.subs, log=lambda m: print(m, file=sys.stderr, flush=True))
+                 extra, n_subs=args.subs, log=lambda m: print(m, file=sys.stderr, flush=True),
+                 pbtree_build=args.pbtree_build)
     print(markdown(report))
     return 0
 

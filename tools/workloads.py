@@ -95,6 +95,38 @@ class Profile:
     def knobs(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check(self) -> None:
+        """ValueError naming the first knob out of range."""
+        if self.kind not in ("synthetic", "products"):
+            raise ValueError(f"kind must be 'synthetic' or 'products', not {self.kind!r}")
+        problems = [
+            (self.n_subs < 0 or self.small_subs < 0, "subscription counts must be >= 0"),
+            (self.n_events < 1, "n_events must be >= 1"),
+            (not 0 <= self.match_prob <= 1, "match_prob must be in [0, 1]"),
+            (not 0 <= self.string_share <= 1, "string_share must be in [0, 1]"),
+            (self.range_frac < 0, "range_frac must be >= 0"),
+        ]
+        if self.kind == "synthetic":
+            problems += [
+                (self.n_attrs < 1, "n_attrs must be >= 1"),
+                (self.cardinality < 1, "cardinality must be >= 1"),
+                (self.preds_per_sub < 1, "preds_per_sub must be >= 1"),
+                (self.event_size < 1, "event_size must be >= 1"),
+                (self.zipf_alpha < 0, "zipf_alpha must be >= 0"),
+                (not 0 <= self.eq_ratio <= 1, "eq_ratio must be in [0, 1]"),
+                (
+                    self.eq_ratio < 1 and not any(w > 0 for w in self.op_mix.values()),
+                    "eq_ratio < 1 needs some other operator in op_mix",
+                ),
+                (
+                    any(op not in OPS for op in self.op_mix),
+                    f"op_mix operators must be among {', '.join(OPS[1:])}",
+                ),
+            ]
+        for bad, message in problems:
+            if bad:
+                raise ValueError(f"profile {self.name}: {message}")
+
 
 _DENSE = Profile(
     name="dense",
@@ -475,7 +507,10 @@ def generate(
             raise ValueError(
                 f"unknown profile {profile_name!r}; expected one of {', '.join(PROFILES)}"
             ) from None
+    p.check()
     count = p.subs_at(scale) if n_subs is None else n_subs
+    if count < 0:
+        raise ValueError("the number of subscriptions must be >= 0")
     rng = np.random.default_rng([seed, zlib_crc(p.name)])
     gc_was_on = gc.isenabled()
     gc.disable()  # millions of small tuples, no cycles: the collector only costs time

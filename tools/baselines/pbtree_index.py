@@ -32,6 +32,7 @@ class PbtreeSystem:
         if build_mode not in ("auto", "bulk", "api"):
             raise ValueError("build_mode must be auto, bulk or api")
         self.build_mode = build_mode
+        self.bulk_error: str | None = None
         self.ix: Any = None
 
     def build(self, subs: Sequence[tuple[Any, Sequence]]) -> None:
@@ -49,10 +50,17 @@ class PbtreeSystem:
                 if self.build_mode == "bulk":
                     raise
         if bulk is not None:
-            self.used_build = "bulk"
-            bulk.build(self.path, subs, shards=self.shards, node_bytes=self.node_bytes)
-            self.ix = pbtree.open(self.path)
-            return
+            try:
+                bulk.build(self.path, subs, shards=self.shards, node_bytes=self.node_bytes)
+                self.used_build = "bulk"
+                self.ix = pbtree.open(self.path)
+                return
+            except Exception as exc:
+                if self.build_mode == "bulk":
+                    raise
+                # a broken bulk loader must not hide the API's numbers; say what happened
+                self.bulk_error = f"{type(exc).__name__}: {exc}"
+                shutil.rmtree(self.path, ignore_errors=True)
         self.used_build = "api"
         self.ix = pbtree.create(self.path, shards=self.shards, node_bytes=self.node_bytes)
         for start in range(0, len(subs), self.batch):

@@ -188,7 +188,10 @@ class Index:
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
         groups = self._prepare(pairs)
-        if not replace:
+        if replace:
+            groups = [list({idkey: (i, idkey, p) for i, idkey, p in items}.values())
+                      for items in groups]
+        else:
             seen: set[bytes] = set()
             for shard, items in zip(self.shards, groups, strict=True):
                 for sub_id, idkey, _ in items:

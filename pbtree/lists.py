@@ -148,19 +148,19 @@ class Node:
             raise KeyError(key)
         return i
 
-    def insert(self, i: int, key: bytes, sid: int) -> None:
+    def insert(self, i: int, key: bytes, sids: list[int]) -> None:
         self.keys.insert(i, key)
         self.sets.insert(i, sidset.EMPTY)
-        self.adds.insert(i, [sid])
+        self.adds.insert(i, list(sids))
         self.overflow.insert(i, False)
-        self.counts.insert(i, 1)
+        self.counts.insert(i, len(sids))
         self.size += self.item_bytes(i)
 
-    def add_sid(self, i: int, sid: int) -> None:
-        self.adds[i].append(sid)
+    def add_sids(self, i: int, sids: list[int]) -> None:
+        self.adds[i] += sids
         if self.counts[i] >= 0:
             before = self.item_bytes(i)
-            self.counts[i] += 1
+            self.counts[i] += len(sids)
             self.size += self.item_bytes(i) - before
 
     def set_sids(self, i: int, sids: np.ndarray) -> None:

@@ -81,11 +81,16 @@ class Shard:
 
     # --- writes ---------------------------------------------------------------------
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
-        """Insert (id, id bytes, core predicates) in one transaction; returns how many."""
+        """Insert (id, id bytes, core predicates) in one transaction; returns how many.
+
+        Ids must be distinct within ``items``. Postings are grouped by place first,
+        so each leaf item and list item is touched once per batch.
+        """
         dbs = self.dbs
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
+            places: dict[Posting, list[int]] = {}
             for sub_id, idkey, preds in items:
                 old = txn.get(idkey, db=dbs["ids"])
                 if old is not None:
@@ -93,13 +98,19 @@ class Shard:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     self._remove(w, txn, int.from_bytes(old, "big"))
                 sid = w.new_sid()
-                for name, family, payload, kind in postings(preds):
-                    w.add(tree_prefix(w.attr_id(name, True), family), kind, payload, sid)
+                for posting in postings(preds):
+                    places.setdefault(posting, []).append(sid)
                 w.set_sid(sid, len(preds), sub_id if isinstance(sub_id, int) else STRING_ID)
                 key = sid_key(sid)
                 txn.put(key, msgpack.packb(preds), db=dbs["subs"])
                 txn.put(idkey, key, db=dbs["ids"])
                 txn.put(key, idkey, db=dbs["names"])
+            attr_ids: dict[bytes, int] = {}
+            for (name, family, payload, kind), sids in sorted(places.items()):
+                aid = attr_ids.get(name)
+                if aid is None:
+                    aid = attr_ids[name] = w.attr_id(name, True)
+                w.add(tree_prefix(aid, family), kind, payload, sids)
             w.flush()
             return len(items)
 

@@ -208,17 +208,17 @@ class Writer:
         self._split(prefix, right)
 
     # --- postings ---------------------------------------------------------------------
-    def add(self, prefix: bytes, kind: int, payload: bytes, sid: int) -> None:
-        """Add one posting; ``sid`` must be larger than every sid already stored."""
+    def add(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
+        """Add sorted sids at one posting place; each must exceed every sid stored."""
         key = prefix + payload
         leaf = self._ensure_leaf(prefix, key)
         if kind == EQ:
-            leaf.adds.append(sid)
+            leaf.adds += sids
             return
         start = leaf.ptr[kind]
         node = self.node(start)
         if leaf.has(kind):
-            node.add_sid(node.find(payload), sid)
+            node.add_sids(node.find(payload), sids)
             self._split(prefix, node)
             return
         if node.flags & HEAD:
@@ -230,7 +230,7 @@ class Writer:
             i = len(node.keys)
         else:
             i = bisect_right(node.keys, payload) if kind != LT else bisect_left(node.keys, payload)
-        node.insert(i, payload, sid)
+        node.insert(i, payload, sids)
         leaf.flags |= HAS[kind]
         if node.id != start:
             if kind == LT:
@@ -258,7 +258,8 @@ class Writer:
                 full = self._overflow(overflow_key(kind, key))
             full = sidset.without(sidset.append(full, node.adds[i]), sid)
             if full.size:
-                node.set_sids(i, full)
+                node.set_sids(i, full)  # a set leaving overflow grows the node
+                self._split(prefix, node)
             else:
                 self._remove_item(prefix, key, leaf, node, i)
         if not leaf.referenced():

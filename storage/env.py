@@ -54,6 +54,8 @@ class Environment:
         self.readonly = readonly
         if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
             raise NotAnIndexError(f"{path}: no {DATA_FILE} here; not a pbtree shard")
+        if not create and os.path.getsize(os.path.join(path, DATA_FILE)) == 0:
+            raise CorruptIndexError(f"{path}: {DATA_FILE} is empty (truncated)")
         if not readonly and not create and not os.access(path, os.W_OK):
             raise ReadOnlyError(f"{path}: no write permission; open the index with readonly=True")
         try:
@@ -68,6 +70,7 @@ class Environment:
                 readahead=False,
                 max_readers=512,
             )
+            self._check_size()
             self.dbs = {
                 name: self.env.open_db(name.encode(), create=not readonly)
                 for name in db_names
@@ -78,6 +81,19 @@ class Environment:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
         except lmdb.Error as exc:
             raise _storage_error(path, exc) from None
+
+    def _check_size(self) -> None:
+        """Refuse a data file shorter than its last committed page.
+
+        LMDB maps the file and would die with SIGBUS reading past its end.
+        """
+        need = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        size = self.data_bytes()
+        if size < need:
+            self.env.close()
+            raise CorruptIndexError(
+                f"{self.path}: {DATA_FILE} is truncated: {size} bytes, but its last "
+                f"committed page ends at byte {need}")
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pbtree
 
 
@@ -14,3 +17,17 @@ def test_reopen_sees_committed_subscriptions(tmp_path):
         assert ix.match({"a": 2, "b": "q"}) == [1, "x"]
     with pbtree.open(path, readonly=True) as ix:
         assert ix.verify()["ok"]
+
+
+def test_truncated_data_file_is_refused_not_sigbus(tmp_path):
+    """LMDB maps data.mdb; reading past a truncated end would kill the process with SIGBUS."""
+    path = tmp_path / "index"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(n, f"a > {n} and b != 'x{n}'") for n in range(3000)])
+    data = path / "shard-0000" / "data.mdb"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    code = f"import pbtree; pbtree.open({str(path)!r}).match({{'a': 5}})"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "CorruptIndexError" in proc.stderr and "truncated" in proc.stderr

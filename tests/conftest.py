@@ -1,4 +1,17 @@
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Multi-process stress tests and fuzzers live in stress_test_*.py and fuzz_*.py; collect
+# them with the default suite (files named on the command line are collected anyway).
+EXTRA_TEST_FILES = ("stress_test_", "fuzz_")
+
+
+def pytest_collect_file(file_path, parent):
+    if (file_path.suffix == ".py" and file_path.name.startswith(EXTRA_TEST_FILES)
+            and not parent.session.isinitpath(file_path)):
+        return pytest.Module.from_parent(parent, path=file_path)
+    return None

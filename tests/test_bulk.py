@@ -1,0 +1,114 @@
+"""Bulk-loaded shards (pbtree.bulk) against the same subscriptions inserted through the API."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree import bulk
+from pbtree.expr import parse
+
+ATTRS = ["a", "b", "c", "x.y"]
+LOGICAL = ("subscriptions", "predicates", "attributes", "leaf_items", "gt_items", "lt_items",
+           "ineq_items")
+
+
+def _workload(seed: int, count: int, domain: int) -> dict:
+    rng = random.Random(seed)
+    subs = {}
+    for n in range(count):
+        sub_id = n if n % 3 else f"s{n}"
+        subs[sub_id] = random_subscription(rng, ATTRS, domain)
+    return subs
+
+
+def _pair(tmp_path, subs: dict, shards: int, node_bytes: int):
+    api = pbtree.create(tmp_path / "api", shards=shards, node_bytes=node_bytes)
+    api.subscribe_many(subs.items())
+    assert bulk.build(tmp_path / "bulk", subs.items(), shards=shards,
+                      node_bytes=node_bytes) == len(subs)
+    return api, pbtree.open(tmp_path / "bulk")
+
+
+def _check_same(api, built, model: dict, rng: random.Random, events: int, domain: int) -> None:
+    api.verify()
+    built.verify()
+    api_stats, built_stats = api.stats(), built.stats()
+    assert {k: api_stats[k] for k in LOGICAL} == {k: built_stats[k] for k in LOGICAL}
+    batch = [random_event(rng, ATTRS, domain) for _ in range(events)]
+    expected = [oracle_match(model, e) for e in batch]
+    assert built.match_many(batch) == expected
+    assert api.match_many(batch) == expected
+
+
+@pytest.mark.parametrize(("shards", "node_bytes", "count", "domain"),
+                         [(1, 256, 400, 8), (3, 256, 300, 30), (2, 4096, 500, 12)])
+def test_bulk_index_behaves_like_api_index(tmp_path, shards, node_bytes, count, domain):
+    subs = _workload(shards * 1000 + count, count, domain)
+    model = {i: parse(s) for i, s in subs.items()}
+    api, built = _pair(tmp_path, subs, shards, node_bytes)
+    with api, built:
+        rng = random.Random(7)
+        _check_same(api, built, model, rng, 150, domain)
+        assert sorted(built, key=str) == sorted(api, key=str)
+        for sub_id in list(subs)[:20]:
+            assert built.get(sub_id) == api.get(sub_id)
+
+
+def test_bulk_index_accepts_later_updates(tmp_path):
+    subs = _workload(5, 300, 10)
+    model = {i: parse(s) for i, s in subs.items()}
+    api, built = _pair(tmp_path, subs, 2, 256)
+    rng = random.Random(11)
+    with api, built:
+        gone = rng.sample(sorted(model, key=str), 120)
+        assert built.unsubscribe_many(gone) == api.unsubscribe_many(gone) == len(gone)
+        for sub_id in gone:
+            del model[sub_id]
+        more = {f"new{n}": random_subscription(rng, ATTRS, 10) for n in range(150)}
+        for index in (api, built):
+            index.subscribe_many(more.items())
+        model.update((i, parse(s)) for i, s in more.items())
+        replaced = rng.sample(sorted(model, key=str), 30)
+        for sub_id in replaced:
+            sub = random_subscription(rng, ATTRS, 10)
+            for index in (api, built):
+                index.subscribe(sub_id, sub, replace=True)
+            model[sub_id] = parse(sub)
+        _check_same(api, built, model, rng, 150, 10)
+
+
+def test_big_sidsets_overflow_and_match(tmp_path):
+    rng = random.Random(3)
+    subs = {n: [("a", rng.choice(["<", ">=", "!=", "="]), rng.randrange(3)),
+                ("b", "in", [1, 2, 3])] for n in range(2000)}
+    model = {i: parse(s) for i, s in subs.items()}
+    api, built = _pair(tmp_path, subs, 1, 256)
+    with api, built:
+        assert built.stats()["overflow_sidsets"] > 0
+        _check_same(api, built, model, rng, 40, 4)
+
+
+def test_empty_shards_and_empty_input(tmp_path):
+    assert bulk.build(tmp_path / "none", [], shards=3) == 0
+    with pbtree.open(tmp_path / "none") as ix:
+        assert len(ix) == 0 and ix.match({"a": 1}) == []
+        ix.verify()
+        ix.subscribe(1, "a = 1")
+        assert ix.match({"a": 1}) == [1]
+
+
+def test_bad_input_is_refused(tmp_path):
+    with pytest.raises(pbtree.ExpressionError, match="'x'"):
+        bulk.build(tmp_path / "bad", [(1, "a = 1"), ("x", "a >")])
+    with pytest.raises(pbtree.DuplicateIdError, match="7"):
+        bulk.build(tmp_path / "dup", [(7, "a = 1"), (7, "a = 2")])
+    with pytest.raises(pbtree.IndexExistsError):
+        bulk.build(tmp_path, [(1, "a = 1")])
+    subs = [(1, pbtree.ids.encode_id(1), [("a", "=", 1)])]
+    with pytest.raises(pbtree.PbtreeError, match="belongs to shard"):
+        bulk.build_shard(str(tmp_path / "wrong"), subs, shard_no=5, shards=7)

@@ -1,0 +1,1 @@
+"""PySpark jobs for pbtree: build index files from Parquet, match event files in bulk."""

@@ -1,0 +1,110 @@
+"""The ``build`` and ``match-batch`` subcommands of the ``pbtree`` command (Spark jobs).
+
+``register(subparsers)`` adds them to the pbtree CLI; ``python -m spark_loader.cli`` runs
+them on their own. PySpark is imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pbtree.core import check_layout
+from pbtree.errors import PbtreeError
+from spark_loader.staging import check_target
+
+_SPARK_HELP = "Spark master URL (default: embedded local[*])"
+_CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
+
+
+def _spark_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--master", help=_SPARK_HELP)
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help=_CONF_HELP)
+
+
+def register(subparsers) -> None:
+    """Add the ``build`` and ``match-batch`` subcommands to an argparse subparsers object."""
+    build = subparsers.add_parser(
+        "build", help="build an index from Parquet subscriptions with Spark",
+        description="Build an index from a Parquet file, directory or glob in the expression "
+                    "layout (id, expr) or the predicate layout (id, attr, op, value).")
+    build.add_argument("input", help="Parquet file, directory or glob")
+    build.add_argument("-o", "--output", required=True, metavar="INDEX",
+                       help="index directory to create")
+    build.add_argument("--shards", type=int, help="number of shards (default: Spark's "
+                                                  "default parallelism)")
+    build.add_argument("--node-bytes", type=int, default=4096, help="list node size in bytes")
+    build.add_argument("--rejects", metavar="PATH", help="write bad rows, with a reason "
+                       "column, to Parquet at PATH and index the rest (default: fail)")
+    build.add_argument("--force", action="store_true", help="replace an existing INDEX "
+                       "(and rejects PATH)")
+    _spark_options(build)
+    build.set_defaults(func=build_command)
+
+    match = subparsers.add_parser(
+        "match-batch", help="match a Parquet file of events against an index with Spark",
+        description="Match every event (one column per attribute) against INDEX and write "
+                    "Parquet with columns event_id and subscription_id, one row per match.")
+    match.add_argument("index", help="index directory")
+    match.add_argument("events", help="Parquet file, directory or glob of events")
+    match.add_argument("-o", "--output", required=True, metavar="MATCHES",
+                       help="Parquet directory to write")
+    match.add_argument("--event-id", metavar="COLUMN",
+                       help="column holding the event id (default: the row number)")
+    match.add_argument("--force", action="store_true", help="replace an existing MATCHES")
+    _spark_options(match)
+    match.set_defaults(func=match_command)
+
+
+def build_command(args: argparse.Namespace) -> int:
+    """Run ``pbtree build``; prints the summary line; returns the exit code."""
+    from spark_loader import build, session
+    from spark_loader.progress import Timings
+
+    check_layout(args.shards or 1, args.node_bytes)
+    check_target(args.output, args.force)
+    if args.rejects:
+        check_target(args.rejects, args.force)
+    conf = session.parse_conf(args.spark_conf)
+    timings = Timings()
+    opts = build.BuildOptions(args.input, args.output, args.shards, args.node_bytes,
+                              args.rejects, args.force)
+    with session.running(args.master, conf, "pbtree build", timings) as spark:
+        result = build.run(spark, opts, timings)
+    print(f"pbtree build: {result.layout} layout, {result.shards} shards: {result.summary()}")
+    return 0
+
+
+def match_command(args: argparse.Namespace) -> int:
+    """Run ``pbtree match-batch``; prints the summary line; returns the exit code."""
+    from spark_loader import match, session
+    from spark_loader.progress import Timings
+
+    check_target(args.output, args.force)
+    conf = session.parse_conf(args.spark_conf)
+    timings = Timings()
+    with session.running(args.master, conf, "pbtree match-batch", timings) as spark:
+        result = match.run(spark, args.index, args.events, args.output,
+                           event_id=args.event_id, force=args.force, timings=timings)
+    print(f"pbtree match-batch: {result.summary()}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m spark_loader.cli``."""
+    parser = argparse.ArgumentParser(prog="python -m spark_loader.cli")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except PbtreeError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

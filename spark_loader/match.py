@@ -1,0 +1,135 @@
+"""``pbtree match-batch``: match a Parquet file of events against an index in Spark tasks.
+
+Each task opens the index read-only (once per Python worker) and matches its Arrow
+batches through ``Index.match_many``; the output has one row per (event, subscription).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import pbtree
+from spark_loader.progress import Timings, watch
+from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
+from spark_loader.staging import Staging
+
+EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
+ROW_NUMBER = "__pbtree_row"
+_OPEN: dict[str, pbtree.Index] = {}
+
+
+@dataclass
+class MatchResult:
+    """Counts and stage timings of a finished match-batch job."""
+
+    events: int = 0
+    matches: int = 0
+    timings: Timings = field(default_factory=Timings)
+
+    def summary(self) -> str:
+        rate = self.events / max(self.timings.total(), 1e-9)
+        return (f"{self.events} events matched, {self.matches} matches written; "
+                f"{self.timings.line()} ({rate:,.0f} events/s)")
+
+
+def _open(path: str) -> pbtree.Index:
+    """The index at ``path``, opened read-only once per worker process."""
+    index = _OPEN.get(path)
+    if index is None:
+        index = _OPEN[path] = pbtree.open(path, readonly=True)
+    return index
+
+
+def subscription_id_type(index: pbtree.Index) -> pa.DataType:
+    """int64 when every id is an integer, else string (integer ids then print as decimals)."""
+    for shard in index.shards:
+        with shard.env.read() as txn:
+            cur = txn.cursor(db=shard.dbs["ids"])
+            if cur.last() and bytes(cur.key()[:1]) == b"s":
+                return pa.string()
+    return pa.int64()
+
+
+def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
+                events_seen):
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        index = _open(index_path)
+        for batch in batches:
+            batch = batch.rename_columns(names)
+            event_ids = batch.column(event_col)
+            attrs = [name for name in names if name != event_col]
+            columns = [batch.column(name).to_pylist() for name in attrs]
+            events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
+                      for values in zip(*columns, strict=True)] if attrs else \
+                [{} for _ in range(batch.num_rows)]
+            found = index.match_many(events)
+            rows = [n for n, ids in enumerate(found) for _ in ids]
+            subs = [i for ids in found for i in ids]
+            if pa.types.is_string(id_type):
+                subs = [str(i) for i in subs]
+            events_seen.add(batch.num_rows)
+            yield pa.RecordBatch.from_arrays(
+                [event_ids.take(pa.array(rows, pa.int64())), pa.array(subs, id_type)],
+                [EVENT_ID, SUBSCRIPTION_ID])
+
+    return run
+
+
+def _with_row_numbers(spark, df):
+    """``df`` plus its 0-based row number over the input files taken in path order."""
+    from pyspark.sql import functions as F
+
+    path, index = F.col("_metadata.file_path"), F.col("_metadata.row_index")
+    counts = sorted((row[0], row[1]) for row in df.groupBy(path).count().collect())
+    offsets, total = [], 0
+    for name, count in counts:
+        offsets += [F.lit(name), F.lit(total)]
+        total += count
+    start = F.create_map(*offsets)[path] if offsets else F.lit(0)
+    return df.withColumn(ROW_NUMBER, (start + index).cast("long"))
+
+
+def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
+        force: bool = False, timings: Timings | None = None) -> MatchResult:
+    """Write the matches of every event in ``events_path`` to Parquet at ``output``."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    result = MatchResult(timings=timings or Timings())
+    with pbtree.open(index_path, readonly=True) as index:
+        id_type = subscription_id_type(index)
+    staging = Staging(output, force)
+    try:
+        with result.timings.stage("read"):
+            df = read_parquet(spark, events_path)
+            if event_id is not None and event_id not in df.columns:
+                raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
+                                 f"are {df.columns}")
+            if event_id is None:
+                df, event_id = _with_row_numbers(spark, df), ROW_NUMBER
+        event_type = df.schema[event_id].dataType
+        schema = (f"{EVENT_ID} {event_type.simpleString()}, "
+                  f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
+        seen = spark.sparkContext.accumulator(0)
+        task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen)
+        out = os.path.join(staging.path, "matches")
+        with result.timings.stage("match"), watch(spark, "match-batch"), task_errors():
+            safe_columns(df).mapInArrow(task, schema).write.parquet(out)
+        with result.timings.stage("finish"):
+            for name in os.listdir(out):
+                os.rename(os.path.join(out, name), os.path.join(staging.path, name))
+            os.rmdir(out)
+            result.events = seen.value
+            result.matches = sum(pq.read_metadata(f).num_rows
+                                 for f in glob.glob(os.path.join(staging.path, "*.parquet")))
+            staging.commit()
+        return result
+    except BaseException:
+        staging.discard()
+        raise
+

@@ -1,0 +1,284 @@
+"""Spark jobs in local mode: `pbtree build` and `pbtree match-batch` on small real Parquet files.
+
+A Spark-built index must behave exactly like the same subscriptions inserted through the
+API: same matches (and the oracle's), same logical counts, verify() on both, and later
+updates accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree.expr import format_predicates, parse
+
+pytest.importorskip("pyspark")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
+
+from spark_loader import build, cli, match, session  # noqa: E402
+from spark_loader.progress import Timings  # noqa: E402
+
+ATTRS = ["a", "b", "c", "x.y"]
+LOGICAL = ("subscriptions", "predicates", "attributes", "leaf_items", "gt_items", "lt_items",
+           "ineq_items")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    spark = session.start("local[2]", {"spark.sql.shuffle.partitions": "2"}, "pbtree tests")
+    yield spark
+    spark.stop()
+
+
+def _build(spark, src, out, **options) -> build.BuildResult:
+    return build.run(spark, build.BuildOptions(str(src), str(out), **options))
+
+
+def _api_index(path, subs: dict, shards: int, node_bytes: int = 4096) -> pbtree.Index:
+    index = pbtree.create(path, shards=shards, node_bytes=node_bytes)
+    index.subscribe_many(subs.items())
+    return index
+
+
+def _same_behaviour(built: pbtree.Index, api: pbtree.Index, model: dict, seed: int) -> None:
+    built.verify()
+    api.verify()
+    assert {k: built.stats()[k] for k in LOGICAL} == {k: api.stats()[k] for k in LOGICAL}
+    rng = random.Random(seed)
+    events = [random_event(rng, ATTRS, 10) for _ in range(200)]
+    expected = [oracle_match(model, e) for e in events]
+    assert built.match_many(events) == expected
+    assert api.match_many(events) == expected
+
+
+def test_expression_layout_builds_the_api_index(spark, tmp_path):
+    rng = random.Random(1)
+    subs = {n * 7 - 300: random_subscription(rng, ATTRS, 10) for n in range(400)}
+    texts = {i: format_predicates(s) for i, s in subs.items()}
+    src = tmp_path / "subs"
+    src.mkdir()
+    ids = list(texts)
+    for part in range(2):  # a directory of two files
+        chunk = ids[part::2]
+        pq.write_table(pa.table({"id": chunk, "expr": [texts[i] for i in chunk]}),
+                       src / f"part-{part}.parquet")
+    result = _build(spark, src, tmp_path / "ix", shards=3, node_bytes=256)
+    assert (result.rows, result.subscriptions, result.rejected) == (400, 400, 0)
+    assert result.layout == "expression"
+    model = {i: parse(s) for i, s in texts.items()}
+    with pbtree.open(tmp_path / "ix") as built, \
+            _api_index(tmp_path / "api", texts, 3, 256) as api:
+        assert built.manifest["shards"] == 3
+        _same_behaviour(built, api, model, 2)
+        for index in (built, api):
+            index.unsubscribe_many(ids[:100])
+            index.subscribe_many((f"new{n}", "a >= 3 and b != 's1'") for n in range(50))
+            index.subscribe(ids[100], "c < 4", replace=True)
+        for i in ids[:100]:
+            del model[i]
+        model.update((f"new{n}", parse("a >= 3 and b != 's1'")) for n in range(50))
+        model[ids[100]] = parse("c < 4")
+        _same_behaviour(built, api, model, 3)
+
+
+def _predicate_rows(subs: dict) -> dict:
+    rows = {"id": [], "attr": [], "op": [], "value": []}
+    for sub_id, preds in subs.items():
+        for attr, op, value in preds:
+            rows["id"].append(sub_id)
+            rows["attr"].append(attr)
+            rows["op"].append(op)
+            rows["value"].append(list(value) if op in ("in", "not in", "between") else [value])
+    return rows
+
+
+def test_predicate_layout_with_list_values(spark, tmp_path):
+    rng = random.Random(4)
+    ops = ["<", "<=", "=", "!=", ">=", ">", "in", "not in", "between"]
+    subs = {}
+    for n in range(300):
+        preds = []
+        for _ in range(rng.randint(1, 4)):
+            op = rng.choice(ops)
+            value = ((lo := rng.randrange(8)), lo + rng.randrange(4)) if op == "between" else \
+                [rng.randrange(10) + rng.choice([0, 0.5]) for _ in range(rng.randint(1, 3))] \
+                if op in ("in", "not in") else rng.randrange(10)
+            preds.append((rng.choice(ATTRS), op, value))
+        subs[f"sub-{n}"] = preds
+    rows = _predicate_rows(subs)
+    table = pa.table({**rows, "value": pa.array(rows["value"], pa.list_(pa.float64()))})
+    pq.write_table(table, tmp_path / "preds.parquet", row_group_size=97)
+    result = _build(spark, tmp_path / "*.parquet", tmp_path / "ix", shards=2)
+    assert result.layout == "predicate"
+    assert (result.rows, result.subscriptions) == (table.num_rows, len(subs))
+    model = {i: parse(s) for i, s in subs.items()}
+    with pbtree.open(tmp_path / "ix") as built, _api_index(tmp_path / "api", subs, 2) as api:
+        _same_behaviour(built, api, model, 5)
+        assert built.get("sub-7") == api.get("sub-7")
+
+
+def test_predicate_layout_with_scalar_string_values(spark, tmp_path):
+    table = pa.table({"id": [1, 1, 2, 3, 3], "attr": ["b", "a", "b", "b", "b"],
+                      "op": ["=", "!=", "<", ">=", "<="], "value": ["x", "y", "m", "k", "k"]})
+    pq.write_table(table, tmp_path / "p.parquet")
+    _build(spark, tmp_path / "p.parquet", tmp_path / "ix")
+    with pbtree.open(tmp_path / "ix") as ix:
+        ix.verify()
+        assert ix.match({"b": "k"}) == [2, 3]
+        assert ix.match({"b": "x", "a": "z"}) == [1]
+        assert ix.get(3) == "b <= 'k' and b >= 'k'"
+
+
+def _bad_expression_input(path) -> pa.Table:
+    table = pa.table({
+        "id": ["ok1", None, "dup", "ok2", "dup", "bad", "long", "nul", "ok3"],
+        "expr": ["a = 1", "a = 2", "a = 3", "b > 'x'", "a = 4", "a >", "s = '" + "z" * 600 + "'",
+                 None, "a between 1 and 3"],
+        "note": list(range(9)),
+    })
+    pq.write_table(table, path)
+    return table
+
+
+def test_bad_rows_fail_the_build_naming_them(spark, tmp_path):
+    _bad_expression_input(tmp_path / "subs.parquet")
+    with pytest.raises(build.BadRowsError) as caught:
+        _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2)
+    message = str(caught.value)
+    assert "6 of 9 input rows" in message and "row with id" in message
+    assert not os.path.exists(tmp_path / "ix")
+    assert [p for p in os.listdir(tmp_path) if p != "subs.parquet"] == []
+
+
+def test_rejects_keep_every_bad_row_unchanged(spark, tmp_path):
+    table = _bad_expression_input(tmp_path / "subs.parquet")
+    result = _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2,
+                    rejects=str(tmp_path / "rejects"))
+    assert (result.rows, result.subscriptions, result.rejected) == (9, 3, 6)
+    rejects = pq.read_table(tmp_path / "rejects").sort_by("note")
+    assert rejects.column_names == ["id", "expr", "note", "reason"]
+    assert rejects.column("note").to_pylist() == [1, 2, 4, 5, 6, 7]
+    assert rejects.drop_columns(["reason"]).equals(
+        table.take([1, 2, 4, 5, 6, 7]))
+    reasons = rejects.column("reason").to_pylist()
+    assert reasons[0] == "null id"
+    assert reasons[1].startswith("duplicate id") and reasons[2].startswith("duplicate id")
+    assert "longer than" in reasons[4] and reasons[5] == "null expression"
+    with pbtree.open(tmp_path / "ix") as ix:
+        ix.verify()
+        assert sorted(ix) == ["ok1", "ok2", "ok3"]
+
+
+def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
+    table = pa.table({"id": [1, 1, 2, 3, 3, None],
+                      "attr": ["a", "b", "a", None, "a", "a"],
+                      "op": ["<", "like", "=", "=", ">", "="],
+                      "value": [1, 2, 3, 4, 5, 6]})
+    pq.write_table(table, tmp_path / "p.parquet")
+    result = _build(spark, tmp_path / "p.parquet", tmp_path / "ix",
+                    rejects=str(tmp_path / "rej"))
+    assert (result.rows, result.subscriptions, result.rejected) == (6, 1, 5)
+    reasons = dict(zip(*[pq.read_table(tmp_path / "rej").sort_by("value").column(c).to_pylist()
+                         for c in ("value", "reason")], strict=True))
+    assert "unknown operator" in reasons[2] and "another row" in reasons[1]
+    assert reasons[4] == "null attribute" and "another row" in reasons[5]
+    assert reasons[6] == "null id"
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert list(ix) == [2]
+
+
+def test_failed_build_leaves_the_old_index(spark, tmp_path):
+    pq.write_table(pa.table({"id": [1, 2], "expr": ["a = 1", "a > 1"]}), tmp_path / "good.parquet")
+    _bad_expression_input(tmp_path / "bad.parquet")
+    _build(spark, tmp_path / "good.parquet", tmp_path / "ix")
+    with pytest.raises(pbtree.IndexExistsError):
+        _build(spark, tmp_path / "good.parquet", tmp_path / "ix")
+    with pytest.raises(build.BadRowsError):
+        _build(spark, tmp_path / "bad.parquet", tmp_path / "ix", force=True)
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert ix.match({"a": 1}) == [1] and len(ix) == 2
+    pq.write_table(pa.table({"id": [5], "expr": ["a = 1"]}), tmp_path / "new.parquet")
+    _build(spark, tmp_path / "new.parquet", tmp_path / "ix", force=True)
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert list(ix) == [5]
+    assert sorted(os.listdir(tmp_path)) == ["bad.parquet", "good.parquet", "ix", "new.parquet"]
+
+
+def test_unreadable_input_and_layout(spark, tmp_path):
+    with pytest.raises(session.InputError):
+        _build(spark, tmp_path / "missing.parquet", tmp_path / "ix")
+    pq.write_table(pa.table({"key": [1], "expr": ["a = 1"]}), tmp_path / "x.parquet")
+    with pytest.raises(pbtree.PbtreeError, match="neither"):
+        _build(spark, tmp_path / "x.parquet", tmp_path / "ix")
+    assert not os.path.exists(tmp_path / "ix")
+
+
+def test_match_batch_equals_match_many(spark, tmp_path):
+    rng = random.Random(8)
+    subs = {f"s{n}": random_subscription(rng, ATTRS, 6) for n in range(200)}
+    with _api_index(tmp_path / "ix", subs, 2) as ix:
+        events = [random_event(rng, ATTRS, 6) for _ in range(300)]
+        events = [{a: e.get(a) if not isinstance(e.get(a), bool) else None for a in ATTRS}
+                  for e in events]  # one type per column: numbers in a, b; strings in c, x.y
+        for e in events:
+            for a in ("a", "b"):
+                e[a] = e[a] if isinstance(e[a], int | float) else None
+            for a in ("c", "x.y"):
+                e[a] = e[a] if isinstance(e[a], str) else None
+        expected = ix.match_many(events)
+    columns = {a: pa.array([e[a] for e in events],
+                           pa.float64() if a in ("a", "b") else pa.string()) for a in ATTRS}
+    pq.write_table(pa.table(columns), tmp_path / "events.parquet", row_group_size=64)
+    result = match.run(spark, str(tmp_path / "ix"), str(tmp_path / "events.parquet"),
+                       str(tmp_path / "m"))
+    want = sorted((n, s) for n, found in enumerate(expected) for s in found)
+    got = pq.read_table(tmp_path / "m")
+    assert sorted(zip(*[got.column(c).to_pylist() for c in ("event_id", "subscription_id")],
+                      strict=True)) == want
+    assert (result.events, result.matches) == (300, len(want))
+    table = pa.table({**columns, "eid": [f"e{n}" for n in range(300)]})
+    pq.write_table(table, tmp_path / "named.parquet")
+    match.run(spark, str(tmp_path / "ix"), str(tmp_path / "named.parquet"),
+              str(tmp_path / "m2"), event_id="eid")
+    got = pq.read_table(tmp_path / "m2")
+    assert sorted(zip(*[got.column(c).to_pylist() for c in ("event_id", "subscription_id")],
+                      strict=True)) == sorted((f"e{n}", s) for n, s in want)
+
+
+def test_cli_build_and_match_batch(spark, tmp_path, capsys):
+    pq.write_table(pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a > 1", "b = 'x'"]}),
+                   tmp_path / "subs.parquet")
+    pq.write_table(pa.table({"a": [1.0, 2.0, math.nan], "b": ["x", None, None]}),
+                   tmp_path / "events.parquet")
+    out = str(tmp_path / "ix")
+    assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out, "--shards", "2",
+                     "--node-bytes", "512", "--spark-conf", "spark.sql.shuffle.partitions=2"]) == 0
+    summary = capsys.readouterr().out
+    assert "3 rows read, 3 subscriptions indexed, 0 rows rejected" in summary
+    assert "spark start" in summary and "parse+build" in summary
+    assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out]) == 1
+    assert "already exists" in capsys.readouterr().err
+    assert cli.main(["match-batch", out, str(tmp_path / "events.parquet"),
+                     "-o", str(tmp_path / "m")]) == 1
+    err = capsys.readouterr().err
+    assert "NaN" in err and len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "m")
+    assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey"]) == 1
+    assert "key=value" in capsys.readouterr().err
+
+
+def test_parse_conf_and_timings():
+    assert session.parse_conf(["a.b=1", "c= x=y"]) == {"a.b": "1", "c": " x=y"}
+    timings = Timings()
+    with timings.stage("one"):
+        pass
+    assert timings.line().startswith("one 0.0 s, total")

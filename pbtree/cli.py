@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import pbtree
-from pbtree.core import normalize
+from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
 from pbtree.errors import EventError, PbtreeError
 from pbtree.ids import encode_id
 
@@ -145,15 +145,20 @@ class Source:
         self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
         self.total: int | None = None
         if self.parquet:
+            import pyarrow as pa
             import pyarrow.parquet as pq
 
-            self.file = pq.ParquetFile(self.name)
+            # Measured: with the default mimalloc pool and reader threads, peak memory grows with
+            # the file; the system allocator, one thread and a buffered stream keep it nearly flat.
+            pa.set_memory_pool(pa.system_memory_pool())
+            self.file = pq.ParquetFile(self.name, buffer_size=1 << 20, pre_buffer=False)
             self.total = self.file.metadata.num_rows
         elif not self.stdin:
             self.total = os.path.getsize(self.name)
 
     def where(self, n: int) -> str:
-        return f"{self.name}:{n}"
+        """``file:LINE`` (JSON Lines, from 1) or ``file row N`` (Parquet, from 0)."""
+        return f"{self.name} row {n}" if self.parquet else f"{self.name}:{n}"
 
     def records(self) -> Iterator[Record | None]:
         """(number, value) pairs; None marks a pause in standard input (flush what you have)."""
@@ -185,11 +190,31 @@ class Source:
 
     def _parquet_rows(self) -> Iterator[Record]:
         n = 0
-        for batch in self.file.iter_batches(batch_size=EVENT_BATCH):
+        for batch in self.file.iter_batches(batch_size=EVENT_BATCH, use_threads=False):
             for row in batch.to_pylist():
-                n += 1
                 yield n, row
+                n += 1
             self.done = n
+
+    def predicate_layout(self) -> bool:
+        """Whether this is Parquet in the predicate layout (id, attr, op, value)."""
+        if not self.parquet:
+            return False
+        from spark_loader.layouts import PREDICATE, detect
+
+        return detect(self.file.schema_arrow) == PREDICATE
+
+    def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
+        """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
+        from spark_loader.layouts import predicates
+
+        table = self.file.read(columns=["id", "attr", "op", "value"])
+        subs, rejects = predicates(table)
+        if rejects:
+            row, sub_id, reason = min(rejects, key=lambda r: (r[2].startswith("another row"), r))
+            raise CliError(f"{self.where(row)}: subscription {sub_id!r}: {reason}")
+        self.total = len(subs)
+        return [(self.name, sub_id, preds) for sub_id, _, preds in subs]
 
 
 def batches(records: Iterable[Record | None], size: int) -> Iterator[list[Record]]:
@@ -302,6 +327,18 @@ def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
     return _file_id(where, row["id"]), row["expr"]
 
 
+def _subscription_batches(source: Source, size: int) -> Iterator[list[tuple[str, Any, Any]]]:
+    """(where, id, expression) of the input, in batches of ``size``.
+
+    Predicate-layout Parquet is read whole first (it sets ``source.total``); the rest streams.
+    """
+    if source.predicate_layout():
+        subs = source.predicate_subscriptions()
+        return (subs[start:start + size] for start in range(0, len(subs), size))
+    return ([(source.where(n), *subscription_of(source.where(n), row)) for n, row in batch]
+            for batch in batches(source.records(), size))
+
+
 def _explain(index: pbtree.Index, batch: list[tuple[str, Any, Any]], replace: bool,
              exc: PbtreeError) -> str:
     """Which input record made a subscribe batch fail, and why."""
@@ -338,15 +375,17 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     done = 0
     start = time.monotonic()
     with pbtree.open(args.index) as index:
+        predicate = source.predicate_layout()
+        todo = _subscription_batches(source, args.batch)
         bar = Progress(args, "subscribe", "subscriptions", source.total)
         try:
-            for batch in batches(source.records(), args.batch):
-                items = [(source.where(n), *subscription_of(source.where(n), row))
-                         for n, row in batch]
+            for items in todo:
+                if predicate:
+                    source.done = done + len(items)
                 try:
                     index.subscribe_many([(i, e) for _, i, e in items], replace=args.replace)
                 except PbtreeError as exc:
-                    saved = f" ({done:,} subscriptions of earlier lines were saved)" if done else ""
+                    saved = f" ({done:,} subscriptions before it were saved)" if done else ""
                     raise CliError(_explain(index, items, args.replace, exc) + saved) from None
                 done += len(items)
                 bar.update(done, source.done)
@@ -390,11 +429,11 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
                 bar.update(asked, source.done if source else None)
         finally:
             bar.close()
-    note(args, f"removed {plural(removed, 'subscription')}")
     if removed < asked and not args.missing_ok:
         named = f": {', '.join(map(repr, missing[:10]))}" if missing else ""
-        raise CliError(f"{asked - removed:,} of the ids were not in the index{named} "
-                       "(--missing-ok to ignore)")
+        raise CliError(f"removed {plural(removed, 'subscription')}; {asked - removed:,} of the "
+                       f"ids were not in the index{named} (--missing-ok to ignore)")
+    note(args, f"removed {plural(removed, 'subscription')}")
     return 0
 
 
@@ -421,10 +460,16 @@ class JsonOut:
 
 
 class ParquetOut:
-    """Results as Parquet: columns ``event`` and ``matches`` (list) or ``count``."""
+    """Results as Parquet: columns ``event`` and ``matches`` (list) or ``count``.
 
-    def __init__(self, path: str) -> None:
+    Match ids are int64 when every id in the index is an int, else strings (as match-batch).
+    """
+
+    def __init__(self, path: str, index: pbtree.Index) -> None:
+        from spark_loader.match import subscription_id_type
+
         self.path = path
+        self.id_type = subscription_id_type(index)
         self.writer: Any = None
 
     def write(self, labels: list, results: list, count: bool) -> None:
@@ -435,19 +480,16 @@ class ParquetOut:
             if count:
                 column = pa.array([len(r) for r in results], pa.int64())
             else:
-                ids = [i for r in results for i in r]
-                kind = pa.string() if any(isinstance(i, str) for i in ids) else pa.int64()
-                if self.writer is not None:
-                    kind = self.writer.schema.field("matches").type.value_type
-                column = pa.array(results, pa.list_(kind))
+                if self.id_type == pa.string():
+                    results = [[str(i) for i in r] for r in results]
+                column = pa.array(results, pa.list_(self.id_type))
             table = pa.table({"event": pa.array(labels), "count" if count else "matches": column})
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.path, table.schema)
             self.writer.write_table(table.cast(self.writer.schema))
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise CliError(f"{self.path}: Parquet needs one type per column, but event or "
-                           f"subscription ids mix ints and strings ({exc}); write JSON Lines "
-                           "instead") from None
+            raise CliError(f"{self.path}: Parquet needs one type per column, but the event "
+                           f"labels mix types ({exc}); write JSON Lines instead") from None
 
     def close(self) -> None:
         if self.writer is not None:
@@ -492,16 +534,10 @@ def cmd_match(args: argparse.Namespace) -> int:
         note(args, "reading events as JSON Lines from the terminal; end with Ctrl-D")
     records = _inline_events(args.event) if source is None else source.records()
     where = source.where if source else (lambda n: f"--event {n}")
-    out: JsonOut | ParquetOut
-    if args.output is None or args.output == "-":
-        out = JsonOut(sys.stdout)
-    elif args.output.lower().endswith((".parquet", ".pq")):
-        out = ParquetOut(args.output)
-    else:
-        out = JsonOut(open(args.output, "w", encoding="utf-8"))  # noqa: SIM115
     seen = matched = skipped = 0
     start = time.monotonic()
     with pbtree.open(args.index, readonly=True) as index:
+        out = _output(args.output, index)
         bar = Progress(args, "match", "events", source.total if source else None)
         try:
             for batch in batches(records, args.batch):
@@ -511,7 +547,7 @@ def cmd_match(args: argparse.Namespace) -> int:
                 kept = [(n, e, r) for n, e, r in zip(numbers, events, results, strict=True)
                         if r is not None]
                 skipped += len(results) - len(kept)
-                labels = [_label(e, n, args.id_field) for n, e, _ in kept]
+                labels = [_label(e, n, args.event_id) for n, e, _ in kept]
                 out.write(labels, [r for _, _, r in kept], args.count)
                 seen += len(kept)
                 matched += sum(len(r) for _, _, r in kept)
@@ -524,6 +560,14 @@ def cmd_match(args: argparse.Namespace) -> int:
     note(args, f"matched {plural(seen, 'event')} in {took:.2f} s "
                f"({seen / max(took, 1e-9):,.0f} events/s): {plural(matched, 'match')}{extra}")
     return 0
+
+
+def _output(path: str | None, index: pbtree.Index) -> JsonOut | ParquetOut:
+    if path is None or path == "-":
+        return JsonOut(sys.stdout)
+    if path.lower().endswith((".parquet", ".pq")):
+        return ParquetOut(path, index)
+    return JsonOut(open(path, "w", encoding="utf-8"))  # noqa: SIM115
 
 
 def _label(event: dict, n: int, field: str) -> object:
@@ -624,6 +668,22 @@ def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], sum
     return parser
 
 
+def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer from low to high."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"{value} is out of range (must be {span})")
+        return value
+
+    return convert
+
+
 def _add_id_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--string-id", action="store_true",
                         help="take ID as a string even if it looks like an integer")
@@ -645,9 +705,11 @@ def build_parser() -> Parser:
     p = _command(sub, "create", cmd_create, "create a new, empty index",
                  "pbtree create alerts.pbt --shards 4")
     p.add_argument("index", metavar="INDEX", help="directory to create (must not hold files)")
-    p.add_argument("--shards", type=int, default=1, metavar="K", help="shards (default 1)")
-    p.add_argument("--node-bytes", type=int, default=4096, metavar="N",
-                   help="list node size in bytes, 256 to 1048576 (default 4096)")
+    p.add_argument("--shards", type=_int_in(1, 4096), default=1, metavar="K",
+                   help="number of shards (default 1)")
+    p.add_argument("--node-bytes", type=_int_in(MIN_NODE_BYTES, MAX_NODE_BYTES), default=4096,
+                   metavar="N", help=f"list node size in bytes, {MIN_NODE_BYTES} to "
+                                     f"{MAX_NODE_BYTES} (default 4096)")
 
     p = _command(sub, "subscribe", cmd_subscribe, "add subscriptions",
                  "pbtree subscribe alerts.pbt 1 \"price < 100 and brand = 'acme'\"\n"
@@ -655,11 +717,12 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX")
     p.add_argument("id", metavar="ID", nargs="?", help="subscription id")
     p.add_argument("expr", metavar="EXPR", nargs="?", help="subscription expression")
+    p.set_defaults(late=("id", "expr"))
     p.add_argument("-f", "--file", metavar="FILE",
                    help='JSON Lines {"id": ..., "expr": ...} or Parquet (columns id, expr); '
                         "- for standard input")
     p.add_argument("--replace", action="store_true", help="replace subscriptions whose id exists")
-    p.add_argument("--batch", type=int, default=SUB_BATCH, metavar="N",
+    p.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
                    help=f"subscriptions per transaction (default {SUB_BATCH})")
     _add_id_options(p)
 
@@ -668,11 +731,12 @@ def build_parser() -> Parser:
                  "pbtree unsubscribe alerts.pbt --file gone.jsonl")
     p.add_argument("index", metavar="INDEX")
     p.add_argument("ids", metavar="ID", nargs="*", help="ids to remove")
+    p.set_defaults(late=("ids",))
     p.add_argument("-f", "--file", metavar="FILE",
                    help='ids as JSON Lines (42, "x" or {"id": ...}) or Parquet (column id); '
                         "- for standard input")
     p.add_argument("--missing-ok", action="store_true", help="ids not in the index are no error")
-    p.add_argument("--batch", type=int, default=SUB_BATCH, metavar="N",
+    p.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
                    help=f"ids per transaction (default {SUB_BATCH})")
     _add_id_options(p)
 
@@ -683,17 +747,18 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX")
     p.add_argument("events", metavar="EVENTS", nargs="?",
                    help="JSON Lines or Parquet file of events (default: standard input)")
+    p.set_defaults(late=("events",))
     p.add_argument("-e", "--event", action="append", metavar="JSON",
                    help="match this event (a JSON object); repeatable")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write results here (.parquet for Parquet) instead of standard output")
     p.add_argument("-c", "--count", action="store_true", help="output match counts only")
-    p.add_argument("--id-field", default="id", metavar="NAME",
-                   help="event field that labels results (default id; else the line or row "
-                        "number)")
+    p.add_argument("--event-id", default="id", metavar="FIELD",
+                   help="event field that labels results (default id); events without it are "
+                        "labelled by line number (JSON Lines, from 1) or row (Parquet, from 0)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip events that cannot be matched (reported on standard error)")
-    p.add_argument("--batch", type=int, default=EVENT_BATCH, metavar="N",
+    p.add_argument("--batch", type=_int_in(1), default=EVENT_BATCH, metavar="N",
                    help=f"events matched together (default {EVENT_BATCH})")
 
     p = _command(sub, "get", cmd_get, "print the normalised expression of a subscription",
@@ -722,8 +787,8 @@ def build_parser() -> Parser:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="subscriptions file (.parquet or .jsonl)")
     p.add_argument("--events", metavar="FILE", help="events file (.parquet or .jsonl)")
-    p.add_argument("--subs", type=int, metavar="N", help="number of subscriptions")
-    p.add_argument("--event-count", type=int, metavar="N", help="number of events")
+    p.add_argument("--subs", type=_int_in(1), metavar="N", help="number of subscriptions")
+    p.add_argument("--event-count", type=_int_in(0), metavar="N", help="number of events")
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="size of a synthetic profile when --subs is not given")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -746,6 +811,28 @@ def _register_spark(sub: Any) -> None:
     spark_cli.register(sub)
 
 
+def _place_late(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """Give optional positionals written after an option (``match IDX --count FILE``) their
+    values: argparse matched them empty before the option. Returns what is left over."""
+    for name in getattr(args, "late", ()):
+        while extra and (not extra[0].startswith("-") or extra[0] == "-"
+                         or _INT_RE.fullmatch(extra[0])):
+            value = getattr(args, name)
+            if isinstance(value, list):
+                value.append(extra.pop(0))
+            elif value is None:
+                setattr(args, name, extra.pop(0))
+                break
+            else:
+                break
+    return extra
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    return [name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices]
+
+
 def _message(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
@@ -757,14 +844,15 @@ def _message(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the pbtree command; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
     if not hasattr(args, "func"):
-        parser.print_help(sys.stderr)
-        return 2
+        parser.error("give a command: " + ", ".join(_commands(parser)))
+    command = getattr(args, "command", PROG)
     try:
+        if _place_late(args, extra):
+            raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
         return args.func(args)
     except UsageError as exc:
-        command = getattr(args, "command", PROG)
         print(f"{command}: error: {exc} (see '{command} --help')", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -778,6 +866,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         expected = isinstance(exc, CliError | PbtreeError | OSError | ValueError)
         hint = "" if expected else f" ({type(exc).__name__}; rerun with --debug for details)"
-        command = getattr(args, "command", PROG)
         print(f"{command}: error: {_message(exc)}{hint}", file=sys.stderr)
         return 1

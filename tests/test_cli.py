@@ -1,0 +1,238 @@
+"""The pbtree command, run as a real executable in a subprocess on temporary indexes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pbtree.cli import build_parser
+from pbtree.samples import write_events
+
+PBTREE = str(Path(sys.executable).with_name("pbtree"))
+SUBS = [
+    {"id": 1, "expr": "price < 100 and brand = 'acme'"},
+    {"id": "wish-7", "expr": "size in (8, 9) and price between 20 and 60"},
+    {"id": 3, "expr": [["color", "not in", ["red", "pink"]], ["price", ">=", 50]]},
+]
+EVENTS = [
+    {"price": 42, "brand": "acme", "size": 9},
+    {"id": "ev-b", "price": 70, "color": "blue"},
+    {"price": 500},
+]
+EXPECTED = [[1, "wish-7"], [3], []]
+
+
+def run(*args: object, status: int = 0, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run pbtree; assert its exit status and, on failure, a one-line error."""
+    proc = subprocess.run([PBTREE, *map(str, args)], input=stdin, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == status, proc.stderr
+    if status:
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    return proc
+
+
+def jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def lines(text: str) -> list:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Path:
+    path = tmp_path / "alerts.pbt"
+    run("create", path, "--shards", 2)
+    run("subscribe", path, "--file", jsonl(tmp_path / "subs.jsonl", SUBS))
+    return path
+
+
+def test_create_subscribe_get_stats_verify(tmp_path: Path) -> None:
+    path = tmp_path / "a.pbt"
+    made = run("create", path, "--shards", 3, "--node-bytes", 512)
+    assert made.stdout == "" and "3 shards" in made.stderr
+    out = run("subscribe", path, 42, "price < 100 and brand = 'acme'")
+    assert out.stdout == ""
+    run("subscribe", path, "--string-id", 42, "price > 5")  # options may come first
+    assert run("get", path, 42).stdout == "brand = 'acme' and price < 100\n"
+    assert json.loads(run("get", path, 42, "--string-id", "--json").stdout) == {
+        "id": "42", "expr": "price > 5"}
+    stats = json.loads(run("stats", path, "--json").stdout)
+    assert stats["subscriptions"] == 2 and stats["shards"] == 3 and stats["node_bytes"] == 512
+    table = run("stats", path).stdout
+    assert "subscriptions" in table and "size on disk" in table
+    assert run("verify", path).stdout.startswith("OK ")
+    assert json.loads(run("verify", path, "--json").stdout)["ok"] is True
+
+
+def test_subscribe_errors_and_replace(index: Path) -> None:
+    err = run("subscribe", index, 1, "price > 1", status=1).stderr
+    assert "already exists" in err and "--replace" in err
+    run("subscribe", index, 1, "price > 1", "--replace")
+    assert run("get", index, 1).stdout.strip() == "price > 1"
+    err = run("subscribe", index, 9, "price >", status=1).stderr
+    assert err.startswith("pbtree subscribe: error: subscription 9: at position 7")
+    assert "or" in run("subscribe", index, 9, "a = 1 or b = 2", status=1).stderr
+    err = run("get", index, 99, status=1).stderr
+    assert err == f"pbtree get: error: {index}: no subscription with id 99\n"
+    run("subscribe", index, "--string-id", 77, "a = 1")
+    assert "there is a string id '77': add --string-id" in run("get", index, 77, status=1).stderr
+
+
+def test_file_errors_name_the_line(index: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 10, "expr": "a = 1"}\n\n{"id": 11, "expr": "a >> 2"}\n')
+    err = run("subscribe", index, "--file", bad, status=1).stderr
+    assert f"{bad}:3: subscription 11: at position" in err
+    assert run("get", index, 10, status=1)  # the failing batch was rolled back whole
+    bad.write_text('{"id": 12, "expr": "a = 1"}\nnot json\n')
+    assert f"{bad}:2: not valid JSON" in run("subscribe", index, "-f", bad, status=1).stderr
+    bad.write_text('{"id": 1.5, "expr": "a = 1"}\n')
+    assert "id must be an integer or a string" in run("subscribe", index, "-f", bad,
+                                                      status=1).stderr
+    bad.write_text('{"id": 1, "expr": "a = 1"}\n')
+    err = run("subscribe", index, "-f", bad, status=1).stderr
+    assert f"{bad}:1: subscription id 1 already exists" in err
+    err = run("subscribe", index, "-f", tmp_path / "nope.jsonl", status=1).stderr
+    assert "No such file or directory" in err
+
+
+def test_subscribe_parquet_and_stdin(tmp_path: Path) -> None:
+    path = tmp_path / "p.pbt"
+    run("create", path)
+    pq.write_table(pa.table({"id": ["a", "b"], "expr": ["x = 1", "x > 0"]}),
+                   tmp_path / "subs.parquet")
+    run("subscribe", path, "--file", tmp_path / "subs.parquet")
+    run("subscribe", path, "--file", "-", stdin='{"id": 5, "expr": "x < 3"}\n')
+    out = run("match", path, "--event", '{"x": 1}', "--event", '{"x": 2}')
+    assert lines(out.stdout) == [{"event": 1, "matches": [5, "a", "b"]},
+                                 {"event": 2, "matches": [5, "b"]}]
+
+
+def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
+    path = tmp_path / "p.pbt"
+    run("create", path)
+    rows = pa.table({"id": [1, 2, 1, 2], "attr": ["price", "size", "rating", "price"],
+                     "op": ["<", "in", ">=", "between"],
+                     "value": [[100], [8, 9], [4], [20, 60]]})
+    pq.write_table(rows, tmp_path / "preds.parquet")
+    run("subscribe", path, "--file", tmp_path / "preds.parquet")
+    assert run("get", path, 2).stdout == "price <= 60 and price >= 20 and size in (8, 9)\n"
+    out = run("match", path, "--event", '{"price": 42, "rating": 4.5, "size": 9}')
+    assert lines(out.stdout) == [{"event": 1, "matches": [1, 2]}]
+    pq.write_table(rows.set_column(2, "op", pa.array(["<", "in", "=", "~"])),
+                   tmp_path / "bad.parquet")
+    err = run("subscribe", path, "--file", tmp_path / "bad.parquet", status=1).stderr
+    assert f"{tmp_path / 'bad.parquet'} row 3: subscription 2: " in err and "'~'" in err
+
+
+def test_unsubscribe(index: Path, tmp_path: Path) -> None:
+    assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
+    err = run("unsubscribe", index, 1, "wish-7", status=1).stderr
+    assert "removed 1 subscription; 1 of the ids were not in the index: 1" in err
+    run("get", index, "wish-7", status=1)  # removed although 1 was missing
+    run("unsubscribe", index, 1, "--missing-ok")
+    run("unsubscribe", index, "--file", jsonl(tmp_path / "ids.jsonl", [3]))
+    assert json.loads(run("stats", index, "--json").stdout)["subscriptions"] == 0
+    run("unsubscribe", index, status=2)
+
+
+def test_match_sources_and_outputs(index: Path, tmp_path: Path) -> None:
+    events = jsonl(tmp_path / "events.jsonl", EVENTS)
+    expected = [{"event": label, "matches": m}
+                for label, m in zip([1, "ev-b", 3], EXPECTED, strict=True)]
+    assert lines(run("match", index, events).stdout) == expected
+    assert lines(run("match", index, stdin=events.read_text()).stdout) == expected
+    assert lines(run("match", index, "-", stdin=events.read_text()).stdout) == expected
+    write_events(EVENTS, tmp_path / "events.parquet")  # Parquet rows count from 0
+    from_parquet = lines(run("match", index, tmp_path / "events.parquet").stdout)
+    assert from_parquet == [{**e, "event": n} for n, e in zip([0, "ev-b", 2], expected,
+                                                                 strict=True)]
+    out = tmp_path / "out.jsonl"
+    assert run("match", index, events, "-o", out).stdout == ""
+    assert lines(out.read_text()) == expected
+    counts = lines(run("match", index, events, "--count", "--event-id", "").stdout)
+    assert counts == [{"event": n, "count": len(m)} for n, m in enumerate(EXPECTED, 1)]
+    run("match", index, events, "-o", tmp_path / "out.parquet", "--event-id", "")
+    table = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert table == [{"event": 1, "matches": ["1", "wish-7"]},
+                     {"event": 2, "matches": ["3"]}, {"event": 3, "matches": []}]
+
+
+def test_match_parquet_output_int_ids(tmp_path: Path) -> None:
+    path = tmp_path / "i.pbt"
+    run("create", path)
+    run("subscribe", path, 7, "x >= 1")
+    run("match", path, "-e", '{"x": 1}', "-e", '{"x": 0}', "-o", tmp_path / "m.parquet")
+    table = pq.read_table(tmp_path / "m.parquet")
+    assert table.schema.field("matches").type == pa.list_(pa.int64())
+    assert table.to_pylist() == [{"event": 1, "matches": [7]}, {"event": 2, "matches": []}]
+
+
+def test_bad_events(index: Path, tmp_path: Path) -> None:
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"price": 42, "brand": "acme"}\n[1, 2]\n{"price": NaN}\n{"price":\n')
+    err = run("match", index, events, status=1).stderr
+    assert err.startswith(f"pbtree match: error: {events}:2: an event is a mapping")
+    out = run("match", index, events, "--skip-bad")
+    assert lines(out.stdout) == [{"event": 1, "matches": [1]}]
+    assert f"{events}:3: event attribute 'price'" in out.stderr
+    assert f"{events}:4: not valid JSON" in out.stderr
+    assert "--event" in run("match", index, "--event", "{nope", status=2).stderr
+    run("match", index, events, "--event", "{}", status=2)
+
+
+def test_conventions(index: Path) -> None:
+    assert run(status=2).stdout == ""
+    assert "invalid choice" in run("frobnicate", status=2).stderr
+    assert "unrecognized arguments" in run("stats", index, "--nope", status=2).stderr
+    assert run("create", "x", "--shards", "0", status=2).stderr.count("\n") == 1
+    assert "already exists" in run("create", index, status=1).stderr
+    assert "not a pbtree index" in run("stats", index / "shard-0000", status=1).stderr
+    debug = subprocess.run([PBTREE, "--debug", "get", index, "nope"], capture_output=True,
+                           text=True, timeout=60)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    quiet = run("subscribe", index, 50, "a = 1", "--quiet")
+    assert quiet.stdout == quiet.stderr == ""
+    assert run("-q", "unsubscribe", index, 50).stderr == ""
+    assert run("--version").stdout.startswith("pbtree ")
+
+
+def test_help_has_an_example_per_command() -> None:
+    assert "match" in run("--help").stdout and "example:" in run("match", "--help").stdout
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        if name in ("build", "match-batch"):  # spark_loader's own commands
+            continue
+        text = sub.format_help()
+        assert "example:" in text and f"pbtree {name}" in text.split("example:")[1], name
+
+
+def test_generate(tmp_path: Path) -> None:
+    subs, events = tmp_path / "subs.parquet", tmp_path / "events.jsonl"
+    run("generate", "-o", subs, "--events", events, "--subs", 300, "--event-count", 50)
+    table = pq.read_table(subs)
+    assert table.column_names == ["id", "expr"] and table.num_rows == 300
+    assert len(events.read_text().splitlines()) == 50
+    path = tmp_path / "g.pbt"
+    run("create", path)
+    run("subscribe", path, "--file", subs)
+    counts = lines(run("match", path, events, "--count").stdout)
+    assert len(counts) == 50 and sum(c["count"] for c in counts) > 0
+    run("generate", "dense", "--subs", 200, "--event-count", 20, "--attrs", 20, "--zipf", 1,
+        "-o", tmp_path / "d.jsonl", "--events", tmp_path / "d.parquet")
+    assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 200
+    assert pq.read_metadata(tmp_path / "d.parquet").num_rows == 20
+    assert "knobs" in run("generate", "--zipf", 1, "-o", subs, status=2).stderr
+    run("generate", status=2)

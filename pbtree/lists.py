@@ -50,6 +50,15 @@ class View:
         self.sid_end = np.frombuffer(buf, _U4, n, self.flags_at + n)
         self.sids_at = self.flags_at + 5 * n
 
+    def fixed_width(self) -> int:
+        """The common key length when every key has the same non-zero length, else 0."""
+        n = self.n
+        width = int(self.key_end[0]) if n else 0
+        if width and int(self.key_end[-1]) == width * n and (
+                n < 3 or bool((np.diff(self.key_end) == width).all())):
+            return width
+        return 0
+
     def key(self, i: int) -> bytes:
         start = int(self.key_end[i - 1]) if i else 0
         return bytes(self.buf[self.keys_at + start:self.keys_at + int(self.key_end[i])])
@@ -58,9 +67,12 @@ class View:
         ends = self.key_end.tolist()
         if not ends:
             return []
-        buf, at = self.buf, self.keys_at
-        starts = [0, *ends[:-1]]
-        return [bytes(buf[at + s:at + e]) for s, e in zip(starts, ends, strict=True)]
+        total = ends[-1]
+        blob = bytes(self.buf[self.keys_at:self.keys_at + total])
+        width = self.fixed_width()
+        if width:
+            return [blob[i:i + width] for i in range(0, total, width)]
+        return [blob[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
 
     def count_below(self, target: bytes, inclusive: bool) -> int:
         """Number of items whose key is < target (<= when inclusive)."""
@@ -68,7 +80,7 @@ class View:
             return 0
         width = len(target)
         side = "right" if inclusive else "left"
-        if width in (1, 8) and int(self.key_end[-1]) == width * self.n:
+        if width in (1, 8) and self.fixed_width() == width:
             dtype = np.dtype(f">u{width}")
             fixed = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
             probe = dtype.type(int.from_bytes(target, "big"))
@@ -100,7 +112,7 @@ class Node:
     """
 
     __slots__ = ("id", "kind", "flags", "prev", "next", "attr", "family", "inline_max",
-                 "keys", "sets", "adds", "overflow", "counts", "size")
+                 "keys", "sets", "adds", "overflow", "counts", "size", "base")
 
     def __init__(self, node_id: int, kind: int, flags: int, prev: int, nxt: int,
                  attr: int, family: int, inline_max: int) -> None:
@@ -108,7 +120,10 @@ class Node:
         self.prev, self.next, self.attr, self.family = prev, nxt, attr, family
         self.inline_max = inline_max
         self.keys: list[bytes] = []
-        self.sets: list[np.ndarray | None] = []  # None: overflow set, not loaded, unchanged
+        # per item: an array, a (start, end) range of ``base`` (as loaded), or None for
+        # an overflow set not loaded (then unchanged)
+        self.sets: list[np.ndarray | tuple[int, int] | None] = []
+        self.base = sidset.EMPTY
         self.adds: list[list[int]] = []  # sids appended since loading (all larger)
         self.overflow: list[bool] = []  # the set was in the overflow db when loaded
         self.counts: list[int] = []  # sids per item, -1 for an unloaded overflow set
@@ -120,16 +135,16 @@ class Node:
         node = cls(node_id, view.kind, view.flags, view.prev, view.next, view.attr,
                    view.family, inline_max)
         node.keys = view.keys()
-        over = view.item_flags() & ITEM_OVERFLOW
+        node.base = view.inline(0, view.n) if view.n else sidset.EMPTY
         ends = view.sid_end.tolist()
-        sids = np.array(view.inline(0, view.n)) if view.n else sidset.EMPTY
-        start = 0
-        for i, end in enumerate(ends):
-            node.overflow.append(bool(over[i]))
-            node.sets.append(None if over[i] else sids[start:end])
-            node.counts.append(-1 if over[i] else end - start)
-            node.adds.append([])
-            start = end
+        starts = [0, *ends[:-1]] if ends else []
+        node.sets = list(zip(starts, ends, strict=True))
+        node.counts = [e - s for s, e in node.sets]
+        node.adds = [[] for _ in ends]
+        node.overflow = [False] * view.n
+        if view.flags & SPILLED:
+            for i in np.flatnonzero(view.item_flags() & ITEM_OVERFLOW).tolist():
+                node.sets[i], node.counts[i], node.overflow[i] = None, -1, True
         node._resize()
         return node
 
@@ -140,6 +155,11 @@ class Node:
         """Encoded bytes of item i: fixed fields, key, and its sids when inline."""
         data = 4 * self.counts[i]
         return ITEM_FIXED + len(self.keys[i]) + (data if 0 <= data <= self.inline_max else 0)
+
+    def item_sids(self, i: int) -> np.ndarray | None:
+        """Item i's stored set without pending adds (None: overflow, not loaded)."""
+        s = self.sets[i]
+        return self.base[s[0]:s[1]] if type(s) is tuple else s
 
     def find(self, key: bytes) -> int:
         """Index of the item with exactly this key (it must exist)."""
@@ -184,6 +204,7 @@ class Node:
             items = getattr(self, name)
             setattr(right, name, items[cut:])
             del items[cut:]
+        right.base = self.base
         self._resize()
         right._resize()
 
@@ -193,25 +214,33 @@ class Node:
         Items whose overflow set was never loaded must have no pending adds.
         """
         n = len(self.keys)
-        key_end, flags, sid_end, parts = [], bytearray(n), [], []
+        key_end, flags, sid_end = [], bytearray(n), []
+        runs: list[np.ndarray | tuple[int, int]] = []  # untouched neighbours stay one range
         kpos = spos = 0
         for i in range(n):
             kpos += len(self.keys[i])
             key_end.append(kpos)
             s = self.sets[i]
-            if s is None:
+            if type(s) is tuple and not self.adds[i] and 4 * (s[1] - s[0]) <= inline_max:
+                if runs and type(runs[-1]) is tuple and runs[-1][1] == s[0]:
+                    runs[-1] = (runs[-1][0], s[1])
+                else:
+                    runs.append(s)
+                spos += s[1] - s[0]
+            elif s is None:
                 flags[i] = ITEM_OVERFLOW
             else:
-                full = sidset.append(s, self.adds[i])
+                full = sidset.append(self.item_sids(i), self.adds[i])
                 if 4 * full.size > inline_max:
                     flags[i] = ITEM_OVERFLOW
                     spill(i, full)
                 else:
                     if self.overflow[i]:
                         spill(i, None)
-                    parts.append(full)
+                    runs.append(full)
                     spos += full.size
             sid_end.append(spos)
+        parts = [self.base[r[0]:r[1]] if type(r) is tuple else r for r in runs]
         node_flags = self.flags | SPILLED if any(flags) else self.flags & ~SPILLED
         head = HEADER.pack(self.kind, node_flags, n, self.prev, self.next, self.attr, self.family)
         sids = np.concatenate(parts).astype(_U4, copy=False) if parts else sidset.EMPTY

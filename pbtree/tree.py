@@ -253,7 +253,7 @@ class Writer:
         else:
             node = self.node(leaf.ptr[kind])
             i = node.find(payload)
-            full = node.sets[i]
+            full = node.item_sids(i)
             if full is None:
                 full = self._overflow(overflow_key(kind, key))
             full = sidset.without(sidset.append(full, node.adds[i]), sid)

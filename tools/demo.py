@@ -1,36 +1,81 @@
-"""`make demo`: subscribe a few alerts through the API and match sample events."""
+"""`make demo`: e-commerce alerts built into an index with Spark, then matched against products.
+
+Writes ``demo-data/`` (subscriptions and events as Parquet, the index), prints a few events
+with the alerts they match and the timings. ``make clean`` removes it.
+"""
 
 from __future__ import annotations
 
-import tempfile
+import os
+import sys
 import time
+from pathlib import Path
 
 import pbtree
+from pbtree.samples import ecommerce, write_events, write_subscriptions
 
-SUBSCRIPTIONS = [
-    ("cheap-acme", "price < 100 and brand = 'acme'"),
-    ("running-shoes", "category = 'shoes' and title prefix 'Run' and size in (42, 43)"),
-    ("mid-range", "price between 50 and 150 and rating >= 4"),
-    ("not-red", "category = 'shoes' and color not in ('red', 'pink')"),
-]
-EVENTS = [
-    {"price": 79, "brand": "acme", "rating": 4.5, "category": "shoes", "color": "red"},
-    {"price": 120, "brand": "zeta", "rating": 4.1, "category": "shoes",
-     "title": "Runner X", "size": 43, "color": "blue"},
-]
+DATA = Path("demo-data")
+SUBSCRIPTIONS, EVENTS, SHOWN = 5000, 500, 3
+
+
+def build_with_spark(subs: Path, index: Path) -> str:
+    """Build the index from Parquet with the Spark loader; returns how it went."""
+    from spark_loader import build, session
+    from spark_loader.progress import Timings
+
+    timings = Timings()
+    with session.running(None, {}, "pbtree demo", timings) as spark:
+        result = build.run(spark, build.BuildOptions(str(subs), str(index), shards=2,
+                                                     force=True), timings)
+    return f"with Spark ({result.layout} layout, {result.shards} shards): {timings.line()}"
+
+
+def describe(event: dict) -> str:
+    size = event.get("shoe_size", event.get("size"))
+    return (f"{event['title']} - {event['category']} by {event['brand']}, {event['price']:.2f}, "
+            f"rating {event['rating']}, {event['color']}" + (f", size {size}" if size else "")
+            + (", in stock" if event["in_stock"] else ", sold out")
+            + (f", {event['discount']}% off" if event["discount"] else ""))
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, pbtree.create(f"{tmp}/demo.pbt") as index:
-        index.subscribe_many(SUBSCRIPTIONS)
-        for event in EVENTS:
+    DATA.mkdir(exist_ok=True)
+    subs_path, events_path, index_path = (DATA / "alerts.parquet", DATA / "products.parquet",
+                                          DATA / "alerts.pbt")
+    start = time.perf_counter()
+    sample = ecommerce(SUBSCRIPTIONS, EVENTS, seed=7)
+    write_subscriptions(sample.subscriptions, subs_path)
+    write_events(sample.events, events_path)
+    print(f"generated {SUBSCRIPTIONS:,} shopper alerts -> {subs_path} and {EVENTS} product "
+          f"events -> {events_path} ({time.perf_counter() - start:.1f} s)")
+
+    start = time.perf_counter()
+    how = build_with_spark(subs_path, index_path)
+    print(f"built {index_path} {how} ({time.perf_counter() - start:.1f} s in all)")
+
+    written = dict(sample.subscriptions)  # the alerts as shoppers wrote them
+    with pbtree.open(index_path, readonly=True) as index:
+        start = time.perf_counter()
+        results = index.match_many(sample.events)
+        took = time.perf_counter() - start
+        total = sum(map(len, results))
+        print(f"matched {EVENTS} events in {took * 1e3:.0f} ms ({took / EVENTS * 1e3:.2f} ms "
+              f"per event, {EVENTS / took:,.0f} events/s): {total / EVENTS:.1f} alerts per event "
+              f"on average\n")
+        for event in sample.events[:SHOWN]:
             start = time.perf_counter()
             matches = index.match(event)
             took = (time.perf_counter() - start) * 1e3
-            print(f"event {event}\n  matched in {took:.2f} ms:")
-            for sub_id in matches:
-                print(f"    {sub_id}: {index.get(sub_id)}")
+            print(f"{describe(event)}\n  alerts {len(matches)} shoppers ({took:.2f} ms), e.g.")
+            for sub_id in matches[:4]:
+                print(f"    #{sub_id:<5} {written[sub_id]}")
+            print()
+    print("try it yourself:\n"
+          f"  .venv/bin/pbtree match {index_path} --event '{{\"category\": \"shoes\", "
+          f"\"price\": 59, \"brand\": \"acme\", \"shoe_size\": 42, \"rating\": 4.6}}'\n"
+          f"  .venv/bin/pbtree stats {index_path}")
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     main()

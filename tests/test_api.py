@@ -1,0 +1,191 @@
+"""Index API: lifecycle, persistence across processes, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import pbtree
+
+SUBS = [
+    (1, "price < 100 and brand = 'acme'"),
+    ("wish-7", [("size", "in", [8, 9]), ("price", "between", (20, 60))]),
+    (3, "title prefix 'Nik' and color not in ('red')"),
+    (-4, "active = true and rating >= 4.5"),
+]
+EVENTS = [
+    {"price": 42, "brand": "acme", "size": 9},
+    {"title": "Nike Air", "color": "blue"},
+    {"active": True, "rating": 5, "price": 99.5, "brand": "acme"},
+    {"price": "42", "brand": "acme"},
+]
+EXPECTED = [[1, "wish-7"], [3], [-4, 1], []]
+
+
+@pytest.fixture
+def index(tmp_path):
+    with pbtree.create(tmp_path / "ix", shards=2, node_bytes=256) as ix:
+        ix.subscribe_many(SUBS)
+        yield ix
+
+
+def snapshot(ix: pbtree.Index) -> tuple:
+    """Everything observable about an index, to show a failed call changed nothing."""
+    stats = ix.stats()
+    stats.pop("bytes")
+    return sorted(map(str, ix)), [ix.get(i) for i in ix], stats, ix.match_many(EVENTS)
+
+
+def test_match_get_len_contains_iter(index):
+    assert index.match_many(EVENTS) == EXPECTED
+    assert len(index) == 4 and 1 in index and "wish-7" in index and 2 not in index
+    assert sorted(index, key=str) == sorted([1, "wish-7", 3, -4], key=str)
+    assert index.get("wish-7") == "price <= 60 and price >= 20 and size in (8, 9)"
+    with pytest.raises(KeyError):
+        index.get(99)
+    assert index.verify()["subscriptions"] == 4
+
+
+def test_duplicate_id_and_replace(index):
+    before = snapshot(index)
+    with pytest.raises(pbtree.DuplicateIdError, match="1"):
+        index.subscribe(1, "price > 0")
+    with pytest.raises(pbtree.DuplicateIdError):
+        index.subscribe_many([(50, "a = 1"), (3, "a = 2")])
+    with pytest.raises(pbtree.DuplicateIdError):
+        index.subscribe_many([(51, "a = 1"), (51, "a = 2")])
+    assert snapshot(index) == before
+    index.subscribe(1, "price > 1000", replace=True)
+    assert index.match(EVENTS[0]) == ["wish-7"]
+    assert index.match({"price": 1001}) == [1]
+    index.verify()
+
+
+def test_unsubscribe_counts(index):
+    assert index.unsubscribe(1) is True
+    assert index.unsubscribe(1) is False
+    assert index.unsubscribe_many([3, 3, "nope", -4]) == 2
+    assert list(index) == ["wish-7"]
+    index.verify()
+
+
+def test_stats_counts(index):
+    stats = index.stats()
+    assert stats["subscriptions"] == 4
+    # 2 + 3 (in, >=, <=) + 3 (>=, < from prefix, !=) + 2 = 10 core predicates
+    assert stats["predicates"] == 10
+    assert stats["attributes"] == 7
+    assert stats["bytes"] > 0 and stats["shards"] == 2
+
+
+def test_persistence_reopen_readonly_and_other_process(tmp_path):
+    path = tmp_path / "ix"
+    with pbtree.create(path, shards=3) as ix:
+        ix.subscribe_many(SUBS)
+    with pbtree.open(path) as ix:
+        assert ix.match_many(EVENTS) == EXPECTED
+        ix.unsubscribe(3)
+        ix.subscribe(3, "color = 'blue'")
+    expected = [[1, "wish-7"], [3], [-4, 1], []]
+    with pbtree.open(path, readonly=True) as ix:
+        assert ix.match_many(EVENTS) == expected
+        with pytest.raises(pbtree.ReadOnlyError):
+            ix.subscribe(9, "a = 1")
+        with pytest.raises(pbtree.ReadOnlyError):
+            ix.unsubscribe(1)
+        ix.verify()
+    script = ("import json, sys, pbtree\n"
+              "with pbtree.open(sys.argv[1], readonly=True) as ix:\n"
+              "    print(json.dumps(ix.match_many(json.loads(sys.argv[2]))))\n")
+    out = subprocess.run([sys.executable, "-c", script, str(path), json.dumps(EVENTS)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == expected
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("price <", "position 7"),
+    ("price < 100 or brand = 'x'", "conjunction"),
+    ("price ~ 3", "position"),
+    ("price like 'x'", "like"),
+    ("brand = 'unterminated", "position"),
+    ("", "empty"),
+    ([], "empty"),
+    ("n = 9007199254740993", "2\\^53"),
+    ([("n", "=", 2**60)], "2\\^53"),
+    (f"s = '{'x' * 600}'", "505"),
+    ([("a", "=", float("nan"))], "NaN"),
+    ([("a", "matches", 1)], "unknown operator"),
+    ([("a", "in", 5)], "list"),
+    ([("a", "=", [1, 2])], "list"),
+    (42, "string"),
+])
+def test_bad_expressions_are_rejected_and_change_nothing(index, expr, message):
+    before = snapshot(index)
+    with pytest.raises(pbtree.ExpressionError, match=message):
+        index.subscribe(100, expr)
+    with pytest.raises(pbtree.ExpressionError, match="item 1"):
+        index.subscribe_many([(101, "a = 1"), (102, expr)])
+    assert snapshot(index) == before
+
+
+@pytest.mark.parametrize("sub_id", [1.5, None, b"x", ("a",), 2**64, "x" * 600, True])
+def test_bad_ids(index, sub_id):
+    before = snapshot(index)
+    with pytest.raises(pbtree.IdError):
+        index.subscribe(sub_id, "a = 1")
+    assert snapshot(index) == before
+
+
+@pytest.mark.parametrize("event, message", [
+    ({"price": [1, 2]}, "list"),
+    ({"price": {"a": 1}}, "dict"),
+    ({"price": object()}, "object"),
+    ({"price": float("nan")}, "NaN"),
+    ({"price": 2**70}, "2\\^53"),
+    ({"title": "bad \ud800 surrogate"}, "surrogate"),
+    ({1: 5}, "strings"),
+    ([("price", 5)], "mapping"),
+])
+def test_bad_event_values(index, event, message):
+    with pytest.raises(pbtree.EventError, match=message):
+        index.match(event)
+    with pytest.raises(pbtree.EventError):
+        index.match_many([EVENTS[0], event])
+
+
+def test_event_edge_values(index):
+    assert index.match({"price": 42, "brand": "acme", "size": 9, "unused": None}) == [1, "wish-7"]
+    assert index.match({"price": None, "brand": "acme"}) == []
+    assert index.match({"price": float("-inf"), "brand": "acme"}) == [1]
+    assert index.match({"title": "Nik" + "e" * 10_000, "color": "x" * 10_000}) == [3]
+    assert index.match({}) == []
+
+
+def test_open_errors(tmp_path):
+    with pytest.raises(pbtree.NotAnIndexError):
+        pbtree.open(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("hello")
+    with pytest.raises(pbtree.NotAnIndexError, match="manifest"):
+        pbtree.open(tmp_path / "plain")
+    with pytest.raises(pbtree.IndexExistsError):
+        pbtree.create(tmp_path / "plain")
+    (tmp_path / "newer").mkdir()
+    (tmp_path / "newer" / "manifest.json").write_text(
+        json.dumps({"format": "pbtree", "version": 99, "shards": 1}))
+    with pytest.raises(pbtree.FormatVersionError, match="99"):
+        pbtree.open(tmp_path / "newer")
+    for bad_layout in ({"shards": 0}, {"node_bytes": 100}, {"node_bytes": "4k"}):
+        with pytest.raises(pbtree.PbtreeError):
+            pbtree.create(tmp_path / f"x{len(os.listdir(tmp_path))}", **bad_layout)
+
+
+def test_closed_index_raises(tmp_path):
+    ix = pbtree.create(tmp_path / "ix")
+    ix.close()
+    with pytest.raises(pbtree.PbtreeError, match="closed"):
+        ix.match({"a": 1})

@@ -6,6 +6,7 @@ with the alerts they match and the timings. ``make clean`` removes it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -71,8 +72,8 @@ def main() -> None:
                 print(f"    #{sub_id:<5} {written[sub_id]}")
             print()
     print("try it yourself:\n"
-          f"  .venv/bin/pbtree match {index_path} --event '{{\"category\": \"shoes\", "
-          f"\"price\": 59, \"brand\": \"acme\", \"shoe_size\": 42, \"rating\": 4.6}}'\n"
+          f"  .venv/bin/pbtree match {index_path} --event '{json.dumps(sample.events[SHOWN - 1])}'"
+          f"\n  .venv/bin/pbtree match {index_path} {events_path} --count | head\n"
           f"  .venv/bin/pbtree stats {index_path}")
 
 

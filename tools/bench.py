@@ -316,6 +316,7 @@ COLUMNS = (
     ("events_per_s", "events/s", None),
     ("p50_ms", "p50 ms", None),
     ("p99_ms", "p99 ms", None),
+    ("match_many_events_per_s", "match_many ev/s", None),
     ("subscribe_per_s", "sub/s", None),
     ("subscribe_many_per_s", "sub/s batch", None),
     ("unsubscribe_per_s", "unsub/s", None),

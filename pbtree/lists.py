@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from storage import sidset
+from storage.keys import BOOL, NUMBER, STRING
 
 HEADER = struct.Struct("<BBHIII B")
 HEAD, TAIL = 0x01, 0x02
@@ -26,6 +27,9 @@ SPILLED = 0x04  # some item of the node keeps its SidSet in the overflow databas
 ITEM_OVERFLOW = 0x01
 ITEM_FIXED = 9  # key_end + item_flags + sid_end bytes per item
 _U4 = np.dtype("<u4")
+_U32 = struct.Struct("<I")
+FIXED_WIDTH = {NUMBER: 8, BOOL: 1}
+FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 
 
 def node_key(node_id: int) -> bytes:
@@ -33,40 +37,57 @@ def node_key(node_id: int) -> bytes:
 
 
 class View:
-    """Read-only view of an encoded node, for the matcher and verify."""
+    """Read-only view of an encoded node, for the matcher and verify.
 
-    __slots__ = ("buf", "kind", "flags", "n", "prev", "next", "attr", "family", "key_end",
-                 "keys_at", "flags_at", "sid_end", "sids_at")
+    Only the header is parsed up front; offsets come from single struct reads
+    so walking a list costs a few microseconds per node.
+    """
+
+    __slots__ = ("buf", "kind", "flags", "n", "prev", "next", "attr", "family",
+                 "keys_at", "flags_at", "ends_at", "sids_at")
 
     def __init__(self, buf: bytes | memoryview) -> None:
         self.buf = buf
         (self.kind, self.flags, n, self.prev, self.next, self.attr,
          self.family) = HEADER.unpack_from(buf)
         self.n = n
-        at = HEADER.size
-        self.key_end = np.frombuffer(buf, _U4, n, at)
-        self.keys_at = at + 4 * n
-        self.flags_at = self.keys_at + (int(self.key_end[-1]) if n else 0)
-        self.sid_end = np.frombuffer(buf, _U4, n, self.flags_at + n)
-        self.sids_at = self.flags_at + 5 * n
+        self.keys_at = HEADER.size + 4 * n
+        self.flags_at = self.keys_at + (_U32.unpack_from(buf, self.keys_at - 4)[0] if n else 0)
+        self.ends_at = self.flags_at + n
+        self.sids_at = self.ends_at + 4 * n
+
+    @property
+    def key_end(self) -> np.ndarray:
+        return np.frombuffer(self.buf, _U4, self.n, HEADER.size)
+
+    @property
+    def sid_end(self) -> np.ndarray:
+        return np.frombuffer(self.buf, _U4, self.n, self.ends_at)
+
+    def _key_end(self, i: int) -> int:
+        return _U32.unpack_from(self.buf, HEADER.size + 4 * i)[0] if i >= 0 else 0
+
+    def _sid_end(self, i: int) -> int:
+        return _U32.unpack_from(self.buf, self.ends_at + 4 * i)[0] if i >= 0 else 0
 
     def fixed_width(self) -> int:
         """The common key length when every key has the same non-zero length, else 0."""
-        n = self.n
-        width = int(self.key_end[0]) if n else 0
-        if width and int(self.key_end[-1]) == width * n and (
-                n < 3 or bool((np.diff(self.key_end) == width).all())):
+        if self.family != STRING:
+            return FIXED_WIDTH[self.family]
+        ends = self.key_end
+        width = int(ends[0]) if self.n else 0
+        if width and bool((ends == np.arange(width, width * self.n + 1, width)).all()):
             return width
         return 0
 
     def key(self, i: int) -> bytes:
-        start = int(self.key_end[i - 1]) if i else 0
-        return bytes(self.buf[self.keys_at + start:self.keys_at + int(self.key_end[i])])
+        at = self.keys_at
+        return bytes(self.buf[at + self._key_end(i - 1):at + self._key_end(i)])
 
     def keys(self) -> list[bytes]:
-        ends = self.key_end.tolist()
-        if not ends:
+        if not self.n:
             return []
+        ends = self.key_end.tolist()
         total = ends[-1]
         blob = bytes(self.buf[self.keys_at:self.keys_at + total])
         width = self.fixed_width()
@@ -78,13 +99,11 @@ class View:
         """Number of items whose key is < target (<= when inclusive)."""
         if not self.n:
             return 0
-        width = len(target)
-        side = "right" if inclusive else "left"
-        if width in (1, 8) and self.fixed_width() == width:
-            dtype = np.dtype(f">u{width}")
+        if self.family != STRING:
+            dtype = FIXED_DTYPE[self.family]
             fixed = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
             probe = dtype.type(int.from_bytes(target, "big"))
-            return int(np.searchsorted(fixed, probe, side))
+            return int(fixed.searchsorted(probe, "right" if inclusive else "left"))
         find = bisect_right if inclusive else bisect_left
         return find(range(self.n), target, key=self.key)
 
@@ -93,8 +112,7 @@ class View:
 
     def inline(self, lo: int, hi: int) -> np.ndarray:
         """Concatenated inline sids of items [lo, hi) as one zero-copy array."""
-        start = int(self.sid_end[lo - 1]) if lo else 0
-        stop = int(self.sid_end[hi - 1]) if hi else 0
+        start, stop = self._sid_end(lo - 1), self._sid_end(hi - 1)
         return np.frombuffer(self.buf, _U4, stop - start, self.sids_at + 4 * start)
 
     def overflowed(self, lo: int, hi: int) -> list[int]:

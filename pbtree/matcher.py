@@ -18,11 +18,12 @@ from storage import sidset
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "leaf_db", "nodes_db", "over_db", "out")
+    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
         self.txn = txn
-        self.leaf_db, self.nodes_db, self.over_db = dbs["leaf"], dbs["nodes"], dbs["overflow"]
+        self.cursor = txn.cursor(db=dbs["leaf"])
+        self.nodes_db, self.over_db = dbs["nodes"], dbs["overflow"]
         self.out: list[np.ndarray] = []
 
     def _view(self, node_id: int) -> View:
@@ -38,7 +39,7 @@ class Search:
 
     def attribute(self, prefix: bytes, payload: bytes, exact: bool) -> None:
         """Collect everything one event value satisfies in the tree ``prefix``."""
-        cur = self.txn.cursor(db=self.leaf_db)
+        cur = self.cursor
         target = prefix + payload
         hit = pred = succ = None
         if cur.set_range(target):
@@ -116,8 +117,18 @@ class Search:
 
 
 def count(txn: lmdb.Transaction, dbs: dict, arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted sids whose number of satisfied predicates equals their predicate count."""
+    """Sorted sids whose number of satisfied predicates equals their predicate count.
+
+    Counting is a bincount when the hits are dense relative to the largest sid
+    (no sort), and a sort-based unique when they are sparse.
+    """
     if not arrays:
         return sidset.EMPTY
-    sids, hits = np.unique(np.concatenate(arrays), return_counts=True)
-    return sids[hits == NEEDED.gather(txn, dbs, sids)]
+    hits = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    if hits.size * 16 >= int(hits.max()):
+        counts = np.bincount(hits)
+        sids = np.flatnonzero(counts)
+        counts = counts[sids]
+    else:
+        sids, counts = np.unique(hits, return_counts=True)
+    return sids[counts == NEEDED.gather(txn, dbs, sids)]

@@ -71,6 +71,8 @@ class Environment:
                 max_readers=512,
             )
             self._check_size()
+            if not create:
+                self._check_foreign(db_names[0])
             self.dbs = {
                 name: self.env.open_db(name.encode(), create=not readonly)
                 for name in db_names
@@ -94,6 +96,16 @@ class Environment:
             raise CorruptIndexError(
                 f"{self.path}: {DATA_FILE} is truncated: {size} bytes, but its last "
                 f"committed page ends at byte {need}")
+
+    def _check_foreign(self, first_db: str) -> None:
+        """Refuse an LMDB environment of another program before adding databases to it."""
+        try:
+            self.env.open_db(first_db.encode(), create=False)
+        except lmdb.NotFoundError:
+            self.env.close()
+            raise NotAnIndexError(
+                f"{self.path}: an LMDB environment without a {first_db!r} database; "
+                f"not a pbtree shard") from None
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:

@@ -1,11 +1,83 @@
-"""Reliability: reopening, damaged, foreign and unwritable index files (DESIGN §6)."""
+"""Reliability: reopening, damaged, foreign and unwritable index files, full disks (DESIGN §6).
+
+Damaged files are probed in a child process, so a crash (SIGBUS, SIGSEGV, abort) or a hang
+fails the test instead of killing pytest. The probe opens the index, matches events and
+runs verify(); a probe that succeeds must answer exactly like the oracle.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import shutil
+import signal
+import struct
 import subprocess
 import sys
+from pathlib import Path
+
+import lmdb
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
 
 import pbtree
+from pbtree.expr import parse
+
+ATTRS = ["a", "b", "c"]
+TRIALS = int(os.environ.get("PBTREE_STRESS_TRIALS", "16"))
+
+PROBE = """
+import json, sys
+import pbtree
+path, readonly, events = sys.argv[1], sys.argv[2] == "ro", json.loads(sys.argv[3])
+stage = "open"
+try:
+    with pbtree.open(path, readonly=readonly) as ix:
+        stage = "verify"
+        ix.verify()
+        stage = "match"
+        print(json.dumps({"answers": [ix.match(e) for e in events]}))
+except pbtree.PbtreeError as exc:
+    print(json.dumps({"stage": stage, "error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def probe(path: Path, events: list[dict], readonly: bool = True) -> dict:
+    """Open, verify and match in a child process; its JSON report, or the crash."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), "ro" if readonly else "rw", json.dumps(events)],
+        capture_output=True, text=True, timeout=120)
+    if proc.returncode:
+        return {"crash": proc.returncode, "stderr": proc.stderr}
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, list[dict], list]:
+    """An index with lists over many nodes and overflow SidSets, its events and answers."""
+    rng = random.Random(5)
+    path = tmp_path_factory.mktemp("base") / "index"
+    subs = {n: random_subscription(rng, ATTRS, 300) for n in range(3000)}
+    subs.update({f"s{n}": [("a", ">=", 3), ("b", "!=", 7)] for n in range(1500)})
+    with pbtree.create(path, shards=1) as ix:
+        ix.subscribe_many(subs.items())
+    events = [random_event(rng, ATTRS, 300) for _ in range(40)]
+    model = {k: parse(v) for k, v in subs.items()}
+    return path, events, [oracle_match(model, e) for e in events]
+
+
+@pytest.fixture
+def damaged(built, tmp_path) -> tuple[Path, list[dict], list]:
+    path, events, answers = built
+    copy = tmp_path / "index"
+    shutil.copytree(path, copy)
+    return copy, events, answers
+
+
+def data_file(path: Path) -> Path:
+    return path / "shard-0000" / "data.mdb"
 
 
 def test_reopen_sees_committed_subscriptions(tmp_path):
@@ -19,15 +91,294 @@ def test_reopen_sees_committed_subscriptions(tmp_path):
         assert ix.verify()["ok"]
 
 
-def test_truncated_data_file_is_refused_not_sigbus(tmp_path):
-    """LMDB maps data.mdb; reading past a truncated end would kill the process with SIGBUS."""
+def test_undamaged_copy_answers_like_the_oracle(damaged):
+    path, events, answers = damaged
+    assert probe(path, events) == {"answers": answers}
+
+
+def _manifest(path: Path, text: str) -> None:
+    (path / "manifest.json").write_text(text)
+
+
+def _edit_manifest(path: Path, **changes: object) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    _manifest(path, json.dumps({**manifest, **changes}))
+
+
+def _shard_meta(path: Path, key: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.put(key, value, db=env.open_db(b"meta", txn=txn))
+    env.close()
+
+
+def _foreign_lmdb(path: Path) -> None:
+    shutil.rmtree(path / "shard-0000")
+    env = lmdb.open(str(path / "shard-0000"))
+    with env.begin(write=True) as txn:
+        txn.put(b"someone", b"else's data")
+    env.close()
+
+
+def _zero_pages(path: Path, *pages: int) -> None:
+    with open(data_file(path), "r+b") as out:
+        for page in pages:
+            out.seek(page * 4096)
+            out.write(bytes(4096))
+
+
+DAMAGE = {
+    "manifest missing": (lambda p: (p / "manifest.json").unlink(), "NotAnIndexError", "no"),
+    "manifest garbage": (lambda p: _manifest(p, "\x00\xffnot json"), "CorruptIndexError",
+                         "damaged"),
+    "manifest of another program": (lambda p: _manifest(p, '{"format": "other"}'),
+                                    "NotAnIndexError", "not a pbtree manifest"),
+    "manifest newer version": (lambda p: _edit_manifest(p, version=99), "FormatVersionError",
+                               "upgrade"),
+    "manifest bad shard count": (lambda p: _edit_manifest(p, shards="x"), "CorruptIndexError",
+                                 "shard count"),
+    "manifest more shards": (lambda p: _edit_manifest(p, shards=2), "CorruptIndexError",
+                             "shard-0001 is missing"),
+    "shard directory missing": (lambda p: shutil.rmtree(p / "shard-0000"),
+                                "CorruptIndexError", "missing"),
+    "data file missing": (lambda p: data_file(p).unlink(), "NotAnIndexError", "data.mdb"),
+    "data file empty": (lambda p: data_file(p).write_bytes(b""), "CorruptIndexError",
+                        "truncated"),
+    "data file truncated to one page": (lambda p: os.truncate(data_file(p), 4096),
+                                        "CorruptIndexError", ""),
+    "data file truncated": (lambda p: os.truncate(data_file(p), 5 * 4096 + 100),
+                            "CorruptIndexError", "truncated"),
+    "data file lost its last page": (
+        lambda p: os.truncate(data_file(p), data_file(p).stat().st_size - 4096),
+        "CorruptIndexError", "truncated"),
+    "data file is text": (lambda p: data_file(p).write_text("hello\n" * 5000),
+                          "CorruptIndexError", ""),
+    "data file is random bytes": (lambda p: data_file(p).write_bytes(
+        random.Random(1).randbytes(200_000)), "CorruptIndexError", ""),
+    "both meta pages zeroed": (lambda p: _zero_pages(p, 0, 1), "CorruptIndexError", ""),
+    "another program's LMDB": (_foreign_lmdb, "NotAnIndexError", "not a pbtree shard"),
+    "shard format newer": (lambda p: _shard_meta(p, b"version", (9).to_bytes(4, "little")),
+                           "FormatVersionError", "upgrade"),
+    "shard format record foreign": (lambda p: _shard_meta(p, b"format", b"other"),
+                                    "CorruptIndexError", "not a pbtree shard"),
+}
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["ro", "rw"])
+@pytest.mark.parametrize("case", DAMAGE)
+def test_damage_gives_a_specific_error(damaged, case, readonly):
+    path, events, _ = damaged
+    damage, error, hint = DAMAGE[case]
+    damage(path)
+    before = sorted((p.relative_to(path), p.stat().st_size) for p in path.rglob("*.mdb"))
+    outcome = probe(path, events, readonly)
+    assert outcome.get("error") == error, outcome
+    assert hint in outcome["message"]
+    after = sorted((p.relative_to(path), p.stat().st_size) for p in path.rglob("*.mdb"))
+    assert [f for f in after if f[0].name == "data.mdb"] == \
+        [f for f in before if f[0].name == "data.mdb"], "a failed open changed the data file"
+
+
+def test_another_programs_lmdb_is_left_untouched(damaged):
+    path, _, _ = damaged
+    _foreign_lmdb(path)
+    with pytest.raises(pbtree.NotAnIndexError):
+        pbtree.open(path)
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin() as txn:
+        assert [bytes(k) for k, _ in txn.cursor()] == [b"someone"]
+    env.close()
+
+
+def test_one_zeroed_meta_page_falls_back_to_the_other(damaged):
+    """LMDB keeps two meta pages: losing page 0 is reported; losing page 1 may leave the
+    other meta page's consistent but older snapshot, silently lacking the last commit
+    (here: all subscriptions). LMDB cannot tell; the README documents it.
+    """
+    path, events, answers = damaged
+    original = data_file(path).read_bytes()
+    for page in (0, 1):
+        data_file(path).write_bytes(original)
+        _zero_pages(path, page)
+        outcome = probe(path, events)
+        if "error" in outcome:
+            assert outcome["error"] == "CorruptIndexError", outcome
+        else:
+            assert outcome in ({"answers": answers}, {"answers": [[]] * len(events)})
+
+
+def _page_kinds(path: Path) -> dict[int, int]:
+    """LMDB page flags by page number for pages that start a B-tree or overflow page."""
+    data = data_file(path).read_bytes()
+    kinds, skip = {}, 0
+    for page in range(2, len(data) // 4096):
+        if skip:
+            skip -= 1
+            continue
+        pgno, _, flags = struct.unpack_from("<QHH", data, page * 4096)
+        if pgno == page:
+            kinds[page] = flags
+            if flags & 4:  # overflow: the next pages are raw value bytes
+                skip = struct.unpack_from("<I", data, page * 4096 + 12)[0] - 1
+    return kinds
+
+
+def test_zeroed_pages_never_give_silent_wrong_answers(damaged):
+    """Zero one data page at a time: verify() catches the damage, or the answers are right.
+
+    LMDB has no page checksums. It reports most zeroed B-tree pages itself
+    (MDB_CORRUPTED -> CorruptIndexError), but some make its cursor code abort the
+    process on an internal assertion; that documented limitation is tolerated here,
+    a wrong answer, another exception, another signal or a hang is not.
+    """
+    path, events, answers = damaged
+    original = data_file(path).read_bytes()
+    pages = sorted(_page_kinds(path))
+    rng = random.Random(TRIALS)
+    known_engine_bug = []
+    for page in rng.sample(pages, min(len(pages), TRIALS)):
+        data_file(path).write_bytes(original)
+        _zero_pages(path, page)
+        outcome = probe(path, events)
+        if "crash" in outcome and "KeyError: 'eq_nodes'" in outcome["stderr"]:
+            known_engine_bug.append(page)  # see test_zeroed_list_node_...
+        elif "crash" in outcome:
+            assert outcome["crash"] == -signal.SIGABRT, outcome
+            assert "Assertion" in outcome["stderr"], outcome
+        elif "error" in outcome:
+            assert outcome["error"] == "CorruptIndexError", outcome
+        else:
+            assert outcome == {"answers": answers}, f"page {page}: wrong answers"
+    if known_engine_bug:
+        pytest.xfail(f"verify() raised KeyError for zeroed pages {known_engine_bug}")
+
+
+def _lmdb_record(path: Path, db: bytes, key_index: int, value: bytes | None) -> None:
+    """Replace (or delete, when value is None) one record of a shard database."""
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        handle = env.open_db(db, txn=txn)
+        key, old = list(txn.cursor(db=handle))[key_index]
+        if value is None:
+            txn.delete(key, db=handle)
+        else:
+            txn.put(key, value or bytes(len(old)), db=handle)
+    env.close()
+
+
+@pytest.mark.xfail(strict=True, reason="engine: matcher reads a missing list node as None "
+                   "(TypeError); reported to the engine owner")
+def test_missing_list_node_is_a_corrupt_index_error_in_match(damaged):
+    path, events, _ = damaged
+    _lmdb_record(path, b"nodes", 5, None)
+    with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError):
+        for event in events:
+            ix.match(event)
+
+
+@pytest.mark.xfail(strict=True, reason="engine: verify's shard_stats raises KeyError on a "
+                   "zeroed list node; reported to the engine owner")
+def test_zeroed_list_node_is_a_corrupt_index_error_in_verify(damaged):
+    path, _, _ = damaged
+    _lmdb_record(path, b"nodes", 5, b"")
+    with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError):
+        ix.verify()
+
+
+def _as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 2 MiB tmpfs (needs root); skipped where mounting is not possible."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    if not _as_root() or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs",
+                                         str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def _fill(ix: pbtree.Index, start: int) -> tuple[int, pbtree.PbtreeError]:
+    """Subscribe batches until the disk is full; (subscriptions stored, the error)."""
+    n = start
+    while True:
+        batch = [(n + i, f"a > {n + i} and b = 'padding {n + i:08d}'") for i in range(200)]
+        try:
+            ix.subscribe_many(batch)
+        except pbtree.PbtreeError as exc:
+            return n, exc
+        n += len(batch)
+
+
+def test_disk_full_rolls_back_and_recovers(small_fs):
+    path = small_fs / "index"
+    ix = pbtree.create(path, map_size=64 << 10)
+    stored, exc = _fill(ix, 0)
+    assert isinstance(exc, pbtree.StorageError) and "disk full" in str(exc)
+    assert stored > 0 and len(ix) == stored
+    assert ix.verify()["ok"]
+    assert ix.match({"a": stored + 1, "b": "padding 00000000"}) == [0]
+    ix.close()
+    with pbtree.open(path) as ix:
+        assert len(ix) == stored and ix.verify()["ok"]
+
+
+def test_file_size_limit_rolls_back(tmp_path):
+    """RLIMIT_FSIZE (no root needed): writes past it fail with EFBIG, like a full disk."""
     path = tmp_path / "index"
-    with pbtree.create(path) as ix:
-        ix.subscribe_many([(n, f"a > {n} and b != 'x{n}'") for n in range(3000)])
-    data = path / "shard-0000" / "data.mdb"
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
-    code = f"import pbtree; pbtree.open({str(path)!r}).match({{'a': 5}})"
+    pbtree.create(path, map_size=64 << 10).close()
+    code = f"""
+import resource, signal, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import pbtree
+from test_reliability_files import _fill
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+ix = pbtree.open({str(path)!r})
+stored, exc = _fill(ix, 0)
+assert isinstance(exc, pbtree.StorageError), exc
+assert len(ix) == stored and ix.verify()["ok"]
+print(stored)
+"""
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 1, proc.stderr
-    assert "CorruptIndexError" in proc.stderr and "truncated" in proc.stderr
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with pbtree.open(path) as ix:
+        assert len(ix) == int(proc.stdout) > 0 and ix.verify()["ok"]
+
+
+@pytest.fixture
+def read_only_index(tmp_path):
+    """An index whose files cannot be written: chmod, or a read-only tmpfs for root."""
+    if not _as_root():
+        path = tmp_path / "index"
+        with pbtree.create(path, shards=2) as ix:
+            ix.subscribe(1, "a > 1")
+        for item in [path, *path.rglob("*")]:
+            item.chmod(0o555 if item.is_dir() else 0o444)
+        yield path
+        for item in [path, *path.rglob("*")]:
+            item.chmod(0o755 if item.is_dir() else 0o644)
+        return
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    with pbtree.create(mount / "index", shards=2) as ix:
+        ix.subscribe(1, "a > 1")
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+    yield mount / "index"
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_no_write_permission(read_only_index):
+    with pytest.raises(pbtree.ReadOnlyError, match="readonly=True"):
+        pbtree.open(read_only_index)
+    with pbtree.open(read_only_index, readonly=True) as ix:
+        assert ix.match({"a": 2}) == [1]
+        with pytest.raises(pbtree.ReadOnlyError):
+            ix.subscribe(2, "a > 0")

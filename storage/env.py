@@ -32,7 +32,7 @@ def _storage_error(path: str, exc: lmdb.Error) -> Exception:
         return CorruptIndexError(f"{path}: not a valid LMDB data file or damaged ({exc})")
     if isinstance(exc, lmdb.PageNotFoundError | lmdb.BadRslotError | lmdb.BadTxnError):
         return CorruptIndexError(f"{path}: damaged data file ({exc})")
-    if isinstance(exc, lmdb.DiskError) or "No space left" in str(exc):
+    if isinstance(exc, lmdb.DiskError) or "No space left" in text or "mdb_txn_commit" in text:
         return StorageError(f"{path}: disk full or I/O error; nothing was written ({exc})")
     return StorageError(text)
 

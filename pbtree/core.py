@@ -133,7 +133,8 @@ def prepare_event(event: Mapping) -> PreparedEvent:
             family, payload, exact = event_payload(value)
         except ValueRejected as exc:
             raise EventError(f"event attribute {attr!r}: {exc}") from None
-        out.append((name, family, payload, exact))
+        if 0 < len(name) <= MAX_ATTR_BYTES:  # no subscription can name any other attribute
+            out.append((name, family, payload, exact))
     return out
 
 

@@ -226,9 +226,10 @@ class Index:
         ints: list[list[np.ndarray]] = [[] for _ in prepared]
         strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
-            with shard.env.read() as txn:
+            with shard.matching() as (txn, views):
                 for n, event in enumerate(prepared):
-                    found_ints, found_strings = shard.ids_of(txn, shard.match_sids(txn, event))
+                    sids = shard.match_sids(txn, views, event)
+                    found_ints, found_strings = shard.ids_of(txn, sids)
                     ints[n].append(found_ints)
                     strings[n] += found_strings
         return [np.sort(np.concatenate(i)).tolist() + sorted(s)

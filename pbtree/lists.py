@@ -44,7 +44,7 @@ class View:
     """
 
     __slots__ = ("buf", "kind", "flags", "n", "prev", "next", "attr", "family",
-                 "keys_at", "flags_at", "ends_at", "sids_at")
+                 "keys_at", "flags_at", "ends_at", "sids_at", "_keys", "_all")
 
     def __init__(self, buf: bytes | memoryview) -> None:
         self.buf = buf
@@ -55,6 +55,8 @@ class View:
         self.flags_at = self.keys_at + (_U32.unpack_from(buf, self.keys_at - 4)[0] if n else 0)
         self.ends_at = self.flags_at + n
         self.sids_at = self.ends_at + 4 * n
+        self._keys: list[bytes] | np.ndarray | None = None  # cached for boundary searches
+        self._all: np.ndarray | None = None
 
     @property
     def key_end(self) -> np.ndarray:
@@ -101,17 +103,23 @@ class View:
             return 0
         if self.family != STRING:
             dtype = FIXED_DTYPE[self.family]
-            fixed = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
+            if self._keys is None:
+                self._keys = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
             probe = dtype.type(int.from_bytes(target, "big"))
-            return int(fixed.searchsorted(probe, "right" if inclusive else "left"))
-        find = bisect_right if inclusive else bisect_left
-        return find(range(self.n), target, key=self.key)
+            return int(self._keys.searchsorted(probe, "right" if inclusive else "left"))
+        if self._keys is None:
+            self._keys = self.keys()
+        return (bisect_right if inclusive else bisect_left)(self._keys, target)
 
     def item_flags(self) -> np.ndarray:
         return np.frombuffer(self.buf, np.uint8, self.n, self.flags_at)
 
     def inline(self, lo: int, hi: int) -> np.ndarray:
         """Concatenated inline sids of items [lo, hi) as one zero-copy array."""
+        if lo == 0 and hi == self.n:
+            if self._all is None:
+                self._all = np.frombuffer(self.buf, _U4, self._sid_end(hi - 1), self.sids_at)
+            return self._all
         start, stop = self._sid_end(lo - 1), self._sid_end(hi - 1)
         return np.frombuffer(self.buf, _U4, stop - start, self.sids_at + 4 * start)
 

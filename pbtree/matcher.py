@@ -18,16 +18,20 @@ from storage import sidset
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out")
+    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out", "views")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, views: dict[int, View]) -> None:
         self.txn = txn
+        self.views = views  # node id -> View, valid for this snapshot
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.nodes_db, self.over_db = dbs["nodes"], dbs["overflow"]
         self.out: list[np.ndarray] = []
 
     def _view(self, node_id: int) -> View:
-        return View(self.txn.get(node_key(node_id), db=self.nodes_db))
+        view = self.views.get(node_id)
+        if view is None:
+            view = self.views[node_id] = View(self.txn.get(node_key(node_id), db=self.nodes_db))
+        return view
 
     def _take(self, view: View, prefix: bytes, lo: int, hi: int) -> None:
         if lo >= hi:

@@ -7,8 +7,11 @@ subs (sid -> predicates), ids (id -> sid), names (sid -> id), needed
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
+import lmdb
 import msgpack
 import numpy as np
 
@@ -16,6 +19,7 @@ from pbtree.columns import INT_IDS, STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
+from pbtree.lists import View
 from pbtree.matcher import Search, count
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
@@ -75,9 +79,45 @@ class Shard:
                 f"{path}: shard format version {version} is newer than this pbtree "
                 f"(reads up to {VERSION}); upgrade pbtree")
         self._attr_ids: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        self._snapshot: lmdb.Transaction | None = None
+        self._views: dict[int, View] = {}
 
     def close(self) -> None:
+        with self._lock:
+            self._release()
         self.env.close()
+
+    def _release(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.abort()
+            self._snapshot = None
+            self._views = {}
+
+    @contextmanager
+    def matching(self) -> Iterator[tuple[lmdb.Transaction, dict[int, View]]]:
+        """The pinned read snapshot and its decoded-node cache, renewed after any commit.
+
+        Keeping the snapshot between calls lets list nodes be parsed once per
+        snapshot instead of once per event; it is replaced as soon as LMDB's
+        last committed transaction id moves on (from this or another process).
+        """
+        with self._lock:
+            env = self.env.env
+            snap = self._snapshot
+            if snap is None or env.info()["last_txnid"] != snap.id():
+                self._release()
+                try:
+                    snap = env.begin(buffers=True)
+                except lmdb.MapResizedError:
+                    env.set_mapsize(0)
+                    snap = env.begin(buffers=True)
+                self._snapshot = snap
+            try:
+                yield snap, self._views
+            except lmdb.Error:
+                self._release()
+                raise
 
     # --- writes ---------------------------------------------------------------------
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
@@ -159,9 +199,10 @@ class Shard:
             aid = self._attr_ids[name] = int.from_bytes(raw, "little")
         return aid
 
-    def match_sids(self, txn, event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
+    def match_sids(self, txn, views: dict[int, View],
+                   event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies."""
-        search = Search(txn, self.dbs)
+        search = Search(txn, self.dbs, views)
         for name, family, payload, exact in event:
             aid = self._attr(txn, name)
             if aid is not None:

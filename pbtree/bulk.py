@@ -25,7 +25,7 @@ from pbtree.shard import Shard, postings, sid_key
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
 from storage.env import DEFAULT_MAP_SIZE
-from storage.keys import split_key, tree_prefix
+from storage.keys import const_payload, split_key, tree_prefix
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
 Record = tuple[bytes, bytes]
@@ -47,30 +47,56 @@ class _Records:
         return sum(len(k) + len(v) for recs in self.by_db.values() for k, v in recs)
 
 
-class _Postings:
-    """Where every predicate goes: (place, kind, sid) triples, places numbered as first seen."""
+#: the list kinds each core comparison stores a sid in (as ``pbtree.shard.postings`` says)
+_KINDS = {op: [kind for *_, kind in postings([("a", op, 0)])]
+          for op in ("=", "<", "<=", ">", ">=", "!=")}
+_FIRST = {op: kinds[0] for op, kinds in _KINDS.items()}
+_SECOND = {op: kinds[1] if len(kinds) > 1 else -1 for op, kinds in _KINDS.items()}
 
-    def __init__(self) -> None:
-        self.places: dict[tuple[bytes, int, bytes], int] = {}
-        self.cache: dict[tuple, list[tuple[int, int]]] = {}
-        self.place: list[int] = []
-        self.kind: list[int] = []
-        self.sid: list[int] = []
 
-    def add(self, sid: int, preds: list) -> None:
-        places, place, kind, sids = self.places, self.place, self.kind, self.sid
-        for pred in preds:
-            key = (pred[0], pred[1], type(pred[2]), pred[2])
-            spots = self.cache.get(key) if pred[1] != "in" else None
-            if spots is None:
-                spots = [(places.setdefault((name, family, payload), len(places)), k)
-                         for name, family, payload, k in postings([pred])]
-                if pred[1] != "in":
-                    self.cache[key] = spots
-            for p, k in spots:
-                place.append(p)
-                kind.append(k)
-                sids.append(sid)
+def _flat(subs: list[Sub]) -> tuple[list[tuple], np.ndarray]:
+    """All predicates with ``in`` split into ``=`` (one posting per value), and their sids."""
+    flat = [pred for _, _, preds in subs for pred in preds]
+    sids = np.repeat(np.arange(len(subs), dtype=np.int64), [len(p) for _, _, p in subs])
+    if "in" not in [pred[1] for pred in flat]:
+        return flat, sids
+    rows = [(one, sid) for pred, sid in zip(flat, sids.tolist(), strict=True)
+            for one in ([(pred[0], "=", v) for v in pred[2]] if pred[1] == "in" else (pred,))]
+    return [one for one, _ in rows], np.array([sid for _, sid in rows], dtype=np.int64)
+
+
+def _postings(subs: list[Sub]) -> tuple[list[str], list[bytes], np.ndarray, np.ndarray]:
+    """(attribute names in id order, sorted leaf keys, and per posting in (key, kind, sid)
+    order: ``key index * 4 + kind`` and sid)."""
+    flat, sids = _flat(subs)
+    names: dict[str, int] = {}
+    attr = np.array([names.setdefault(pred[0], len(names)) for pred in flat], dtype=np.int64)
+    values: dict[object, int] = {}  # bools are wrapped in tuples: True == 1 as dict keys
+    value = np.array([values.setdefault(v if v.__class__ is not bool else (v,), len(values))
+                      for _, _, v in flat], dtype=np.int64)
+    ops = [pred[1] for pred in flat]
+    first = np.array([_FIRST[op] for op in ops], dtype=np.int64)
+    second = np.array([_SECOND[op] for op in ops], dtype=np.int64)
+
+    ordered_names = sorted(names)  # code point order = UTF-8 byte order
+    attr_id = np.empty(len(names), dtype=np.int64)
+    attr_id[[names[n] for n in ordered_names]] = np.arange(len(names))
+    encoded = [const_payload(v if v.__class__ is not tuple else v[0]) for v in values]
+    by_key = sorted(range(len(encoded)), key=encoded.__getitem__)
+    value_rank = np.empty(len(encoded), dtype=np.int64)
+    value_rank[by_key] = np.arange(len(encoded))
+
+    place = attr_id[attr] * max(len(encoded), 1) + value_rank[value]
+    twice = second >= 0
+    place = np.concatenate((place, place[twice]))
+    kinds = np.concatenate((first, second[twice]))
+    sids = np.concatenate((sids, sids[twice]))
+    unique, index = np.unique(place, return_inverse=True)
+    order = np.sort(((index * 4 + kinds) << 32) | sids)
+    aids, ranks = np.divmod(unique, max(len(encoded), 1))
+    keys = [tree_prefix(a, encoded[by_key[r]][0]) + encoded[by_key[r]][1]
+            for a, r in zip(aids.tolist(), ranks.tolist(), strict=True)]
+    return ordered_names, keys, order >> 32, (order & 0xFFFFFFFF).astype(sidset.DTYPE)
 
 
 def _encode_node(kind: int, flags: int, prev: int, nxt: int, prefix: bytes,
@@ -204,28 +230,16 @@ def _column(column: Column, values: list[int]) -> list[Record]:
 def _records(subs: list[Sub], node_bytes: int) -> tuple[_Records, int, int]:
     """All records of a shard holding ``subs`` (sid = position); also next node and attr ids."""
     out = _Records()
-    post = _Postings()
-    for sid, (_, _, preds) in enumerate(subs):
-        post.add(sid, preds)
-    places = list(post.places)
-    names = sorted({name for name, _, _ in places})
-    attr_ids = {name: n for n, name in enumerate(names)}
-    out.add("attrs", [(name, n.to_bytes(4, "little")) for name, n in attr_ids.items()])
-    keys = [tree_prefix(attr_ids[name], family) + payload for name, family, payload in places]
-    order = sorted(range(len(keys)), key=keys.__getitem__)
-    rank = np.empty(len(keys), dtype=np.int64)
-    rank[order] = np.arange(len(keys))
-    codes = rank[np.array(post.place, dtype=np.int64)] * 4 + np.array(post.kind, dtype=np.int64)
-    perm = np.argsort(codes, kind="stable")
-    codes = codes[perm]
-    sids = np.array(post.sid, dtype=sidset.DTYPE)[perm]
+    names, keys, codes, sids = _postings(subs)
+    out.add("attrs", [(name.encode("utf-8"), n.to_bytes(4, "little"))
+                      for n, name in enumerate(names)])
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
     group_codes, bounds = codes[starts].tolist(), np.append(starts, codes.size).tolist()
 
     trees = _TreeBuilder(node_bytes, out)
     prefix, payloads, sets = None, [], {}
     for code, lo, hi in zip(group_codes, bounds[:-1], bounds[1:], strict=True):
-        key = keys[order[code >> 2]]
+        key = keys[code >> 2]
         if key[:5] != prefix:
             if prefix is not None:
                 trees.build(prefix, payloads, sets)

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pyarrow as pa
 
 from pbtree.core import normalize
@@ -57,8 +55,7 @@ def _idkey(sub_id: object) -> bytes:
     return encode_id(sub_id)
 
 
-def expressions(table: pa.Table, parse: Callable[[str], list] = normalize
-                ) -> tuple[list[Sub], list[Reject]]:
+def expressions(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
     """Subscriptions of expression-layout rows; duplicated ids reject every row holding them."""
     ids, texts = table.column("id").to_pylist(), table.column("expr").to_pylist()
     keys: list[bytes | None] = []
@@ -84,7 +81,7 @@ def expressions(table: pa.Table, parse: Callable[[str], list] = normalize
             rejects.append((row, sub_id, "null expression"))
             continue
         try:
-            subs.append((sub_id, key, parse(text)))
+            subs.append((sub_id, key, normalize(text)))
         except ExpressionError as exc:
             rejects.append((row, sub_id, str(exc)))
     rejects.sort()

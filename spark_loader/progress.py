@@ -35,8 +35,14 @@ class Timings:
 
 @contextmanager
 def watch(spark, label: str, stream: TextIO | None = None, every: float = 5.0) -> Iterator[None]:
-    """While the block runs, print the task counts of active Spark stages every ``every`` s."""
+    """While the block runs, print the task counts of active Spark stages every ``every`` s.
+
+    Only when ``stream`` (default: standard error) is a terminal, as the pbtree CLI does.
+    """
     stream = stream or sys.stderr
+    if not stream.isatty():
+        yield
+        return
     stop = threading.Event()
     start = time.perf_counter()
     tracker = spark.sparkContext.statusTracker()

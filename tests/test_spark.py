@@ -7,9 +7,12 @@ updates accepted.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import random
+import time
+import types
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,7 +28,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
 
 from spark_loader import build, cli, match, session  # noqa: E402
-from spark_loader.progress import Timings  # noqa: E402
+from spark_loader.progress import Timings, watch  # noqa: E402
 
 ATTRS = ["a", "b", "c", "x.y"]
 LOGICAL = ("subscriptions", "predicates", "attributes", "leaf_items", "gt_items", "lt_items",
@@ -274,6 +277,29 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     assert not os.path.exists(tmp_path / "m")
     assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey"]) == 1
     assert "key=value" in capsys.readouterr().err
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class _Tracker:
+    def getActiveStageIds(self):  # noqa: N802 (Spark's name)
+        return [4]
+
+    def getStageInfo(self, stage_id):  # noqa: N802
+        return types.SimpleNamespace(numCompletedTasks=1, numTasks=3, numActiveTasks=2)
+
+
+def test_progress_lines_only_on_a_terminal():
+    fake = types.SimpleNamespace(sparkContext=types.SimpleNamespace(statusTracker=_Tracker))
+    tty, pipe = _Tty(), io.StringIO()
+    for stream in (tty, pipe):
+        with watch(fake, "build", stream, every=0.01):
+            time.sleep(0.1)
+    assert tty.getvalue().startswith("build: 1/3 tasks done, 2 running")
+    assert pipe.getvalue() == ""
 
 
 def test_parse_conf_and_timings():

@@ -153,6 +153,11 @@ class Index:
             shard.close()
         self.shards = []
 
+    def sync(self) -> None:
+        """Flush every committed write to disk (a no-op cost when durable)."""
+        for shard in self._live():
+            shard.sync()
+
     def __enter__(self) -> Index:
         return self
 
@@ -294,14 +299,19 @@ class Index:
 
 
 def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
-           map_size: int = DEFAULT_MAP_SIZE) -> Index:
-    """Create a new, empty index directory at ``path`` (which must not hold files)."""
+           map_size: int = DEFAULT_MAP_SIZE, durable: bool = True) -> Index:
+    """Create a new, empty index directory at ``path`` (which must not hold files).
+
+    ``durable=False`` skips the fsync of each commit: a killed process still
+    loses nothing, but a power loss or OS crash may lose the latest writes.
+    """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     os.makedirs(path, exist_ok=True)
-    opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size)
+    opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size,
+                    durable=durable)
               for n in range(shards)]
     manifest = new_manifest(shards, node_bytes, created_by="api")
     write_manifest(path, manifest)
@@ -309,8 +319,11 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
 
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
-         map_size: int = DEFAULT_MAP_SIZE) -> Index:
-    """Open an existing index; readonly opens allow many reader processes."""
+         map_size: int = DEFAULT_MAP_SIZE, durable: bool = True) -> Index:
+    """Open an existing index; readonly opens allow many reader processes.
+
+    ``durable`` as for ``create``.
+    """
     path = os.fspath(path)
     manifest = read_manifest(path)
     opened: list[Shard] = []
@@ -320,7 +333,7 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
             if not os.path.isdir(sdir):
                 raise CorruptIndexError(f"{path}: shard directory {os.path.basename(sdir)} "
                                         f"is missing")
-            opened.append(Shard(sdir, readonly=readonly, map_size=map_size))
+            opened.append(Shard(sdir, readonly=readonly, map_size=map_size, durable=durable))
     except BaseException:
         for shard in opened:
             shard.close()

@@ -150,7 +150,7 @@ class Node:
         # an overflow set not loaded (then unchanged)
         self.sets: list[np.ndarray | tuple[int, int] | None] = []
         self.base = sidset.EMPTY
-        self.adds: list[list[int]] = []  # sids appended since loading (all larger)
+        self.adds: list[list[int] | None] = []  # sids appended since loading (all larger)
         self.overflow: list[bool] = []  # the set was in the overflow db when loaded
         self.counts: list[int] = []  # sids per item, -1 for an unloaded overflow set
         self.size = HEADER.size
@@ -166,12 +166,15 @@ class Node:
         starts = [0, *ends[:-1]] if ends else []
         node.sets = list(zip(starts, ends, strict=True))
         node.counts = [e - s for s, e in node.sets]
-        node.adds = [[] for _ in ends]
+        node.adds = [None] * view.n
         node.overflow = [False] * view.n
         if view.flags & SPILLED:
             for i in np.flatnonzero(view.item_flags() & ITEM_OVERFLOW).tolist():
                 node.sets[i], node.counts[i], node.overflow[i] = None, -1, True
-        node._resize()
+        counts = np.array(node.counts, dtype=np.int64)
+        inline = counts[(counts >= 0) & (4 * counts <= inline_max)]
+        node.size = (HEADER.size + ITEM_FIXED * view.n + view.flags_at - view.keys_at
+                     + 4 * int(inline.sum()))
         return node
 
     def _resize(self) -> None:
@@ -203,7 +206,11 @@ class Node:
         self.size += self.item_bytes(i)
 
     def add_sids(self, i: int, sids: list[int]) -> None:
-        self.adds[i] += sids
+        pending = self.adds[i]
+        if pending is None:
+            self.adds[i] = list(sids)
+        else:
+            pending += sids
         if self.counts[i] >= 0:
             before = self.item_bytes(i)
             self.counts[i] += len(sids)
@@ -212,7 +219,7 @@ class Node:
     def set_sids(self, i: int, sids: np.ndarray) -> None:
         """Replace item i's whole (loaded) set."""
         before = self.item_bytes(i)
-        self.sets[i], self.adds[i], self.counts[i] = sids, [], int(sids.size)
+        self.sets[i], self.adds[i], self.counts[i] = sids, None, int(sids.size)
         self.size += self.item_bytes(i) - before
 
     def pop(self, i: int) -> bool:

@@ -54,10 +54,11 @@ class Shard:
     """A shard directory: subscribe, unsubscribe and match inside one environment."""
 
     def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
-                 node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE) -> None:
+                 node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE,
+                 durable: bool = True) -> None:
         self.path = path
         self.env = Environment(path, DB_NAMES, readonly=readonly, create=create,
-                               map_size=map_size)
+                               map_size=map_size, sync=durable)
         self.dbs = self.env.dbs
         meta = self.dbs["meta"]
         if create:
@@ -82,6 +83,10 @@ class Shard:
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._views: dict[int, View] = {}
+
+    def sync(self) -> None:
+        """Force committed transactions to disk (needed only when opened non-durable)."""
+        self.env.env.sync(True)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,88 @@
+"""Reliability: map growth within a session and across reopenings; huge shared SidSets."""
+
+from __future__ import annotations
+
+import random
+
+import lmdb
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree.expr import parse
+
+SMALL_MAP = 64 << 10
+ATTRS = ["a", "b", "c"]
+# Reported to the engine owner: Shard.matching() keeps a read snapshot pinned between
+# calls; growing the map (set_mapsize) invalidates it, and the next match raises a raw
+# lmdb.Error "Attempt to operate on closed/deleted/dropped object".
+PINNED_SNAPSHOT_BUG = pytest.mark.xfail(strict=True, raises=lmdb.Error,
+                                        reason="pinned read snapshot dies on map growth")
+
+
+def map_sizes(ix: pbtree.Index) -> list[int]:
+    return [shard.env.env.info()["map_size"] for shard in ix.shards]
+
+
+@PINNED_SNAPSHOT_BUG
+def test_map_grows_many_times_in_one_session_and_across_reopenings(tmp_path):
+    path = tmp_path / "index"
+    rng = random.Random(3)
+    model: dict = {}
+    next_id = 0
+
+    def grow(ix: pbtree.Index, batches: int) -> None:
+        nonlocal next_id
+        for _ in range(batches):
+            batch = {next_id + n: random_subscription(rng, ATTRS, 500) for n in range(400)}
+            next_id += len(batch)
+            ix.subscribe_many(batch.items())
+            model.update((k, parse(v)) for k, v in batch.items())
+        gone = rng.sample(sorted(model), 300)
+        assert ix.unsubscribe_many(gone) == len(gone)
+        for k in gone:
+            del model[k]
+
+    def check(ix: pbtree.Index) -> None:
+        assert len(ix) == len(model) and ix.verify()["ok"]
+        for _ in range(20):
+            event = random_event(rng, ATTRS, 500)
+            assert ix.match(event) == oracle_match(model, event)
+
+    with pbtree.create(path, shards=2, node_bytes=512, map_size=SMALL_MAP) as ix:
+        grow(ix, 8)
+        assert min(map_sizes(ix)) >= 16 * SMALL_MAP, "the map did not grow several times"
+        check(ix)
+    for session in range(2):
+        with pbtree.open(path, map_size=SMALL_MAP) as ix:
+            check(ix)
+            before = map_sizes(ix)
+            grow(ix, 6)
+            assert max(after / size for after, size in zip(map_sizes(ix), before,
+                                                           strict=True)) >= 2, session
+            check(ix)
+    with pbtree.open(path, readonly=True, map_size=SMALL_MAP) as ix:
+        check(ix)
+
+
+@PINNED_SNAPSHOT_BUG
+def test_one_constant_shared_by_100000_subscriptions(tmp_path):
+    """Overflow SidSets of 100,000 sids in the leaf (eq), GT and INEQ places."""
+    n = 100_000
+    with pbtree.create(tmp_path / "index", node_bytes=4096, map_size=SMALL_MAP) as ix:
+        ix.subscribe_many((i, "a = 42 and b >= 7 and c != 'x'") for i in range(n))
+        ix.subscribe("other", "a = 41")
+        assert ix.stats()["overflow_sidsets"] >= 3
+        assert ix.match({"a": 42, "b": 7, "c": "y"}) == list(range(n))
+        assert ix.match({"a": 42, "b": 6, "c": "y"}) == []
+        assert ix.match({"a": 42, "b": 8, "c": "x"}) == []
+        gone = range(0, n, 20)
+        assert ix.unsubscribe_many(gone) == len(gone)
+        assert ix.unsubscribe(1) and not ix.unsubscribe(1)
+        left = sorted(set(range(n)) - set(gone) - {1})
+        assert ix.match({"a": 42, "b": 1e9, "c": ""}) == left
+        assert ix.match({"a": 41}) == ["other"]
+        assert ix.verify()["ok"]
+        subs = {i: parse("a = 42 and b >= 7 and c != 'x'") for i in left[:50]}
+        assert oracle_match(subs, {"a": 42, "b": 7.5, "c": "y"}) == left[:50]

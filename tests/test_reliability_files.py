@@ -315,12 +315,18 @@ def _fill(ix: pbtree.Index, start: int) -> tuple[int, pbtree.PbtreeError]:
 
 def test_disk_full_rolls_back_and_recovers(small_fs):
     path = small_fs / "index"
+    filler = small_fs / "filler"
+    filler.write_bytes(bytes(256 << 10))
     ix = pbtree.create(path, map_size=64 << 10)
     stored, exc = _fill(ix, 0)
     assert isinstance(exc, pbtree.StorageError) and "disk full" in str(exc)
     assert stored > 0 and len(ix) == stored
     assert ix.verify()["ok"]
     assert ix.match({"a": stored + 1, "b": "padding 00000000"}) == [0]
+    filler.unlink()
+    ix.subscribe("after", "a > 1")
+    assert ix.unsubscribe_many(range(100)) == 100 and ix.verify()["ok"]
+    stored -= 99
     ix.close()
     with pbtree.open(path) as ix:
         assert len(ix) == stored and ix.verify()["ok"]

@@ -388,3 +388,27 @@ def test_no_write_permission(read_only_index):
         assert ix.match({"a": 2}) == [1]
         with pytest.raises(pbtree.ReadOnlyError):
             ix.subscribe(2, "a > 0")
+
+
+@pytest.mark.xfail(strict=True, reason="engine: the matcher follows list links without a "
+                   "bound, so a node linked to itself hangs match(); reported")
+def test_list_node_linked_to_itself_does_not_hang(damaged):
+    path, events, _ = damaged
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        nodes = env.open_db(b"nodes", txn=txn)
+        for key, raw in txn.cursor(db=nodes):
+            kind, flags, n = struct.unpack_from("<BBH", raw)
+            if not flags and n:  # an ordinary node: point prev and next at itself
+                node = bytearray(raw)
+                struct.pack_into("<II", node, 4, int.from_bytes(key, "big"),
+                                 int.from_bytes(key, "big"))
+                txn.put(key, bytes(node), db=nodes)
+    env.close()
+    code = PROBE.replace("ix.verify()", "pass")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, str(path), "ro", json.dumps(events)],
+                              capture_output=True, text=True, timeout=8)
+    except subprocess.TimeoutExpired:
+        pytest.fail("match() hangs on a cyclic list")
+    assert json.loads(proc.stdout).get("error") == "CorruptIndexError", proc.stderr

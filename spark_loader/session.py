@@ -26,6 +26,10 @@ logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
 logger.tasks.level = off
 logger.repl.name = org.apache.spark.repl.Main
 logger.repl.level = error
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = error
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = error
 """
 
 
@@ -66,7 +70,7 @@ def _driver_memory() -> str:
 
 def _log_config() -> str:
     """Path of a log4j2 file that lets only errors through (written once per machine)."""
-    path = os.path.join(tempfile.gettempdir(), "pbtree-log4j2-v2.properties")
+    path = os.path.join(tempfile.gettempdir(), "pbtree-log4j2-v3.properties")
     if not os.path.exists(path):
         fd, tmp = tempfile.mkstemp(prefix=".pbtree-log4j2-", dir=os.path.dirname(path))
         with os.fdopen(fd, "w") as out:

@@ -7,6 +7,7 @@ updates accepted.
 
 from __future__ import annotations
 
+import datetime
 import io
 import math
 import os
@@ -197,6 +198,14 @@ def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
     assert reasons[6] == "null id"
     with pbtree.open(tmp_path / "ix") as ix:
         assert list(ix) == [2]
+
+
+def test_a_value_type_no_family_accepts_is_rejected(spark, tmp_path):
+    table = pa.table({"id": ["d1", "d2"], "attr": ["day", "day"], "op": ["=", ">"],
+                      "value": pa.array([datetime.date(2024, 1, 2)] * 2, pa.date32())})
+    pq.write_table(table, tmp_path / "dates.parquet")
+    with pytest.raises(build.BadRowsError, match=r"2 of 2 input rows.*'d1'.*date"):
+        _build(spark, tmp_path / "dates.parquet", tmp_path / "ix", shards=1)
 
 
 def test_failed_build_leaves_the_old_index(spark, tmp_path):

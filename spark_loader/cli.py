@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     """Add the ``build`` and ``match-batch`` subcommands to an argparse subparsers object."""
     build = subparsers.add_parser(
         "build", help="build an index from Parquet subscriptions with Spark",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  pbtree build subs.parquet -o alerts.pbt --shards 4 "
+               "--rejects bad-rows.parquet",
         description="Build an index from a Parquet file, directory or glob in the expression "
                     "layout (id, expr) or the predicate layout (id, attr, op, value).")
     build.add_argument("input", help="Parquet file, directory or glob")
@@ -44,6 +47,9 @@ def register(subparsers) -> None:
 
     match = subparsers.add_parser(
         "match-batch", help="match a Parquet file of events against an index with Spark",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  pbtree match-batch alerts.pbt events.parquet -o matches.parquet "
+               "--event-id order_id",
         description="Match every event (one column per attribute) against INDEX and write "
                     "Parquet with columns event_id and subscription_id, one row per match.")
     match.add_argument("index", help="index directory")

@@ -18,10 +18,12 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
+from pbtree.errors import CorruptIndexError
 from storage import sidset
 from storage.keys import BOOL, NUMBER, STRING
 
 HEADER = struct.Struct("<BBHIII B")
+KINDS = (1, 2, 3)  # GT, LT, INEQ as in pbtree.leaf
 HEAD, TAIL = 0x01, 0x02
 SPILLED = 0x04  # some item of the node keeps its SidSet in the overflow database
 ITEM_OVERFLOW = 0x01
@@ -46,15 +48,23 @@ class View:
     __slots__ = ("buf", "kind", "flags", "n", "prev", "next", "attr", "family",
                  "keys_at", "flags_at", "ends_at", "sids_at", "_keys", "_all")
 
-    def __init__(self, buf: bytes | memoryview) -> None:
+    def __init__(self, buf: bytes | memoryview, node_id: int = 0) -> None:
         self.buf = buf
+        size = len(buf)
+        if size < HEADER.size:
+            raise CorruptIndexError(f"list node {node_id} is truncated ({size} bytes)")
         (self.kind, self.flags, n, self.prev, self.next, self.attr,
          self.family) = HEADER.unpack_from(buf)
         self.n = n
         self.keys_at = HEADER.size + 4 * n
+        if self.kind not in KINDS or self.family not in FIXED_WIDTH | {STRING: 0} or (
+                size < self.keys_at):
+            raise CorruptIndexError(f"list node {node_id} has a damaged header")
         self.flags_at = self.keys_at + (_U32.unpack_from(buf, self.keys_at - 4)[0] if n else 0)
         self.ends_at = self.flags_at + n
         self.sids_at = self.ends_at + 4 * n
+        if size < self.sids_at or (n and size != self.sids_at + 4 * self._sid_end(n - 1)):
+            raise CorruptIndexError(f"list node {node_id} is truncated or damaged")
         self._keys: list[bytes] | np.ndarray | None = None  # cached for boundary searches
         self._all: np.ndarray | None = None
 

@@ -10,6 +10,7 @@ import lmdb
 import numpy as np
 
 from pbtree.columns import NEEDED
+from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
 from pbtree.lists import HEAD, TAIL, View, node_key
 from storage import sidset
@@ -18,7 +19,7 @@ from storage import sidset
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out", "views")
+    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out", "views", "budget")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, views: dict[int, View]) -> None:
         self.txn = txn
@@ -26,12 +27,23 @@ class Search:
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.nodes_db, self.over_db = dbs["nodes"], dbs["overflow"]
         self.out: list[np.ndarray] = []
+        # a list walk longer than the number of nodes means a damaged, cyclic list
+        self.budget = txn.stat(self.nodes_db)["entries"]
 
     def _view(self, node_id: int) -> View:
         view = self.views.get(node_id)
         if view is None:
-            view = self.views[node_id] = View(self.txn.get(node_key(node_id), db=self.nodes_db))
+            raw = self.txn.get(node_key(node_id), db=self.nodes_db)
+            if raw is None:
+                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+            view = self.views[node_id] = View(raw, node_id)
         return view
+
+    def _step(self, node_id: int, steps: int) -> View:
+        """The next node of a walk, refusing walks longer than the node count."""
+        if steps > self.budget:
+            raise CorruptIndexError(f"list walk passed {self.budget} nodes: a list is cyclic")
+        return self._view(node_id)
 
     def _take(self, view: View, prefix: bytes, lo: int, hi: int) -> None:
         if lo >= hi:
@@ -84,10 +96,10 @@ class Search:
         if view.flags & HEAD:
             return
         self._take(view, prefix, 0, view.count_below(payload, inclusive))
-        view = self._view(view.prev)
+        view, steps = self._view(view.prev), 1
         while not view.flags & HEAD:
             self._take(view, prefix, 0, view.n)
-            view = self._view(view.prev)
+            view, steps = self._step(view.prev, steps), steps + 1
 
     def _less(self, prefix: bytes, node_id: int, payload: bytes) -> None:
         """LT items with key above the event value: this node's suffix, then all after."""
@@ -95,10 +107,10 @@ class Search:
         if view.flags & TAIL:
             return
         self._take(view, prefix, view.count_below(payload, True), view.n)
-        view = self._view(view.next)
+        view, steps = self._view(view.next), 1
         while not view.flags & TAIL:
             self._take(view, prefix, 0, view.n)
-            view = self._view(view.next)
+            view, steps = self._step(view.next, steps), steps + 1
 
     def _unequal(self, prefix: bytes, node_id: int, skip: bytes | None) -> None:
         """Every INEQ item but the one keyed by the event value (when it exists)."""
@@ -110,14 +122,14 @@ class Search:
                 self._take(start, prefix, i + 1, start.n)
             else:
                 self._take(start, prefix, 0, start.n)
-            view = self._view(start.prev)
+            view, steps = self._view(start.prev), 1
             while not view.flags & HEAD:
                 self._take(view, prefix, 0, view.n)
-                view = self._view(view.prev)
-        view = self._view(start.next)
+                view, steps = self._step(view.prev, steps), steps + 1
+        view, steps = self._view(start.next), 1
         while not view.flags & TAIL:
             self._take(view, prefix, 0, view.n)
-            view = self._view(view.next)
+            view, steps = self._step(view.next, steps), steps + 1
 
 
 def count(txn: lmdb.Transaction, dbs: dict, arrays: list[np.ndarray]) -> np.ndarray:

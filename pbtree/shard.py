@@ -7,6 +7,7 @@ subs (sid -> predicates), ids (id -> sid), names (sid -> id), needed
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ import msgpack
 import numpy as np
 
 from pbtree.columns import INT_IDS, STRING_ID
-from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError
+from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
 from pbtree.lists import View
@@ -159,7 +160,7 @@ class Shard:
             w.flush()
             return len(items)
 
-        return self.env.write(apply)
+        return self._write(apply)
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""
@@ -176,7 +177,14 @@ class Shard:
             w.flush()
             return found
 
-        return self.env.write(apply)
+        return self._write(apply)
+
+    def _write(self, apply):
+        """Run a write with the pinned snapshot released: LMDB can only grow the map
+        when this process has no transaction open, and freed pages get reused sooner."""
+        with self._lock:
+            self._release()
+            return self.env.write(apply)
 
     def _remove(self, w: Writer, txn, sid: int) -> None:
         dbs = self.dbs
@@ -208,11 +216,16 @@ class Shard:
                    event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies."""
         search = Search(txn, self.dbs, views)
-        for name, family, payload, exact in event:
-            aid = self._attr(txn, name)
-            if aid is not None:
-                search.attribute(tree_prefix(aid, family), payload, exact)
-        return count(txn, self.dbs, search.out)
+        try:
+            for name, family, payload, exact in event:
+                aid = self._attr(txn, name)
+                if aid is not None:
+                    search.attribute(tree_prefix(aid, family), payload, exact)
+            return count(txn, self.dbs, search.out)
+        except (struct.error, ValueError, TypeError) as exc:
+            if isinstance(exc, PbtreeError):
+                raise
+            raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
     def ids_of(self, txn, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Ids of sorted sids: int ids as one array, string ids as a list."""

@@ -13,7 +13,6 @@ from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
-from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.shard import postings
 from pbtree.tree import read_counter, tree_sentinels
 from storage import sidset
@@ -40,11 +39,11 @@ def shard_stats(shard) -> dict:
         }
         for kind in LIST_KINDS:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
-        for raw in txn.cursor(db=dbs["nodes"]).iternext(keys=False):
-            kind, flags, n = NODE_HEADER.unpack_from(raw)[:3]
-            if not flags & (HEAD | TAIL):
-                stats[f"{KIND_NAMES[kind]}_nodes"] += 1
-                stats[f"{KIND_NAMES[kind]}_items"] += n
+        for key, raw in txn.cursor(db=dbs["nodes"]):
+            view = View(raw, int.from_bytes(key, "big"))
+            if not view.flags & (HEAD | TAIL):
+                stats[f"{KIND_NAMES[view.kind]}_nodes"] += 1
+                stats[f"{KIND_NAMES[view.kind]}_items"] += view.n
     return stats
 
 

@@ -235,22 +235,17 @@ def test_zeroed_pages_never_give_silent_wrong_answers(damaged):
     original = data_file(path).read_bytes()
     pages = sorted(_page_kinds(path))
     rng = random.Random(TRIALS)
-    known_engine_bug = []
     for page in rng.sample(pages, min(len(pages), TRIALS)):
         data_file(path).write_bytes(original)
         _zero_pages(path, page)
         outcome = probe(path, events)
-        if "crash" in outcome and "KeyError: 'eq_nodes'" in outcome["stderr"]:
-            known_engine_bug.append(page)  # see test_zeroed_list_node_...
-        elif "crash" in outcome:
+        if "crash" in outcome:
             assert outcome["crash"] == -signal.SIGABRT, outcome
             assert "Assertion" in outcome["stderr"], outcome
         elif "error" in outcome:
             assert outcome["error"] == "CorruptIndexError", outcome
         else:
             assert outcome == {"answers": answers}, f"page {page}: wrong answers"
-    if known_engine_bug:
-        pytest.xfail(f"verify() raised KeyError for zeroed pages {known_engine_bug}")
 
 
 def _lmdb_record(path: Path, db: bytes, key_index: int, value: bytes | None) -> None:
@@ -266,8 +261,6 @@ def _lmdb_record(path: Path, db: bytes, key_index: int, value: bytes | None) -> 
     env.close()
 
 
-@pytest.mark.xfail(strict=True, reason="engine: matcher reads a missing list node as None "
-                   "(TypeError); reported to the engine owner")
 def test_missing_list_node_is_a_corrupt_index_error_in_match(damaged):
     path, events, _ = damaged
     _lmdb_record(path, b"nodes", 5, None)
@@ -276,8 +269,6 @@ def test_missing_list_node_is_a_corrupt_index_error_in_match(damaged):
             ix.match(event)
 
 
-@pytest.mark.xfail(strict=True, reason="engine: verify's shard_stats raises KeyError on a "
-                   "zeroed list node; reported to the engine owner")
 def test_zeroed_list_node_is_a_corrupt_index_error_in_verify(damaged):
     path, _, _ = damaged
     _lmdb_record(path, b"nodes", 5, b"")
@@ -390,8 +381,6 @@ def test_no_write_permission(read_only_index):
             ix.subscribe(2, "a > 0")
 
 
-@pytest.mark.xfail(strict=True, reason="engine: the matcher follows list links without a "
-                   "bound, so a node linked to itself hangs match(); reported")
 def test_list_node_linked_to_itself_does_not_hang(damaged):
     path, events, _ = damaged
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)

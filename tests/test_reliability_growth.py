@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 
-import lmdb
-import pytest
 from oracle import oracle_match
 from strategies import random_event, random_subscription
 
@@ -17,15 +15,12 @@ ATTRS = ["a", "b", "c"]
 # Reported to the engine owner: Shard.matching() keeps a read snapshot pinned between
 # calls; growing the map (set_mapsize) invalidates it, and the next match raises a raw
 # lmdb.Error "Attempt to operate on closed/deleted/dropped object".
-PINNED_SNAPSHOT_BUG = pytest.mark.xfail(strict=True, raises=lmdb.Error,
-                                        reason="pinned read snapshot dies on map growth")
 
 
 def map_sizes(ix: pbtree.Index) -> list[int]:
     return [shard.env.env.info()["map_size"] for shard in ix.shards]
 
 
-@PINNED_SNAPSHOT_BUG
 def test_map_grows_many_times_in_one_session_and_across_reopenings(tmp_path):
     path = tmp_path / "index"
     rng = random.Random(3)
@@ -66,7 +61,6 @@ def test_map_grows_many_times_in_one_session_and_across_reopenings(tmp_path):
         check(ix)
 
 
-@PINNED_SNAPSHOT_BUG
 def test_one_constant_shared_by_100000_subscriptions(tmp_path):
     """Overflow SidSets of 100,000 sids in the leaf (eq), GT and INEQ places."""
     n = 100_000

@@ -51,6 +51,9 @@ def shard_dir(path: str, shard: int) -> str:
 def write_manifest(path: str, manifest: dict) -> None:
     """Write manifest.json atomically (temporary file, fsync, rename)."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would lock out readers running as others
     with os.fdopen(fd, "w") as out:
         json.dump(manifest, out, indent=2, sort_keys=True)
         out.flush()

@@ -137,12 +137,13 @@ class Shard:
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
             places: dict[Posting, list[int]] = {}
+            gone: dict[Posting, list[int]] = {}
             for sub_id, idkey, preds in items:
                 old = txn.get(idkey, db=dbs["ids"])
                 if old is not None:
                     if not replace:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
-                    self._remove(w, txn, int.from_bytes(old, "big"))
+                    self._forget(w, txn, int.from_bytes(old, "big"), gone)
                 sid = w.new_sid()
                 for posting in postings(preds):
                     places.setdefault(posting, []).append(sid)
@@ -151,12 +152,8 @@ class Shard:
                 txn.put(key, msgpack.packb(preds), db=dbs["subs"])
                 txn.put(idkey, key, db=dbs["ids"])
                 txn.put(key, idkey, db=dbs["names"])
-            attr_ids: dict[bytes, int] = {}
-            for (name, family, payload, kind), sids in sorted(places.items()):
-                aid = attr_ids.get(name)
-                if aid is None:
-                    aid = attr_ids[name] = w.attr_id(name, True)
-                w.add(tree_prefix(aid, family), kind, payload, sids)
+            self._apply(w, gone, adding=False)
+            self._apply(w, places, adding=True)
             w.flush()
             return len(items)
 
@@ -168,12 +165,14 @@ class Shard:
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
+            gone: dict[Posting, list[int]] = {}
             found = 0
             for idkey in idkeys:
                 old = txn.get(idkey, db=dbs["ids"])
                 if old is not None:
-                    self._remove(w, txn, int.from_bytes(old, "big"))
+                    self._forget(w, txn, int.from_bytes(old, "big"), gone)
                     found += 1
+            self._apply(w, gone, adding=False)
             w.flush()
             return found
 
@@ -186,17 +185,27 @@ class Shard:
             self._release()
             return self.env.write(apply)
 
-    def _remove(self, w: Writer, txn, sid: int) -> None:
+    def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
+        """Add or remove grouped postings, in key order (one visit per place)."""
+        change = w.add if adding else w.remove
+        attr_ids: dict[bytes, int] = {}
+        for (name, family, payload, kind), sids in sorted(places.items()):
+            aid = attr_ids.get(name)
+            if aid is None:
+                aid = attr_ids[name] = w.attr_id(name, adding)
+                if aid is None:
+                    raise CorruptIndexError(f"{self.path}: stored attribute {name!r} unknown")
+            change(tree_prefix(aid, family), kind, payload, sids)
+
+    def _forget(self, w: Writer, txn, sid: int, gone: dict[Posting, list[int]]) -> None:
+        """Delete a subscription's records and queue its postings for removal."""
         dbs = self.dbs
         key = sid_key(sid)
         raw = txn.get(key, db=dbs["subs"])
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
-        for name, family, payload, kind in sorted(set(postings(msgpack.unpackb(raw)))):
-            aid = w.attr_id(name, False)
-            if aid is None:
-                raise CorruptIndexError(f"{self.path}: attribute {name!r} of sid {sid} unknown")
-            w.remove(tree_prefix(aid, family), kind, payload, sid)
+        for posting in set(postings(msgpack.unpackb(raw))):
+            gone.setdefault(posting, []).append(sid)
         w.set_sid(sid, 0, 0)
         txn.delete(txn.get(key, db=dbs["names"]), db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])

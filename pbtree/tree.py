@@ -241,22 +241,22 @@ class Writer:
                 self._repoint(prefix, kind, payload, True, hi, False, node.id)
         self._split(prefix, node)
 
-    def remove(self, prefix: bytes, kind: int, payload: bytes, sid: int) -> None:
-        """Remove every occurrence of ``sid`` from one posting place."""
+    def remove(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
+        """Remove every occurrence of these sids from one posting place."""
         key = prefix + payload
         leaf = self.leaf(key)
         if leaf is None:
             raise CorruptIndexError(f"leaf item {key.hex()} of a stored predicate is missing")
         if kind == EQ:
             eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
-            leaf.eq, leaf.adds = sidset.without(sidset.append(eq, leaf.adds), sid), []
+            leaf.eq, leaf.adds = sidset.without(sidset.append(eq, leaf.adds), sids), []
         else:
             node = self.node(leaf.ptr[kind])
             i = node.find(payload)
             full = node.item_sids(i)
             if full is None:
                 full = self._overflow(overflow_key(kind, key))
-            full = sidset.without(sidset.append(full, node.adds[i]), sid)
+            full = sidset.without(sidset.append(full, node.adds[i]), sids)
             if full.size:
                 node.set_sids(i, full)  # a set leaving overflow grows the node
                 self._split(prefix, node)

@@ -29,8 +29,11 @@ def append(sids: np.ndarray, more: list[int]) -> np.ndarray:
     return np.concatenate((sids, np.array(sorted(more), dtype=DTYPE)))
 
 
-def without(sids: np.ndarray, sid: int) -> np.ndarray:
-    """``sids`` with every occurrence of ``sid`` removed."""
+def without(sids: np.ndarray, drop: list[int]) -> np.ndarray:
+    """``sids`` with every occurrence of the sids in ``drop`` removed."""
+    if len(drop) > 1:
+        return sids[np.isin(sids, drop, invert=True)]
+    sid = drop[0]
     lo = int(np.searchsorted(sids, sid, "left"))
     hi = int(np.searchsorted(sids, sid, "right"))
     if lo == hi:

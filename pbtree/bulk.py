@@ -19,7 +19,7 @@ from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError
 from pbtree.ids import encode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
 from pbtree.leaf import HEADER as LEAF
-from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, SPILLED, TAIL, node_key
+from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.shard import Shard, postings, sid_key
 from pbtree.tree import COUNTER, TREE
@@ -103,17 +103,11 @@ def _encode_node(kind: int, flags: int, prev: int, nxt: int, prefix: bytes,
                  keys: list[bytes], sets: list[np.ndarray], inline: np.ndarray) -> bytes:
     """A list node record (layout in ``pbtree.lists``); sets not ``inline`` are spilled."""
     attr, family, _ = split_key(prefix)
-    if not inline.all():
-        flags |= SPILLED
     counts = np.array([s.size for s in sets], dtype=np.int64)
-    key_end = np.cumsum([len(k) for k in keys], dtype=np.int64).astype(_U4)
-    sid_end = np.cumsum(np.where(inline, counts, 0)).astype(_U4)
+    sid_end = np.cumsum(np.where(inline, counts, 0)).tolist()
     kept = [s for s, keep in zip(sets, inline.tolist(), strict=True) if keep]
-    sids = np.concatenate(kept).astype(_U4, copy=False) if kept else sidset.EMPTY
-    item_flags = np.where(inline, 0, ITEM_OVERFLOW).astype(np.uint8)
-    head = NODE_HEADER.pack(kind, flags, len(keys), prev, nxt, attr, family)
-    return b"".join((head, key_end.tobytes(), b"".join(keys), item_flags.tobytes(),
-                     sid_end.tobytes(), sids.tobytes()))
+    item_flags = np.where(inline, 0, ITEM_OVERFLOW).astype(np.uint8).tobytes()
+    return pack(kind, flags, prev, nxt, attr, family, keys, item_flags, sid_end, kept)
 
 
 def _runs(sizes: list[int], node_bytes: int) -> list[tuple[int, int]]:

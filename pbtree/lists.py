@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
+from itertools import accumulate
 
 import numpy as np
 
@@ -257,12 +258,10 @@ class Node:
         Items whose overflow set was never loaded must have no pending adds.
         """
         n = len(self.keys)
-        key_end, flags, sid_end = [], bytearray(n), []
+        flags, sid_end = bytearray(n), []
         runs: list[np.ndarray | tuple[int, int]] = []  # untouched neighbours stay one range
-        kpos = spos = 0
+        spos = 0
         for i in range(n):
-            kpos += len(self.keys[i])
-            key_end.append(kpos)
             s = self.sets[i]
             if type(s) is tuple and not self.adds[i] and 4 * (s[1] - s[0]) <= inline_max:
                 if runs and type(runs[-1]) is tuple and runs[-1][1] == s[0]:
@@ -284,8 +283,20 @@ class Node:
                     spos += full.size
             sid_end.append(spos)
         parts = [self.base[r[0]:r[1]] if type(r) is tuple else r for r in runs]
-        node_flags = self.flags | SPILLED if any(flags) else self.flags & ~SPILLED
-        head = HEADER.pack(self.kind, node_flags, n, self.prev, self.next, self.attr, self.family)
-        sids = np.concatenate(parts).astype(_U4, copy=False) if parts else sidset.EMPTY
-        return b"".join((head, np.array(key_end, _U4).tobytes(), b"".join(self.keys),
-                         bytes(flags), np.array(sid_end, _U4).tobytes(), sids.tobytes()))
+        return pack(self.kind, self.flags, self.prev, self.next, self.attr, self.family,
+                    self.keys, flags, sid_end, parts)
+
+
+def pack(kind: int, flags: int, prev: int, nxt: int, attr: int, family: int,
+         keys: list[bytes], item_flags: bytes | bytearray, sid_end: list[int],
+         parts: list[np.ndarray]) -> bytes:
+    """The node layout from its fields; ``parts`` are the inline SidSets in item order.
+
+    The SPILLED node flag is derived from ``item_flags``.
+    """
+    flags = flags | SPILLED if any(item_flags) else flags & ~SPILLED
+    head = HEADER.pack(kind, flags, len(keys), prev, nxt, attr, family)
+    key_end = np.fromiter(accumulate(map(len, keys)), _U4, len(keys))
+    sids = np.concatenate(parts).astype(_U4, copy=False) if parts else sidset.EMPTY
+    return b"".join((head, key_end.tobytes(), b"".join(keys), bytes(item_flags),
+                     np.array(sid_end, _U4).tobytes(), sids.tobytes()))

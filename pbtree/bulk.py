@@ -30,7 +30,6 @@ from storage.keys import const_payload, split_key, tree_prefix
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
 Record = tuple[bytes, bytes]
 LIST_KINDS = (GT, LT, INEQ)
-_U4 = sidset.DTYPE
 
 
 class _Records:

@@ -71,18 +71,23 @@ class Environment:
                 max_readers=512,
             )
             self._check_size()
-            if not create:
-                self._check_foreign(db_names[0])
-            self.dbs = {
-                name: self.env.open_db(name.encode(), create=not readonly)
-                for name in db_names
-            }
+            try:
+                self._open_dbs(db_names, create, readonly)
+            except lmdb.MapResizedError:  # another process grew the map meanwhile
+                self.env.set_mapsize(0)
+                self._open_dbs(db_names, create, readonly)
         except lmdb.NotFoundError as exc:
             raise CorruptIndexError(f"{path}: a database of the shard is missing ({exc})") from None
         except PermissionError as exc:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
         except lmdb.Error as exc:
             raise _storage_error(path, exc) from None
+
+    def _open_dbs(self, db_names: tuple[str, ...], create: bool, readonly: bool) -> None:
+        if not create:
+            self._check_foreign(db_names[0])
+        self.dbs = {name: self.env.open_db(name.encode(), create=not readonly)
+                    for name in db_names}
 
     def _check_size(self) -> None:
         """Refuse a data file shorter than its last committed page.

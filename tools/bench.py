@@ -54,6 +54,18 @@ SETTINGS = {
 # measurements
 
 
+def _trim() -> None:
+    """Collect garbage and hand freed heap back to the OS (glibc), so that RssAnon deltas
+    measure what a system keeps, not what an earlier phase freed but the allocator held."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def rss_anon() -> int:
     """Resident anonymous memory of this process in bytes (0 where /proc is missing)."""
     try:
@@ -130,7 +142,7 @@ def run_system(
     res: dict[str, Any] = {"system": name}
     os.makedirs(workdir, exist_ok=True)
     system = make_system(name, workdir, pbtree_build)
-    gc.collect()
+    _trim()
     rss0 = rss_anon()
     try:
         t0 = time.perf_counter()
@@ -143,7 +155,7 @@ def run_system(
             if getattr(system, "bulk_error", None):
                 res["bulk_error"] = system.bulk_error
         res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
-        gc.collect()
+        _trim()
         res["rss_anon_build_bytes"] = rss_anon() - rss0
 
         # correctness first: a system that disagrees with the reference is not timed
@@ -181,7 +193,7 @@ def run_system(
             system.match_many(batch)
             dt = time.perf_counter() - t0
             res["match_many_events_per_s"] = len(batch) / dt if dt else None
-        gc.collect()
+        _trim()
         res["rss_anon_bytes"] = rss_anon() - rss0
         res["disk_bytes"] = system.disk_bytes()
         if hasattr(system, "memory_bytes"):

@@ -125,7 +125,7 @@ class Profile:
             ]
         for bad, message in problems:
             if bad:
-                raise ValueError(f"profile {self.name}: {message}")
+                raise ValueError(message)
 
 
 _DENSE = Profile(

@@ -12,17 +12,18 @@ import importlib
 import json
 import os
 import re
-import select
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import IO, Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
+from typing import Any
 
 import pbtree
+from pbtree.cliio import Bad, CliError, Record, Source, batches, open_output
 from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
 from pbtree.errors import EventError, PbtreeError
 from pbtree.ids import encode_id
+from pbtree.progress import Progress
 
 PROG = "pbtree"
 SUB_BATCH = 10_000
@@ -32,10 +33,6 @@ _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 
 class UsageError(Exception):
     """The command line is wrong (exit status 2)."""
-
-
-class CliError(Exception):
-    """The command failed for a reason the message explains (exit status 1)."""
 
 
 def note(args: argparse.Namespace, message: str) -> None:
@@ -56,180 +53,6 @@ def parse_id(text: str, string_id: bool = False) -> int | str:
     if not string_id and _INT_RE.fullmatch(text):
         return int(text)
     return text
-
-
-# ---------------------------------------------------------------------------------------
-# progress
-
-
-class Progress:
-    """A one-line progress meter on standard error, drawn only when that is a terminal."""
-
-    def __init__(self, args: argparse.Namespace, label: str, unit: str,
-                 total: int | None = None) -> None:
-        self.enabled = not args.quiet and sys.stderr.isatty()
-        self.label, self.unit, self.total = label, unit, total
-        self.start = time.monotonic()
-        self.last = 0.0
-        self.shown = False
-
-    def update(self, count: int, done: int | None = None) -> None:
-        """Show ``count`` items handled; ``done`` of ``total`` (bytes or rows) for a bar."""
-        now = time.monotonic()
-        if not self.enabled or now - self.last < 0.2:
-            return
-        self.last = now
-        elapsed = max(now - self.start, 1e-6)
-        text = f"{self.label}: {count:,} {self.unit}, {count / elapsed:,.0f}/s"
-        if self.total and done is not None:
-            frac = min(done / self.total, 1.0)
-            eta = elapsed * (1 - frac) / frac if frac > 0 else 0
-            text = f"{self.label} [{'#' * int(frac * 24):<24}] {frac:4.0%}  " \
-                   f"{count:,} {self.unit}, {count / elapsed:,.0f}/s, {eta:,.0f} s left"
-        sys.stderr.write("\r" + text + "\x1b[K")
-        sys.stderr.flush()
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-
-
-# ---------------------------------------------------------------------------------------
-# input: JSON Lines and Parquet records, streamed
-
-
-@dataclass
-class Bad:
-    """A record that could not be decoded, with the reason."""
-
-    message: str
-
-
-Record = tuple[int, Any]  # (line or row number from 1, decoded value or Bad)
-
-
-def _stdin_lines() -> Iterator[bytes | None]:
-    """Lines of standard input as they arrive; None whenever no more input is ready yet."""
-    fd = sys.stdin.fileno()
-    pending = b""
-    while True:
-        if not select.select([fd], [], [], 0)[0]:
-            yield None
-            select.select([fd], [], [])
-        data = os.read(fd, 1 << 16)
-        if not data:
-            break
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        yield from lines
-    if pending:
-        yield pending
-
-
-def is_parquet(path: str) -> bool:
-    """Whether a file starts with the Parquet magic bytes."""
-    with open(path, "rb") as src:
-        return src.read(4) == b"PAR1"
-
-
-class Source:
-    """Records of a JSON Lines file, a Parquet file or standard input (path None or ``-``)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.stdin = path in (None, "-")
-        self.name = "<stdin>" if self.stdin else str(path)
-        self.path = path
-        self.parquet = not self.stdin and is_parquet(self.name)
-        self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
-        self.total: int | None = None
-        if self.parquet:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            # Measured: with the default mimalloc pool and reader threads, peak memory grows with
-            # the file; the system allocator, one thread and a buffered stream keep it nearly flat.
-            pa.set_memory_pool(pa.system_memory_pool())
-            self.file = pq.ParquetFile(self.name, buffer_size=1 << 20, pre_buffer=False)
-            self.total = self.file.metadata.num_rows
-        elif not self.stdin:
-            self.total = os.path.getsize(self.name)
-
-    def where(self, n: int) -> str:
-        """``file:LINE`` (JSON Lines, from 1) or ``file row N`` (Parquet, from 0)."""
-        return f"{self.name} row {n}" if self.parquet else f"{self.name}:{n}"
-
-    def records(self) -> Iterator[Record | None]:
-        """(number, value) pairs; None marks a pause in standard input (flush what you have)."""
-        if self.parquet:
-            return self._parquet_rows()
-        if self.stdin:
-            return self._json_lines(_stdin_lines())
-        return self._json_file()
-
-    def _json_file(self) -> Iterator[Record | None]:
-        with open(self.name, "rb") as src:
-            yield from self._json_lines(src)
-
-    def _json_lines(self, lines: Iterable[bytes | None]) -> Iterator[Record | None]:
-        n = 0
-        for line in lines:
-            if line is None:
-                yield None
-                continue
-            n += 1
-            self.done += len(line)
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                yield n, Bad(f"not valid JSON ({reason})")
-
-    def _parquet_rows(self) -> Iterator[Record]:
-        n = 0
-        for batch in self.file.iter_batches(batch_size=EVENT_BATCH, use_threads=False):
-            for row in batch.to_pylist():
-                yield n, row
-                n += 1
-            self.done = n
-
-    def predicate_layout(self) -> bool:
-        """Whether this is Parquet in the predicate layout (id, attr, op, value)."""
-        if not self.parquet:
-            return False
-        from spark_loader.layouts import PREDICATE, detect
-
-        return detect(self.file.schema_arrow) == PREDICATE
-
-    def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
-        """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
-        from spark_loader.layouts import predicates
-
-        table = self.file.read(columns=["id", "attr", "op", "value"])
-        subs, rejects = predicates(table)
-        if rejects:
-            row, sub_id, reason = min(rejects, key=lambda r: (r[2].startswith("another row"), r))
-            raise CliError(f"{self.where(row)}: subscription {sub_id!r}: {reason}")
-        self.total = len(subs)
-        return [(self.name, sub_id, preds) for sub_id, _, preds in subs]
-
-
-def batches(records: Iterable[Record | None], size: int) -> Iterator[list[Record]]:
-    """Records grouped by ``size``; a pause in the input (None) flushes early."""
-    batch: list[Record] = []
-    for record in records:
-        if record is not None:
-            batch.append(record)
-            if len(batch) < size:
-                continue
-        if batch:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,10 +140,16 @@ def _file_id(where: str, value: object) -> int | str:
     raise CliError(f"{where}: id must be an integer or a string, not {json.dumps(value)}")
 
 
-def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
-    """(id, expression) of one input record ``{"id": ..., "expr": ...}``."""
+def _decoded(where: str, row: object) -> object:
+    """The record itself; one that could not be decoded fails the command."""
     if isinstance(row, Bad):
         raise CliError(f"{where}: {row.message}")
+    return row
+
+
+def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
+    """(id, expression) of one input record ``{"id": ..., "expr": ...}``."""
+    row = _decoded(where, row)
     if not isinstance(row, dict) or "id" not in row or "expr" not in row:
         raise CliError(f'{where}: expected an object {{"id": ..., "expr": ...}}, '
                        f"found {json.dumps(row, default=str)[:80]}")
@@ -377,8 +206,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         predicate = source.predicate_layout()
         todo = _subscription_batches(source, args.batch)
-        bar = Progress(args, "subscribe", "subscriptions", source.total)
-        try:
+        with closing(Progress("subscribe", "subscriptions", source.total, args.quiet)) as bar:
             for items in todo:
                 if predicate:
                     source.done = done + len(items)
@@ -389,8 +217,6 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
                     raise CliError(_explain(index, items, args.replace, exc) + saved) from None
                 done += len(items)
                 bar.update(done, source.done)
-        finally:
-            bar.close()
     note(args, f"subscribed {plural(done, 'subscription')} from {source.name} "
                f"in {time.monotonic() - start:.2f} s")
     return 0
@@ -403,10 +229,9 @@ def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterato
     for batch in batches(source.records(), args.batch):
         ids = []
         for n, row in batch:
-            value = row.get("id") if isinstance(row, dict) else row
-            if isinstance(row, Bad):
-                raise CliError(f"{source.where(n)}: {row.message}")
-            ids.append(_file_id(source.where(n), value))
+            where = source.where(n)
+            row = _decoded(where, row)
+            ids.append(_file_id(where, row.get("id") if isinstance(row, dict) else row))
         yield ids
 
 
@@ -417,8 +242,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     removed = asked = 0
     missing: list = []
     with pbtree.open(args.index) as index:
-        bar = Progress(args, "unsubscribe", "ids", source.total if source else None)
-        try:
+        total = source.total if source else None
+        with closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar:
             for ids in _unsubscribe_ids(args, source):
                 unique = list(dict.fromkeys(ids))
                 if source is None:
@@ -427,8 +252,6 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
                 removed += count
                 asked += len(unique)
                 bar.update(asked, source.done if source else None)
-        finally:
-            bar.close()
     if removed < asked and not args.missing_ok:
         named = f": {', '.join(map(repr, missing[:10]))}" if missing else ""
         raise CliError(f"removed {plural(removed, 'subscription')}; {asked - removed:,} of the "
@@ -439,61 +262,6 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------
 # match
-
-
-class JsonOut:
-    """Results as JSON Lines, flushed after every batch."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-
-    def write(self, labels: list, results: list, count: bool) -> None:
-        key = "count" if count else "matches"
-        self.stream.write("".join(
-            json.dumps({"event": label, key: len(r) if count else r}, ensure_ascii=False) + "\n"
-            for label, r in zip(labels, results, strict=True)))
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.stream is not sys.stdout:
-            self.stream.close()
-
-
-class ParquetOut:
-    """Results as Parquet: columns ``event`` and ``matches`` (list) or ``count``.
-
-    Match ids are int64 when every id in the index is an int, else strings (as match-batch).
-    """
-
-    def __init__(self, path: str, index: pbtree.Index) -> None:
-        from spark_loader.match import subscription_id_type
-
-        self.path = path
-        self.id_type = subscription_id_type(index)
-        self.writer: Any = None
-
-    def write(self, labels: list, results: list, count: bool) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        try:
-            if count:
-                column = pa.array([len(r) for r in results], pa.int64())
-            else:
-                if self.id_type == pa.string():
-                    results = [[str(i) for i in r] for r in results]
-                column = pa.array(results, pa.list_(self.id_type))
-            table = pa.table({"event": pa.array(labels), "count" if count else "matches": column})
-            if self.writer is None:
-                self.writer = pq.ParquetWriter(self.path, table.schema)
-            self.writer.write_table(table.cast(self.writer.schema))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise CliError(f"{self.path}: Parquet needs one type per column, but the event "
-                           f"labels mix types ({exc}); write JSON Lines instead") from None
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
@@ -537,9 +305,9 @@ def cmd_match(args: argparse.Namespace) -> int:
     seen = matched = skipped = 0
     start = time.monotonic()
     with pbtree.open(args.index, readonly=True) as index:
-        out = _output(args.output, index)
-        bar = Progress(args, "match", "events", source.total if source else None)
-        try:
+        total = source.total if source else None
+        with (closing(open_output(args.output, index)) as out,
+              closing(Progress("match", "events", total, args.quiet)) as bar):
             for batch in batches(records, args.batch):
                 numbers = [n for n, _ in batch]
                 events = [e for _, e in batch]
@@ -552,22 +320,11 @@ def cmd_match(args: argparse.Namespace) -> int:
                 seen += len(kept)
                 matched += sum(len(r) for _, _, r in kept)
                 bar.update(seen, source.done if source else None)
-        finally:
-            bar.close()
-            out.close()
     took = time.monotonic() - start
     extra = f"; skipped {skipped:,} bad events" if skipped else ""
     note(args, f"matched {plural(seen, 'event')} in {took:.2f} s "
                f"({seen / max(took, 1e-9):,.0f} events/s): {plural(matched, 'match')}{extra}")
     return 0
-
-
-def _output(path: str | None, index: pbtree.Index) -> JsonOut | ParquetOut:
-    if path is None or path == "-":
-        return JsonOut(sys.stdout)
-    if path.lower().endswith((".parquet", ".pq")):
-        return ParquetOut(path, index)
-    return JsonOut(open(path, "w", encoding="utf-8"))  # noqa: SIM115
 
 
 def _label(event: dict, n: int, field: str) -> object:
@@ -689,6 +446,17 @@ def _add_id_options(parser: argparse.ArgumentParser) -> None:
                         help="take ID as a string even if it looks like an integer")
 
 
+def _add_file_options(parser: argparse.ArgumentParser, file_help: str, switch: str,
+                      switch_help: str, noun: str) -> None:
+    """--file, one on/off switch, --batch and --string-id: what subscribe and unsubscribe share."""
+    parser.add_argument("-f", "--file", metavar="FILE",
+                        help=f"{file_help}; - for standard input")
+    parser.add_argument(switch, action="store_true", help=switch_help)
+    parser.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
+                        help=f"{noun} per transaction (default {SUB_BATCH})")
+    _add_id_options(parser)
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -718,13 +486,8 @@ def build_parser() -> Parser:
     p.add_argument("id", metavar="ID", nargs="?", help="subscription id")
     p.add_argument("expr", metavar="EXPR", nargs="?", help="subscription expression")
     p.set_defaults(late=("id", "expr"))
-    p.add_argument("-f", "--file", metavar="FILE",
-                   help='JSON Lines {"id": ..., "expr": ...} or Parquet (columns id, expr); '
-                        "- for standard input")
-    p.add_argument("--replace", action="store_true", help="replace subscriptions whose id exists")
-    p.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
-                   help=f"subscriptions per transaction (default {SUB_BATCH})")
-    _add_id_options(p)
+    _add_file_options(p, 'JSON Lines {"id": ..., "expr": ...} or Parquet (columns id, expr)',
+                      "--replace", "replace subscriptions whose id exists", "subscriptions")
 
     p = _command(sub, "unsubscribe", cmd_unsubscribe, "remove subscriptions",
                  "pbtree unsubscribe alerts.pbt 1 2 wish-7\n"
@@ -732,13 +495,8 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX")
     p.add_argument("ids", metavar="ID", nargs="*", help="ids to remove")
     p.set_defaults(late=("ids",))
-    p.add_argument("-f", "--file", metavar="FILE",
-                   help='ids as JSON Lines (42, "x" or {"id": ...}) or Parquet (column id); '
-                        "- for standard input")
-    p.add_argument("--missing-ok", action="store_true", help="ids not in the index are no error")
-    p.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
-                   help=f"ids per transaction (default {SUB_BATCH})")
-    _add_id_options(p)
+    _add_file_options(p, 'ids as JSON Lines (42, "x" or {"id": ...}) or Parquet (column id)',
+                      "--missing-ok", "ids not in the index are no error", "ids")
 
     p = _command(sub, "match", cmd_match, "match events against the subscriptions",
                  "pbtree match alerts.pbt events.jsonl -o matches.jsonl\n"

@@ -234,9 +234,9 @@ class Index:
         ints: list[list[np.ndarray]] = [[] for _ in prepared]
         strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
-            with shard.matching() as (txn, views):
+            with shard.matching() as (txn, caches):
                 for n, event in enumerate(prepared):
-                    sids = shard.match_sids(txn, views, event)
+                    sids = shard.match_sids(txn, caches, event)
                     found_ints, found_strings = shard.ids_of(txn, sids)
                     ints[n].append(found_ints)
                     strings[n] += found_strings

@@ -11,26 +11,36 @@ import numpy as np
 
 from pbtree.columns import NEEDED
 from pbtree.errors import CorruptIndexError
+from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
 from pbtree.lists import HEAD, TAIL, View, node_key
+from pbtree.tree import tree_sentinels
 from storage import sidset
+
+#: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,
+#: so trees touched rarely (sparse workloads, frequent writes) keep the plain walk
+FLATTEN_AFTER = 8
 
 
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "cursor", "nodes_db", "over_db", "out", "views", "budget")
+    __slots__ = ("txn", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db", "out",
+                 "views", "trees", "budget")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, views: dict[int, View]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, views: dict[int, View],
+                 trees: dict[bytes, Flat | int]) -> None:
         self.txn = txn
         self.views = views  # node id -> View, valid for this snapshot
+        self.trees = trees  # tree prefix -> uses so far, or its Flat once used twice
         self.cursor = txn.cursor(db=dbs["leaf"])
-        self.nodes_db, self.over_db = dbs["nodes"], dbs["overflow"]
+        self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
+        self.over_db, self.trees_db = dbs["overflow"], dbs["trees"]
         self.out: list[np.ndarray] = []
         # a list walk longer than the number of nodes means a damaged, cyclic list
         self.budget = txn.stat(self.nodes_db)["entries"]
 
-    def _view(self, node_id: int) -> View:
+    def view(self, node_id: int) -> View:
         view = self.views.get(node_id)
         if view is None:
             raw = self.txn.get(node_key(node_id), db=self.nodes_db)
@@ -39,11 +49,17 @@ class Search:
             view = self.views[node_id] = View(raw, node_id)
         return view
 
-    def _step(self, node_id: int, steps: int) -> View:
+    def step(self, node_id: int, steps: int) -> View:
         """The next node of a walk, refusing walks longer than the node count."""
         if steps > self.budget:
             raise CorruptIndexError(f"list walk passed {self.budget} nodes: a list is cyclic")
-        return self._view(node_id)
+        return self.view(node_id)
+
+    def overflow(self, key: bytes) -> memoryview:
+        raw = self.txn.get(key, db=self.over_db)
+        if raw is None:
+            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
+        return raw
 
     def _take(self, view: View, prefix: bytes, lo: int, hi: int) -> None:
         if lo >= hi:
@@ -51,10 +67,33 @@ class Search:
         self.out.append(view.inline(lo, hi))
         for i in view.overflowed(lo, hi):
             key = overflow_key(view.kind, prefix + view.key(i))
-            self.out.append(sidset.decode(self.txn.get(key, db=self.over_db)))
+            self.out.append(sidset.decode(self.overflow(key)))
 
     def attribute(self, prefix: bytes, payload: bytes, exact: bool) -> None:
-        """Collect everything one event value satisfies in the tree ``prefix``."""
+        """Collect everything one event value satisfies in the tree ``prefix``.
+
+        The first uses of a tree in a snapshot walk the PB+tree from its leaf
+        pointers; a tree used often is flattened once and searched directly.
+        """
+        state = self.trees.get(prefix, 0)
+        if state == FLATTEN_AFTER:
+            raw = self.txn.get(prefix, db=self.trees_db)
+            if raw is not None:
+                state = self.trees[prefix] = flatten(self, prefix, prefix[4],
+                                                     tree_sentinels(raw))
+        if type(state) is Flat:
+            if exact:
+                target = prefix + payload
+                leaf = self.txn.get(target, db=self.leaf_db)
+                if leaf is not None:
+                    self._eq(leaf, target, HEADER.unpack_from(leaf)[3])
+            state.collect(payload, exact, self.out)
+            return
+        self.trees[prefix] = state + 1
+        self._walk(prefix, payload, exact)
+
+    def _walk(self, prefix: bytes, payload: bytes, exact: bool) -> None:
+        """The PB+tree search: one leaf descent, then each list from its pointer."""
         cur = self.cursor
         target = prefix + payload
         hit = pred = succ = None
@@ -85,36 +124,35 @@ class Search:
 
     def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
         if flags & EQ_OVERFLOW:
-            raw = self.txn.get(overflow_key(EQ, key), db=self.over_db)
-            self.out.append(sidset.decode(raw))
+            self.out.append(sidset.decode(self.overflow(overflow_key(EQ, key))))
         elif len(value) > HEADER.size:
             self.out.append(sidset.decode(value, HEADER.size))
 
     def _greater(self, prefix: bytes, node_id: int, payload: bytes, inclusive: bool) -> None:
         """GT items with key below the event value: this node's prefix, then all before."""
-        view = self._view(node_id)
+        view = self.view(node_id)
         if view.flags & HEAD:
             return
         self._take(view, prefix, 0, view.count_below(payload, inclusive))
-        view, steps = self._view(view.prev), 1
+        view, steps = self.view(view.prev), 1
         while not view.flags & HEAD:
             self._take(view, prefix, 0, view.n)
-            view, steps = self._step(view.prev, steps), steps + 1
+            view, steps = self.step(view.prev, steps), steps + 1
 
     def _less(self, prefix: bytes, node_id: int, payload: bytes) -> None:
         """LT items with key above the event value: this node's suffix, then all after."""
-        view = self._view(node_id)
+        view = self.view(node_id)
         if view.flags & TAIL:
             return
         self._take(view, prefix, view.count_below(payload, True), view.n)
-        view, steps = self._view(view.next), 1
+        view, steps = self.view(view.next), 1
         while not view.flags & TAIL:
             self._take(view, prefix, 0, view.n)
-            view, steps = self._step(view.next, steps), steps + 1
+            view, steps = self.step(view.next, steps), steps + 1
 
     def _unequal(self, prefix: bytes, node_id: int, skip: bytes | None) -> None:
         """Every INEQ item but the one keyed by the event value (when it exists)."""
-        start = self._view(node_id)
+        start = self.view(node_id)
         if not start.flags & HEAD:
             i = start.count_below(skip, False) if skip is not None else start.n
             if i < start.n and start.key(i) == skip:
@@ -122,14 +160,14 @@ class Search:
                 self._take(start, prefix, i + 1, start.n)
             else:
                 self._take(start, prefix, 0, start.n)
-            view, steps = self._view(start.prev), 1
+            view, steps = self.view(start.prev), 1
             while not view.flags & HEAD:
                 self._take(view, prefix, 0, view.n)
-                view, steps = self._step(view.prev, steps), steps + 1
-        view, steps = self._view(start.next), 1
+                view, steps = self.step(view.prev, steps), steps + 1
+        view, steps = self.view(start.next), 1
         while not view.flags & TAIL:
             self._take(view, prefix, 0, view.n)
-            view, steps = self._step(view.next, steps), steps + 1
+            view, steps = self.step(view.next, steps), steps + 1
 
 
 def count(txn: lmdb.Transaction, dbs: dict, arrays: list[np.ndarray]) -> np.ndarray:

@@ -18,6 +18,7 @@ import numpy as np
 
 from pbtree.columns import INT_IDS, STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
+from pbtree.flat import Flat
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
 from pbtree.lists import View
@@ -84,6 +85,7 @@ class Shard:
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._views: dict[int, View] = {}
+        self._trees: dict[bytes, Flat | int] = {}
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -98,10 +100,10 @@ class Shard:
         if self._snapshot is not None:
             self._snapshot.abort()
             self._snapshot = None
-            self._views = {}
+            self._views, self._trees = {}, {}
 
     @contextmanager
-    def matching(self) -> Iterator[tuple[lmdb.Transaction, dict[int, View]]]:
+    def matching(self) -> Iterator[tuple[lmdb.Transaction, tuple[dict, dict]]]:
         """The pinned read snapshot and its decoded-node cache, renewed after any commit.
 
         Keeping the snapshot between calls lets list nodes be parsed once per
@@ -120,7 +122,7 @@ class Shard:
                     snap = env.begin(buffers=True)
                 self._snapshot = snap
             try:
-                yield snap, self._views
+                yield snap, (self._views, self._trees)
             except lmdb.Error:
                 self._release()
                 raise
@@ -221,10 +223,10 @@ class Shard:
             aid = self._attr_ids[name] = int.from_bytes(raw, "little")
         return aid
 
-    def match_sids(self, txn, views: dict[int, View],
+    def match_sids(self, txn, caches: tuple[dict, dict],
                    event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies."""
-        search = Search(txn, self.dbs, views)
+        search = Search(txn, self.dbs, *caches)
         try:
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)

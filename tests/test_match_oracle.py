@@ -8,21 +8,32 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
 from strategies import events, random_event, random_subscription, subscriptions
 
 import pbtree
+from pbtree import matcher
 from pbtree.expr import parse
 
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
            HealthCheck.function_scoped_fixture]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=SLOW_OK)
+@pytest.fixture(params=[1, 10**9], ids=["flatten-at-once", "walk-only"])
+def flatten_after(request):
+    """Run with trees flattened from their second use, and with the plain walk only."""
+    saved = matcher.FLATTEN_AFTER
+    matcher.FLATTEN_AFTER = request.param
+    yield request.param
+    matcher.FLATTEN_AFTER = saved
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
 @given(data=st.data(), shards=st.sampled_from([1, 3]))
-def test_interleaved_updates_match_oracle(tmp_path_factory, data, shards):
+def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data, shards):
     path = tmp_path_factory.mktemp("ix") / "index"
     model: dict = {}
     with pbtree.create(path, shards=shards, node_bytes=256) as ix:
@@ -60,8 +71,10 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, data, shards):
                 model[sub_id] = parse(sub)
             ix.verify()
             assert len(ix) == len(model)
-            for event in data.draw(st.lists(events, min_size=1, max_size=6), label="events"):
-                assert ix.match(event) == oracle_match(model, event), event
+            batch = data.draw(st.lists(events, min_size=1, max_size=6), label="events")
+            expected = [oracle_match(model, event) for event in batch]
+            assert [ix.match(event) for event in batch] == expected
+            assert ix.match_many(batch) == expected  # later uses of each tree
 
 
 def test_many_events_many_subscriptions(tmp_path):

@@ -1,0 +1,104 @@
+"""A tree's three lists flattened for one read snapshot.
+
+The PB+tree walk re-reads list nodes for every event. A tree used more than
+once in a snapshot is flattened once: its keys gathered into one sorted
+array and its nodes' SidSets kept as zero-copy views, so each event value
+costs three binary searches and a few list slices. Only keys and small
+Python objects are held in anonymous memory; the sids stay on the map.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+
+from pbtree.leaf import GT, INEQ, LT, overflow_key
+from pbtree.lists import FIXED_DTYPE, TAIL, View
+from storage import sidset
+from storage.keys import STRING
+
+
+class FlatList:
+    """One list: sorted keys, per-node sid arrays, and the overflowed items' sets."""
+
+    __slots__ = ("keys", "starts", "arrays", "ends", "over_at", "over")
+
+    def __init__(self) -> None:
+        self.keys: list = []  # ints (fixed-width families, big-endian value) or bytes
+        self.starts: list[int] = [0]  # first item index of each node, then the item count
+        self.arrays: list[np.ndarray] = []  # inline sids of each node
+        self.ends: list[list[int]] = []  # cumulative sid ends of each node's items
+        self.over_at: list[int] = []  # item indexes whose set is in the overflow db
+        self.over: list[np.ndarray] = []
+
+    def _part(self, node: int, lo: int, hi: int) -> np.ndarray:
+        """Inline sids of items [lo, hi) of one node (indexes within the node)."""
+        ends = self.ends[node]
+        return self.arrays[node][ends[lo - 1] if lo else 0:ends[hi - 1] if hi else 0]
+
+    def below(self, count: int, out: list[np.ndarray]) -> None:
+        """Collect items [0, count)."""
+        if count <= 0:
+            return
+        node = bisect_right(self.starts, count - 1) - 1
+        out += self.arrays[:node]
+        out.append(self._part(node, 0, count - self.starts[node]))
+        out += self.over[:bisect_left(self.over_at, count)]
+
+    def above(self, first: int, out: list[np.ndarray]) -> None:
+        """Collect items [first, n)."""
+        if first >= self.starts[-1]:
+            return
+        node = bisect_right(self.starts, first) - 1
+        out.append(self._part(node, first - self.starts[node],
+                              self.starts[node + 1] - self.starts[node]))
+        out += self.arrays[node + 1:]
+        out += self.over[bisect_left(self.over_at, first):]
+
+
+class Flat:
+    """The GT, LT and INEQ lists of one tree, with its family's key search."""
+
+    __slots__ = ("lists", "fixed")
+
+    def __init__(self, family: int) -> None:
+        self.lists = {GT: FlatList(), LT: FlatList(), INEQ: FlatList()}
+        self.fixed = FIXED_DTYPE.get(family) if family != STRING else None
+
+    def collect(self, payload: bytes, exact: bool, out: list[np.ndarray]) -> None:
+        """Everything the three lists hold that an event value satisfies (DESIGN §3)."""
+        probe = int.from_bytes(payload, "big") if self.fixed is not None else payload
+        gt, lt, ineq = self.lists[GT], self.lists[LT], self.lists[INEQ]
+        gt.below((bisect_right if not exact else bisect_left)(gt.keys, probe), out)
+        lt.above(bisect_right(lt.keys, probe), out)
+        skip = bisect_left(ineq.keys, probe)
+        if exact and skip < len(ineq.keys) and ineq.keys[skip] == probe:
+            ineq.below(skip, out)
+            ineq.above(skip + 1, out)
+        else:
+            ineq.above(0, out)
+
+
+def flatten(search, prefix: bytes, family: int, sentinels: dict) -> Flat:
+    """Walk every list of a tree once (``search`` supplies nodes and overflow sets)."""
+    flat = Flat(family)
+    for kind, (head, _) in sentinels.items():
+        target = flat.lists[kind]
+        keys: list = []
+        view: View = search.view(search.view(head).next)
+        steps = 1
+        while not view.flags & TAIL:
+            base = target.starts[-1]
+            keys.append(np.frombuffer(view.buf, flat.fixed, view.n, view.keys_at).tolist()
+                        if flat.fixed is not None else view.keys())
+            target.arrays.append(view.inline(0, view.n))
+            target.ends.append(view.sid_end.tolist())
+            for i in view.overflowed(0, view.n):
+                target.over_at.append(base + i)
+                raw = search.overflow(overflow_key(kind, prefix + view.key(i)))
+                target.over.append(sidset.decode(raw))
+            target.starts.append(base + view.n)
+            view, steps = search.step(view.next, steps), steps + 1
+        target.keys = [k for part in keys for k in part]
+    return flat

@@ -40,6 +40,11 @@ OPS_SOURCE: tuple[str, ...] = OPS_CORE + ("not in", "between", "prefix")
 _OP_RANK = {op: i for i, op in enumerate(OPS_CORE)}
 _EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
 _SCALAR_CORE = frozenset(("=", "<", "<=", ">", ">=", "!="))
+#: Every spelling of a scalar operator -> (canonical op, rank).
+_SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
+    "==": ("=", _EQ),
+    "<>": ("!=", _NE),
+}
 _OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
 _KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
 _OR_MESSAGE = (
@@ -81,6 +86,12 @@ def _canon(value: object) -> object:
 
 def _constant(value: object) -> object:
     """Canonical, index-storable constant, or ValueRejected saying why not."""
+    t = type(value)
+    if t is int:
+        if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[operator]
+            return value
+    elif t is str and len(value) <= MAX_CONST_BYTES and value.isascii():  # type: ignore[arg-type]
+        return value
     value = _canon(value)
     if type(value) is str:
         _const_payload(value)
@@ -99,13 +110,11 @@ def canonical(value: object) -> object:
         raise ExpressionError(str(exc)) from None
 
 
+_FAMILY_OF_TYPE = {bool: BOOL, str: STRING}
+
+
 def _family(value: object) -> int:
-    t = type(value)
-    if t is bool:
-        return BOOL
-    if t is str:
-        return STRING
-    return NUMBER
+    return _FAMILY_OF_TYPE.get(type(value), NUMBER)
 
 
 def value_sort_key(value: object) -> tuple[int, object]:
@@ -157,10 +166,12 @@ def _prefix_bound(attr: str, prefix: str) -> str | None:
 # tokenizer
 
 _NUM, _STR, _NAME, _QUOTED, _OP, _PUNCT, _BAD, _END = range(8)
+_NUM_SRC = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_STR_SRC = r"'[^'\\]*(?:\\.[^'\\]*)*'" + r'|"[^"\\]*(?:\\.[^"\\]*)*"'
 _TOKEN_RE = re.compile(
-    r"""\s*(?:
-      (?P<num>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
-    | (?P<str>'[^'\\]*(?:\\.[^'\\]*)*'|"[^"\\]*(?:\\.[^"\\]*)*")
+    rf"""\s*(?:
+      (?P<num>{_NUM_SRC})
+    | (?P<str>{_STR_SRC})
     | (?P<name>[^\W\d][\w.]*)
     | (?P<quoted>`[^`]*(?:``[^`]*)*`)
     | (?P<op><=|>=|==|!=|<>|<|>|=)
@@ -443,6 +454,102 @@ def _parse_text(src: str) -> list[Predicate]:
     return _TextParser(src, toks).parse()
 
 
+# Fast path: one regex match per predicate of the common shapes (bare attribute; number,
+# string, true or false values). Each value (and each comma-separated item of a list) must
+# be one literal, checked by _literal, between spaces, commas, parentheses or the end, so it
+# is one token of _TOKEN_RE (the longest match of _NUM_SRC is its first). Keywords are
+# ASCII-case-insensitive (_ci), as the parser's ``.lower()`` test is (only U+212A and U+0130
+# lower into ASCII, to no keyword). findall() goes from one predicate to the next, each but
+# the last followed by 'and'; where none matches, ``bad`` takes the rest and the full parser
+# decides.
+
+
+def _ci(*words: str) -> str:
+    """Regex source matching any of ``words`` in any ASCII letter case."""
+    return "(?:" + "|".join("".join(f"[{c}{c.upper()}]" for c in w) for w in words) + ")"
+
+
+_VALUE_RE = re.compile(rf"\s*({_NUM_SRC}|{_STR_SRC}|{_ci('true', 'false')})\s*", re.S)
+_CHUNK = rf"(?:{_STR_SRC}|\S+)"
+_FAST_PRED_RE = re.compile(
+    rf"""\s*(?!{_ci(*sorted(_KEYWORDS))}(?![\w.]))(?P<attr>[^\W\d][\w.]*)(?:
+      \s*(?P<op><=|>=|==|!=|<>|<|>|=)\s*(?P<value>{_CHUNK})
+    | \s+{_ci("between")}\s+(?P<lo>{_CHUNK})\s+{_ci("and")}\s+(?P<hi>{_CHUNK})
+    | \s+{_ci("prefix")}\s*(?P<prefix>{_STR_SRC})
+    | \s+(?P<neg>{_ci("not")}\s+)?{_ci("in")}\s*\((?P<values>[^()]+)\)
+    )(?:\s+{_ci("and")}\s+(?=\S)|\s*\Z)
+    | (?P<bad>.+)""",
+    re.S | re.X,
+)
+_LITERALS: dict[str, tuple[int, object]] = {}  # a cache of _literal, for short texts
+_LITERALS_MAX = 4096
+
+
+def _literal(text: str) -> tuple[int, object] | None:
+    """(family, constant) of a literal, spaces around it allowed; None if text is not one.
+
+    ValueError if the full parser would reject the value.
+    """
+    m = _VALUE_RE.fullmatch(text)
+    if m is None:
+        return None
+    token = m.group(1)
+    first = token[0]
+    if first == "'" or first == '"':
+        value = token[1:-1]
+        if "\\" in value:
+            value = _unescape(value, 0)
+        value = _constant(value)
+    elif first in "tTfF":
+        value = first in "tT"
+    else:
+        value = _constant(_number(token, 0))
+    pair = (_family(value), value)
+    if len(text) <= 100:
+        if len(_LITERALS) >= _LITERALS_MAX:
+            _LITERALS.clear()
+        _LITERALS[text] = pair
+    return pair
+
+
+def _core_of_text(src: str) -> dict[tuple, Predicate] | None:
+    """_rewrite_into of every predicate, or None if src is not all common shapes.
+
+    A ValueError (a rejected value) is for the full parser to report, as is None.
+    """
+    found = _FAST_PRED_RE.findall(src)
+    if not found or found[-1][-1]:
+        return None
+    out: dict[tuple, Predicate] = {}
+    cached = _LITERALS.get
+    for attr, op, value, lo, hi, prefix, neg, values, _ in found:
+        if op:
+            pair = cached(value) or _literal(value)
+            if pair is None:
+                return None
+            op, rank = _SCALAR_SPELLINGS[op]
+            family, value = pair
+            out[(attr, rank, family, value)] = (attr, op, value)
+        elif lo:
+            lo_pair = cached(lo) or _literal(lo)
+            hi_pair = cached(hi) or _literal(hi)
+            if lo_pair is None or hi_pair is None or lo_pair[0] != hi_pair[0]:
+                return None
+            out[(attr, _GE, *lo_pair)] = (attr, ">=", lo_pair[1])
+            out[(attr, _LE, *hi_pair)] = (attr, "<=", hi_pair[1])
+        elif prefix:
+            _rewrite_into(out, attr, "prefix", _literal(prefix)[1])  # type: ignore[index]
+        else:
+            texts = values.split(",")
+            pairs = set(map(cached, texts))
+            if None in pairs:
+                pairs = set(map(_literal, texts))
+                if None in pairs:
+                    return None
+            _add_in(out, attr, bool(neg), tuple(sorted(pairs)))  # type: ignore[type-var]
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # tuple form
 
@@ -469,12 +576,14 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         raise fail("attribute name is empty")
     if not isinstance(op, str):
         raise fail(f"operator must be a str, not {type(op).__name__}")
-    spelled = " ".join(op.lower().split())
-    canon_op = _OP_SPELLINGS.get(spelled)
+    canon_op = _OP_SPELLINGS.get(op) if type(op) is str else None
+    if canon_op is None:
+        canon_op = _OP_SPELLINGS.get(" ".join(op.lower().split()))
     if canon_op is None:
         raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
     try:
-        _check_name(attr)
+        if not attr.isascii():
+            _check_name(attr)
         if canon_op in _SCALAR_CORE:
             return (attr, canon_op, _constant(value))
         if canon_op == "in" or canon_op == "not in":
@@ -482,7 +591,7 @@ def _parse_tuple(index: int, item: object) -> Predicate:
                 raise fail(f"'{canon_op}' needs a list of values, not {type(value).__name__}")
             if not value:
                 raise fail(f"'{canon_op}' needs at least one value")
-            return (attr, canon_op, tuple(_constant(v) for v in value))
+            return (attr, canon_op, tuple(map(_constant, value)))
         if canon_op == "between":
             if not isinstance(value, list | tuple) or len(value) != 2:
                 raise fail("'between' needs a (low, high) pair")
@@ -529,44 +638,114 @@ def parse(source: str | Sequence[tuple]) -> list[Predicate]:
     return preds
 
 
-def _distinct(values: Iterable[object]) -> list[object]:
-    seen = {(_family(v), v): v for v in values}
-    return [seen[k] for k in sorted(seen)]
+def _distinct(values: Iterable[object]) -> tuple[tuple[int, object], ...]:
+    """Sorted (family, value) pairs of the distinct values, the last of equal ones."""
+    last = {}
+    for v in values:
+        pair = (_FAMILY_OF_TYPE.get(type(v), NUMBER), v)
+        last[pair] = pair
+    return tuple(sorted(last.values()))
+
+
+def _add_in(out: dict[tuple, Predicate], attr: str, negated: bool, pairs: tuple) -> None:
+    """_rewrite_into of 'in' (or 'not in') with the sorted distinct (family, value) pairs."""
+    if negated:
+        for family, v in pairs:
+            out[(attr, _NE, family, v)] = (attr, "!=", v)
+    elif len(pairs) == 1:
+        family, v = pairs[0]
+        out[(attr, _EQ, family, v)] = (attr, "=", v)
+    else:
+        out[(attr, _IN, pairs)] = (attr, "in", tuple(zip(*pairs, strict=True))[1])
+
+
+def _rewrite_into(out: dict[tuple, Predicate], attr: str, op: str, value: Any) -> None:
+    """Add the core predicates of one source predicate to ``out``, keyed by sort order."""
+    if op in _SCALAR_CORE:
+        out[(attr, _OP_RANK[op], _family(value), value)] = (attr, op, value)
+    elif op == "in" or op == "not in":
+        _add_in(out, attr, op == "not in", _distinct(value))
+    elif op == "between":
+        lo, hi = value
+        out[(attr, _GE, _family(lo), lo)] = (attr, ">=", lo)
+        out[(attr, _LE, _family(hi), hi)] = (attr, "<=", hi)
+    elif op == "prefix":
+        out[(attr, _GE, STRING, value)] = (attr, ">=", value)
+        succ = _prefix_bound(attr, value)
+        if succ is not None:
+            out[(attr, _LT, STRING, succ)] = (attr, "<", succ)
+    else:
+        raise ExpressionError(f"unknown operator {op!r} in predicate on {_fa(attr)}")
 
 
 def rewrite(preds: Iterable[Predicate]) -> list[Predicate]:
     """Core predicates (ops in OPS_CORE), duplicates collapsed, in canonical order (DESIGN §1)."""
     out: dict[tuple, Predicate] = {}
     for attr, op, value in preds:
-        if op in _SCALAR_CORE:
-            out[(attr, _OP_RANK[op], _family(value), value)] = (attr, op, value)
-        elif op == "in" or op == "not in":
-            vals = _distinct(value)
-            if op == "not in":
-                for v in vals:
-                    out[(attr, _NE, _family(v), v)] = (attr, "!=", v)
-            elif len(vals) == 1:
-                v = vals[0]
-                out[(attr, _EQ, _family(v), v)] = (attr, "=", v)
-            else:
-                out[(attr, _IN, tuple((_family(v), v) for v in vals))] = (attr, "in", tuple(vals))
-        elif op == "between":
-            lo, hi = value
-            out[(attr, _GE, _family(lo), lo)] = (attr, ">=", lo)
-            out[(attr, _LE, _family(hi), hi)] = (attr, "<=", hi)
-        elif op == "prefix":
-            out[(attr, _GE, STRING, value)] = (attr, ">=", value)
-            succ = _prefix_bound(attr, value)
-            if succ is not None:
-                out[(attr, _LT, STRING, succ)] = (attr, "<", succ)
-        else:
-            raise ExpressionError(f"unknown operator {op!r} in predicate on {_fa(attr)}")
-    return [out[k] for k in sorted(out)]
+        _rewrite_into(out, attr, op, value)
+    return list(map(out.__getitem__, sorted(out)))
+
+
+def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate]:
+    """_rewrite_into of every tuple; plain predicates skip _parse_tuple, which reports errors."""
+    out: dict[tuple, Predicate] = {}
+    family = _FAMILY_OF_TYPE.get
+    for index, item in enumerate(source):
+        kind = type(item)
+        if (kind is tuple or kind is list) and len(item) == 3:
+            attr, op, value = item
+            if type(attr) is str and type(op) is str and attr and attr.isascii():
+                kind = type(value)
+                spelled = _SCALAR_SPELLINGS.get(op)
+                if spelled is not None:
+                    if (
+                        (kind is int and -MAX_EXACT_INT <= value <= MAX_EXACT_INT)
+                        or (kind is str and len(value) <= MAX_CONST_BYTES and value.isascii())
+                        or kind is bool
+                    ):
+                        op, rank = spelled
+                        out[(attr, rank, family(kind, NUMBER), value)] = (attr, op, value)
+                        continue
+                elif op == "in" or op == "not in":
+                    if (kind is tuple or kind is list) and value:
+                        try:
+                            pairs = _distinct(map(_constant, value))
+                        except ValueError:
+                            pass
+                        else:
+                            _add_in(out, attr, op == "not in", pairs)
+                            continue
+                elif op == "between" and (kind is tuple or kind is list) and len(value) == 2:
+                    try:
+                        lo, hi = _constant(value[0]), _constant(value[1])
+                    except ValueError:
+                        pass
+                    else:
+                        lo_family = family(type(lo), NUMBER)
+                        if lo_family == family(type(hi), NUMBER):
+                            out[(attr, _GE, lo_family, lo)] = (attr, ">=", lo)
+                            out[(attr, _LE, lo_family, hi)] = (attr, "<=", hi)
+                            continue
+        attr, op, value = _parse_tuple(index, item)
+        _rewrite_into(out, attr, op, value)
+    return out
 
 
 def normalize(source: str | Sequence[tuple]) -> list[Predicate]:
     """rewrite(parse(source)): the canonical core predicates of a subscription."""
-    preds = rewrite(parse(source))
+    out = None
+    t = type(source)
+    if t is str:
+        try:
+            out = _core_of_text(source)  # type: ignore[arg-type]
+        except ValueError:  # whatever it is, the full parser reports it
+            pass
+    elif t is list or t is tuple:
+        out = _core_of_tuples(source)  # type: ignore[arg-type]
+    if out is None:
+        preds = rewrite(parse(source))
+    else:
+        preds = list(map(out.__getitem__, sorted(out)))
     if not preds:
         raise ExpressionError("empty subscription: no predicates given")
     return preds

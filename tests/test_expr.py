@@ -622,6 +622,142 @@ def test_rewrite_is_equivalent_wide_values(raw: list, event: dict) -> None:
     assert matches(parse(raw), event) == eval_core(normalize(raw), event)
 
 
+# normalize() has fast paths for common shapes; rewrite(parse()) is the reference.
+
+
+def outcome(normalizer, source: object) -> object:
+    """Typed result or the error message."""
+    try:
+        return typed(normalizer(source))
+    except ExpressionError as exc:
+        return ("error", str(exc))
+
+
+def reference(source: object) -> list:
+    return rewrite(parse(source))  # type: ignore[arg-type]
+
+
+_SOUP_TOKENS = [
+    "a", "b1", "x.y", "ünï", "İn", "falſe", "`q`", "and", "AND", "or", "not", "NoT", "in",
+    "IN", "between", "Between", "prefix", "PREFIX", "true", "FALSE", "inf", "-inf", "<",
+    "<=", "=", "==", "!=", "<>", ">", ">=", "(", ")", ",", "0", "-7", "+7", "1.5", "1.", ".5",
+    "1e3", "1e309", "-0.0", "9007199254740993", "00012", "'s'", "'a,b'", "'x)'", "''",
+    '"d"', "'\\n'", "'\\q'", "'\\ud800'", "'it\\'s'", "'", "1and", "trueand", "- 3",
+]  # fmt: skip
+
+
+def _mostly(good: list[str], bad: list[str]) -> st.SearchStrategy[str]:
+    """A good token four times in five, else a bad (or unusual) one."""
+    return st.sampled_from(good * 4 * len(bad) + bad * len(good))
+
+
+_ATTR_TOKENS = _mostly(["a", "b1", "x.y", "ünï", "İn", "\u212a", "inx"], ["in", "`q`", "AND", "or"])
+_VALUE_TOKENS = _mostly(
+    ["0", "-7", "+7", "1.5", "1.", ".5", "1e3", "-0.0", "00012", "true", "FALSE", "'s'",
+     "'a,b'", "'x)'", "''", '"d"', "'\\n'", "'it\\'s'", "'é'"],
+    ["falſe", "trueand", "inf", "-inf", "- 3", "'\\q'", "'\\ud800'", "'x'y", "'", "x", "1and",
+     "1e309", "9007199254740993"],
+)  # fmt: skip
+_OPS = _mostly(["<", "<=", "=", "==", "!=", "<>", ">", ">="], ["=<"])
+_SPACES = _mostly([" "], ["", "  ", "\t\n", "\u00a0"])
+
+
+@st.composite
+def predicate_text(draw) -> str:
+    """One predicate, maybe broken, from attribute, operator and value tokens."""
+    form = draw(st.sampled_from(["op", "op", "in", "NOT IN", "between", "prefix"]))
+    if form == "op":
+        body = f"{draw(_OPS)}{draw(_SPACES)}{draw(_VALUE_TOKENS)}"
+    elif form == "between":
+        low, high = draw(_VALUE_TOKENS), draw(_VALUE_TOKENS)
+        body = f"between {low} {draw(st.sampled_from(['and', 'And']))} {high}"
+    elif form == "prefix":
+        body = f"prefix{draw(_SPACES)}{draw(_VALUE_TOKENS)}"
+    else:
+        items = draw(st.lists(_VALUE_TOKENS, max_size=4))
+        body = f"{form}{draw(_SPACES)}({draw(_mostly([', '], [',', ' ,'])).join(items)})"
+    return f"{draw(_ATTR_TOKENS)}{draw(_SPACES)}{body}"
+
+
+@st.composite
+def expression_texts(draw) -> str:
+    """Predicates joined by 'and', token or character soup, or a formatted subscription."""
+    kind = draw(st.sampled_from(["predicates", "predicates", "tokens", "chars", "formatted"]))
+    if kind == "predicates":
+        preds = draw(st.lists(predicate_text(), min_size=1, max_size=4))
+        joiner = draw(_mostly([" and ", " AND "], ["and ", " and", "  and\t", " or "]))
+        return joiner.join(preds) + draw(_mostly(["", " "], [" and", " and ", "and"]))
+    if kind == "tokens":
+        tokens = draw(st.lists(st.sampled_from(_SOUP_TOKENS), max_size=14))
+        return "".join(t + draw(_SPACES) for t in tokens)
+    if kind == "chars":
+        return draw(st.text(st.sampled_from(" ,()'\"`\\=<>!-+.019eaAndiINotTrfFsx\t"), max_size=30))
+    text = format_predicates(parse(draw(source_preds())))
+    return text.replace(" ", draw(st.sampled_from([" ", "  ", "\t", "\n "])))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(expression_texts())
+def test_normalize_text_fast_path_agrees_with_the_parser(text: str) -> None:
+    assert outcome(normalize, text) == outcome(reference, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = trueand b = 1",
+        "a = 1and b = 1",
+        "a = 'x'and b = 1",
+        "a = 1 and ",
+        "a = 1 and",
+        "a = falſe",
+        "a = true and b = FALSE",
+        "\u212a = 1 and İn = 2",
+        "a between 1 and 's'",
+        "a between 1 and 2 and b between 'x' and 'y'",
+        "a in ('a,b', 'c')",
+        "a in ('x)', 1)",
+        "a in ('(', 1)",
+        "a in (1,)",
+        "a in ()",
+        "a in (1, true, 1.0, 'x', -0.0)",
+        "a not in (2, 1, 2)",
+        "a = 1e309",
+        "a = 9007199254740993",
+        "a = '\\ud83d\\ude00' and b = '\\ud800'",
+        "a prefix 'x' and b prefix ''",
+        f"a prefix '{'x' * (MAX_CONST_BYTES - 1)}\\x7f'",
+        "a <=1 and b<>2 and c==3 and d=<4",
+        "or = 1",
+        "a = 1 or b = 2",
+    ],
+)
+def test_normalize_text_fast_path_cases(text: str) -> None:
+    assert outcome(normalize, text) == outcome(reference, text)
+
+
+_ODD_VALUES = st.one_of(
+    _VALUES,
+    st.sampled_from(
+        [None, math.nan, 2**53 + 1, -2.0, "\ud800", "x" * (MAX_CONST_BYTES + 1), "é" * 300, [1]]
+    ),
+)
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    source_preds(
+        attrs=st.one_of(_ATTRS, st.sampled_from(["", "\ud800", None])),
+        families=[_ODD_VALUES],
+        prefixes=st.one_of(_STRINGS, st.sampled_from([5, "\U0010ffff" * 130])),
+    ),
+    st.booleans(),
+)
+def test_normalize_tuple_fast_path_agrees_with_the_parser(raw: list, as_lists: bool) -> None:
+    source = [list(pred) for pred in raw] if as_lists else raw
+    assert outcome(normalize, source) == outcome(reference, source)
+
+
 # --------------------------------------------------------------------------------------
 # the oracle itself
 

@@ -28,11 +28,9 @@ class Search:
     __slots__ = ("txn", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db", "out",
                  "views", "trees", "budget")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, views: dict[int, View],
-                 trees: dict[bytes, Flat | int]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
         self.txn = txn
-        self.views = views  # node id -> View, valid for this snapshot
-        self.trees = trees  # tree prefix -> uses so far, or its Flat once used twice
+        self.views, self.trees = snapshot.views, snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
         self.over_db, self.trees_db = dbs["overflow"], dbs["trees"]
@@ -170,19 +168,41 @@ class Search:
             view, steps = self.step(view.next, steps), steps + 1
 
 
-def count(txn: lmdb.Transaction, dbs: dict, arrays: list[np.ndarray]) -> np.ndarray:
+class Snapshot:
+    """What matching caches for one read snapshot of a shard (dropped when it is renewed)."""
+
+    __slots__ = ("views", "trees", "needed")
+
+    def __init__(self) -> None:
+        self.views: dict[int, View] = {}  # node id -> parsed node
+        self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
+        self.needed: np.ndarray | None = None  # predicate count of every sid, 0 -> 0xFFFF
+
+    def needed_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
+        """Predicate counts of all sids, free sids set to a count no event can reach."""
+        if self.needed is None:
+            chunks = NEEDED.chunks(txn, dbs)
+            table = np.zeros(NEEDED.size * (max(chunks, default=-1) + 1), NEEDED.dtype)
+            for number, chunk in chunks.items():
+                table[number * NEEDED.size:(number + 1) * NEEDED.size] = chunk
+            table[table == 0] = np.iinfo(NEEDED.dtype).max
+            self.needed = table
+        return self.needed
+
+
+def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
+          arrays: list[np.ndarray]) -> np.ndarray:
     """Sorted sids whose number of satisfied predicates equals their predicate count.
 
-    Counting is a bincount when the hits are dense relative to the largest sid
-    (no sort), and a sort-based unique when they are sparse.
+    When hits are dense relative to the number of sids, one bincount is compared
+    with the snapshot's table of counts; when sparse, a sort-based unique and a
+    gather of just those sids' counts.
     """
     if not arrays:
         return sidset.EMPTY
     hits = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
     if hits.size * 16 >= int(hits.max()):
-        counts = np.bincount(hits)
-        sids = np.flatnonzero(counts)
-        counts = counts[sids]
-    else:
-        sids, counts = np.unique(hits, return_counts=True)
+        needed = snapshot.needed_all(txn, dbs)
+        return np.flatnonzero(np.bincount(hits, minlength=needed.size) == needed)
+    sids, counts = np.unique(hits, return_counts=True)
     return sids[counts == NEEDED.gather(txn, dbs, sids)]

@@ -18,11 +18,9 @@ import numpy as np
 
 from pbtree.columns import INT_IDS, STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
-from pbtree.flat import Flat
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
-from pbtree.lists import View
-from pbtree.matcher import Search, count
+from pbtree.matcher import Search, Snapshot, count
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import const_payload, tree_prefix
@@ -84,8 +82,7 @@ class Shard:
         self._attr_ids: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
-        self._views: dict[int, View] = {}
-        self._trees: dict[bytes, Flat | int] = {}
+        self._cache = Snapshot()
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -100,10 +97,10 @@ class Shard:
         if self._snapshot is not None:
             self._snapshot.abort()
             self._snapshot = None
-            self._views, self._trees = {}, {}
+            self._cache = Snapshot()
 
     @contextmanager
-    def matching(self) -> Iterator[tuple[lmdb.Transaction, tuple[dict, dict]]]:
+    def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:
         """The pinned read snapshot and its decoded-node cache, renewed after any commit.
 
         Keeping the snapshot between calls lets list nodes be parsed once per
@@ -122,7 +119,7 @@ class Shard:
                     snap = env.begin(buffers=True)
                 self._snapshot = snap
             try:
-                yield snap, (self._views, self._trees)
+                yield snap, self._cache
             except lmdb.Error:
                 self._release()
                 raise
@@ -223,16 +220,16 @@ class Shard:
             aid = self._attr_ids[name] = int.from_bytes(raw, "little")
         return aid
 
-    def match_sids(self, txn, caches: tuple[dict, dict],
+    def match_sids(self, txn, cache: Snapshot,
                    event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies."""
-        search = Search(txn, self.dbs, *caches)
+        search = Search(txn, self.dbs, cache)
         try:
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)
                 if aid is not None:
                     search.attribute(tree_prefix(aid, family), payload, exact)
-            return count(txn, self.dbs, search.out)
+            return count(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):
                 raise

@@ -20,16 +20,20 @@ from storage import sidset
 #: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,
 #: so trees touched rarely (sparse workloads, frequent writes) keep the plain walk
 FLATTEN_AFTER = 8
+#: bounds on what a snapshot caches, so the matcher's own memory stays a small fraction
+#: of the index: parsed node views (the cache is emptied when full) and flattened trees
+MAX_VIEWS = 4096
+MAX_FLAT = 1024
 
 
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db", "out",
-                 "views", "trees", "budget")
+    __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db",
+                 "out", "views", "trees", "budget")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
-        self.txn = txn
+        self.txn, self.snapshot = txn, snapshot
         self.views, self.trees = snapshot.views, snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
@@ -44,6 +48,8 @@ class Search:
             raw = self.txn.get(node_key(node_id), db=self.nodes_db)
             if raw is None:
                 raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+            if len(self.views) >= MAX_VIEWS:
+                self.views.clear()
             view = self.views[node_id] = View(raw, node_id)
         return view
 
@@ -74,11 +80,12 @@ class Search:
         pointers; a tree used often is flattened once and searched directly.
         """
         state = self.trees.get(prefix, 0)
-        if state == FLATTEN_AFTER:
+        if state == FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
             raw = self.txn.get(prefix, db=self.trees_db)
             if raw is not None:
                 state = self.trees[prefix] = flatten(self, prefix, prefix[4],
                                                      tree_sentinels(raw))
+                self.snapshot.flat += 1
         if type(state) is Flat:
             if exact:
                 target = prefix + payload
@@ -171,9 +178,10 @@ class Search:
 class Snapshot:
     """What matching caches for one read snapshot of a shard (dropped when it is renewed)."""
 
-    __slots__ = ("views", "trees", "needed")
+    __slots__ = ("views", "trees", "flat", "needed")
 
     def __init__(self) -> None:
+        self.flat = 0  # trees flattened so far
         self.views: dict[int, View] = {}  # node id -> parsed node
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.needed: np.ndarray | None = None  # predicate count of every sid, 0 -> 0xFFFF

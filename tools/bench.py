@@ -356,7 +356,10 @@ def markdown(report: dict[str, Any]) -> str:
         f"(mean fraction of subscriptions matched per event).",
         "",
         f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}; "
-        f"generated in {report['generate_s']:.1f} s.",
+        f"generated in {report['generate_s']:.1f} s; code at "
+        f"{report.get('code', {}).get('commit', '?')}"
+        + (" with uncommitted engine changes" if report.get("code", {}).get("engine_changes")
+           else "") + ".",
         "",
     ]
     present = [
@@ -462,6 +465,28 @@ def plot(report: dict[str, Any], path: Path) -> None:
 # main
 
 
+def code_version() -> dict[str, Any]:
+    """The commit the engine was imported from, and the engine files that differ from it
+    (the working tree may hold other people's uncommitted work)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    out: dict[str, Any] = {}
+    try:
+        out["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--", "pbtree", "storage"], cwd=root,
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout
+        out["engine_changes"] = [line[3:] for line in status.splitlines()]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
 def pbtree_available() -> bool:
     try:
         import pbtree
@@ -499,6 +524,7 @@ def run(
     sample_events = wl.events[: cfg["sample"]]
     sample = [(ev, reference.match(core, ev)) for ev in sample_events]
     log(f"reference answers for {len(sample)} events in {time.perf_counter() - t0:.1f} s")
+    version = code_version()
     results = []
     base_dir = workdir or tempfile.mkdtemp(prefix="pbtree-bench-")
     try:
@@ -526,6 +552,7 @@ def run(
             "python": platform.python_version(),
             "platform": platform.platform(),
         },
+        "code": version,
         "results": results,
         "ratios": compute_ratios(results),
     }

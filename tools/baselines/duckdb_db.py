@@ -20,7 +20,6 @@ joined to the id table. Two ways to find the satisfied entries (``QUERY_MODES``)
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from tools.baselines._columnar import EQ, GE, GT, LE, LT, NE, STRING, Subs, family
+from tools.baselines._sqlfile import SqlFile
 
 _CLASS = {"=": EQ, "!=": NE, ">": GT, ">=": GE, "<": LT, "<=": LE}
 _CMP = (
@@ -54,20 +54,17 @@ _SCHEMA = pa.schema(
 )
 
 
-class DuckDBBaseline:
+class DuckDBBaseline(SqlFile):
     name = "duckdb"
+    suffix = ".duckdb"
+    side_files = (".wal",)
 
     def __init__(self, path: str | None = None, mode: str = "join", threads: int | None = None):
         if mode not in QUERY_MODES:
             raise ValueError(f"mode must be one of {QUERY_MODES}")
-        self._tmp = None
-        if path is None:
-            self._tmp = tempfile.mkdtemp(prefix="bench-duckdb-")
-            path = os.path.join(self._tmp, "preds.duckdb")
-        self.path = path
+        super().__init__(path)
         self.mode = mode
         self.threads = threads
-        self.conn: duckdb.DuckDBPyConnection | None = None
 
     # -- build ------------------------------------------------------------------------
 
@@ -297,37 +294,6 @@ class DuckDBBaseline:
             conn.execute("ROLLBACK")
             raise
         return len(sids)
-
-    def unsubscribe(self, ident: Any) -> bool:
-        return self._delete([ident]) == 1
-
-    def unsubscribe_many(self, ids: Iterable[Any]) -> int:
-        return self._delete(list(ids))
-
-    def flush(self) -> None:
-        pass
-
-    # -- files ------------------------------------------------------------------------
-
-    def data_files(self) -> list[str]:
-        return [f for f in (self.path, self.path + ".wal") if os.path.exists(f)]
-
-    def disk_bytes(self) -> int:
-        return sum(os.path.getsize(f) for f in self.data_files())
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def destroy(self) -> None:
-        self.close()
-        for f in (self.path, self.path + ".wal"):
-            if os.path.exists(f):
-                os.remove(f)
-        if self._tmp:
-            os.rmdir(self._tmp)
-            self._tmp = None
 
 
 Baseline = DuckDBBaseline

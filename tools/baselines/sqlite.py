@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -33,6 +32,7 @@ from tools.baselines._columnar import (
     Subs,
     family,
 )
+from tools.baselines._sqlfile import SqlFile
 
 _CLASS = {"=": EQ, "!=": NE, ">": GT, ">=": GE, "<": LT, "<=": LE}
 
@@ -72,16 +72,11 @@ def _query(n_values: int) -> str:
     )
 
 
-class SQLiteBaseline:
+class SQLiteBaseline(SqlFile):
     name = "sqlite"
 
-    def __init__(self, path: str | None = None):
-        self._tmp = None
-        if path is None:
-            self._tmp = tempfile.mkdtemp(prefix="bench-sqlite-")
-            path = os.path.join(self._tmp, "preds.sqlite")
-        self.path = path
-        self.conn: sqlite3.Connection | None = None
+    suffix = ".sqlite"
+    side_files = ("-wal", "-shm")
 
     # -- build ------------------------------------------------------------------------
 
@@ -226,37 +221,6 @@ class SQLiteBaseline:
             conn.execute("ROLLBACK")
             raise
         return n
-
-    def unsubscribe(self, ident: Any) -> bool:
-        return self._delete([ident]) == 1
-
-    def unsubscribe_many(self, ids: Iterable[Any]) -> int:
-        return self._delete(list(ids))
-
-    def flush(self) -> None:
-        pass
-
-    # -- files ------------------------------------------------------------------------
-
-    def data_files(self) -> list[str]:
-        return [f for f in (self.path, self.path + "-wal") if os.path.exists(f)]
-
-    def disk_bytes(self) -> int:
-        return sum(os.path.getsize(f) for f in self.data_files())
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def destroy(self) -> None:
-        self.close()
-        for f in (self.path, self.path + "-wal", self.path + "-shm"):
-            if os.path.exists(f):
-                os.remove(f)
-        if self._tmp:
-            os.rmdir(self._tmp)
-            self._tmp = None
 
 
 def _sql_value(v: Any) -> Any:

@@ -1,0 +1,57 @@
+"""What the SQL baselines share: a database file (temporary unless given), its
+write-ahead side files, and the id-based unsubscribe calls over ``_delete``."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from typing import Any
+
+
+class SqlFile:
+    """Base of the SQLite and DuckDB baselines; subclasses set the names and ``_delete``."""
+
+    name = ""
+    suffix = ""  # database file name suffix
+    side_files: tuple[str, ...] = ()  # suffixes of the engine's WAL and shared-memory files
+
+    def __init__(self, path: str | None = None) -> None:
+        self._tmp = None
+        if path is None:
+            self._tmp = tempfile.mkdtemp(prefix=f"bench-{self.name}-")
+            path = os.path.join(self._tmp, f"preds{self.suffix}")
+        self.path = path
+        self.conn: Any = None
+
+    def _delete(self, ids: list[Any]) -> int:
+        raise NotImplementedError
+
+    def unsubscribe(self, ident: Any) -> bool:
+        return self._delete([ident]) == 1
+
+    def unsubscribe_many(self, ids: Iterable[Any]) -> int:
+        return self._delete(list(ids))
+
+    def flush(self) -> None:
+        pass
+
+    def data_files(self) -> list[str]:
+        return [f for f in (self.path, *(self.path + s for s in self.side_files))
+                if os.path.exists(f)]
+
+    def disk_bytes(self) -> int:
+        return sum(os.path.getsize(f) for f in self.data_files())
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def destroy(self) -> None:
+        self.close()
+        for f in self.data_files():
+            os.remove(f)
+        if self._tmp:
+            os.rmdir(self._tmp)
+            self._tmp = None

@@ -23,10 +23,10 @@ def encode(sids: np.ndarray) -> bytes:
 
 
 def append(sids: np.ndarray, more: list[int]) -> np.ndarray:
-    """``sids`` followed by the sorted ``more``; all of ``more`` must be >= max(sids)."""
+    """``sids`` followed by ``more``, which must be sorted and >= max(sids)."""
     if not more:
         return sids
-    return np.concatenate((sids, np.array(sorted(more), dtype=DTYPE)))
+    return np.concatenate((sids, np.array(more, dtype=DTYPE)))
 
 
 def without(sids: np.ndarray, drop: list[int]) -> np.ndarray:

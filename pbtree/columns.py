@@ -1,7 +1,7 @@
 """Per-sid columns stored in fixed-size chunks: one LMDB record per 2^bits sids.
 
-Matching gathers a column for thousands of sorted sids with one record read
-and one numpy fancy-index per chunk, instead of one lookup per sid.
+A write touches one small record; matching reads a whole column once per
+read snapshot and then maps thousands of sids with one numpy fancy-index.
 """
 
 from __future__ import annotations
@@ -20,20 +20,12 @@ class Column:
     def chunk_key(self, number: int) -> bytes:
         return number.to_bytes(4, "big")
 
-    def gather(self, txn: lmdb.Transaction, dbs: dict, sids: np.ndarray) -> np.ndarray:
-        """Values at ``sids`` (sorted ascending); missing chunks read as zeros."""
-        out = np.zeros(sids.size, dtype=self.dtype)
-        if not sids.size:
-            return out
-        chunks = sids >> self.bits
-        cuts = np.flatnonzero(chunks[1:] != chunks[:-1]) + 1
-        bounds = [0, *cuts.tolist(), sids.size]
-        mask = self.size - 1
-        db = dbs[self.db]
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            raw = txn.get(self.chunk_key(int(chunks[lo])), db=db)
-            if raw is not None:
-                out[lo:hi] = np.frombuffer(raw, self.dtype, self.size)[sids[lo:hi] & mask]
+    def table(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
+        """The whole column as one array indexed by sid (missing chunks read as zeros)."""
+        records = [(int.from_bytes(k, "big"), v) for k, v in txn.cursor(db=dbs[self.db])]
+        out = np.zeros(self.size * (records[-1][0] + 1 if records else 0), self.dtype)
+        for number, raw in records:
+            out[number * self.size:(number + 1) * self.size] = np.frombuffer(raw, self.dtype)
         return out
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:

@@ -237,7 +237,7 @@ class Index:
             with shard.matching() as (txn, caches):
                 for n, event in enumerate(prepared):
                     sids = shard.match_sids(txn, caches, event)
-                    found_ints, found_strings = shard.ids_of(txn, sids)
+                    found_ints, found_strings = shard.ids_of(txn, caches, sids)
                     ints[n].append(found_ints)
                     strings[n] += found_strings
         return [np.sort(np.concatenate(i)).tolist() + sorted(s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree.columns import NEEDED
+from pbtree.columns import INT_IDS, NEEDED
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
@@ -176,41 +176,49 @@ class Search:
 
 
 class Snapshot:
-    """What matching caches for one read snapshot of a shard (dropped when it is renewed)."""
+    """What matching caches for one read snapshot of a shard (dropped when it is renewed).
 
-    __slots__ = ("views", "trees", "flat", "needed")
+    Besides parsed nodes and flattened trees, the per-sid columns as whole arrays
+    (10 bytes per sid), so counting and id lookup are single fancy-indexes.
+    """
+
+    __slots__ = ("views", "trees", "flat", "needed", "int_ids")
 
     def __init__(self) -> None:
         self.flat = 0  # trees flattened so far
         self.views: dict[int, View] = {}  # node id -> parsed node
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
-        self.needed: np.ndarray | None = None  # predicate count of every sid, 0 -> 0xFFFF
+        self.needed: np.ndarray | None = None
+        self.int_ids: np.ndarray | None = None
 
     def needed_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """Predicate counts of all sids, free sids set to a count no event can reach."""
         if self.needed is None:
-            chunks = NEEDED.chunks(txn, dbs)
-            table = np.zeros(NEEDED.size * (max(chunks, default=-1) + 1), NEEDED.dtype)
-            for number, chunk in chunks.items():
-                table[number * NEEDED.size:(number + 1) * NEEDED.size] = chunk
+            table = NEEDED.table(txn, dbs)
             table[table == 0] = np.iinfo(NEEDED.dtype).max
             self.needed = table
         return self.needed
+
+    def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
+        """Integer id (or STRING_ID) of all sids."""
+        if self.int_ids is None:
+            self.int_ids = INT_IDS.table(txn, dbs)
+        return self.int_ids
 
 
 def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
           arrays: list[np.ndarray]) -> np.ndarray:
     """Sorted sids whose number of satisfied predicates equals their predicate count.
 
-    When hits are dense relative to the number of sids, one bincount is compared
-    with the snapshot's table of counts; when sparse, a sort-based unique and a
-    gather of just those sids' counts.
+    Hits dense relative to the number of sids are counted with one bincount,
+    sparse ones with a sort-based unique; either is compared with the
+    snapshot's table of predicate counts.
     """
     if not arrays:
         return sidset.EMPTY
     hits = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-    if hits.size * 16 >= int(hits.max()):
-        needed = snapshot.needed_all(txn, dbs)
+    needed = snapshot.needed_all(txn, dbs)
+    if hits.size * 16 >= needed.size:
         return np.flatnonzero(np.bincount(hits, minlength=needed.size) == needed)
     sids, counts = np.unique(hits, return_counts=True)
-    return sids[counts == NEEDED.gather(txn, dbs, sids)]
+    return sids[counts == needed[sids]]

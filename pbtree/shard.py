@@ -16,7 +16,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from pbtree.columns import INT_IDS, STRING_ID
+from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
@@ -235,9 +235,9 @@ class Shard:
                 raise
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
-    def ids_of(self, txn, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Ids of sorted sids: int ids as one array, string ids as a list."""
-        ints = INT_IDS.gather(txn, self.dbs, sids)
+        ints = cache.int_ids_all(txn, self.dbs)[sids]
         strings = ints == STRING_ID
         if not strings.any():
             return ints, []

@@ -1,0 +1,41 @@
+"""One markdown table of the latest results of every profile, for the README.
+
+    python -m tools.summary            # reads bench/results/*.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SYSTEMS = ("counting-mem", "scan", "sqlite", "duckdb")
+
+
+def row(report: dict) -> str:
+    by_name = {r["system"].split(" ")[0]: r for r in report["results"]}
+    ours = by_name["pbtree"]
+    rate = ours["events_per_s"]
+    ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" if s in by_name else "—"
+                        for s in SYSTEMS)
+    growth = ours["rss_anon_bytes"] / ours["index_bytes"] * 100
+    workload = report["workload"]
+    scale = f"{workload['subscriptions'] // 1000:,}k"
+    return (f"| {workload['profile']} | {scale} | {rate:,.0f} | {ours['p50_ms']:.2f} | "
+            f"{ours['p99_ms']:.2f} | {ratios} | {ours['index_bytes'] / 2**20:,.0f} | "
+            f"{growth:.1f} % | {report.get('code', {}).get('commit', 'before aec65e1')} |")
+
+
+def main(directory: str = "bench/results") -> int:
+    reports = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
+    print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
+          "| vs sqlite | vs duckdb | index MiB | RssAnon Δ / index | engine commit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for report in sorted(reports, key=lambda r: (r["workload"]["subscriptions"],
+                                                 r["workload"]["profile"])):
+        print(row(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))

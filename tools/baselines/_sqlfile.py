@@ -1,5 +1,5 @@
 """What the SQL baselines share: a database file (temporary unless given), its
-write-ahead side files, and the id-based unsubscribe calls over ``_delete``."""
+write-ahead side files, and the update calls over ``_insert`` and ``_delete``."""
 
 from __future__ import annotations
 
@@ -24,8 +24,17 @@ class SqlFile:
         self.path = path
         self.conn: Any = None
 
+    def _insert(self, subs: list[tuple[Any, Any]]) -> int:
+        raise NotImplementedError
+
     def _delete(self, ids: list[Any]) -> int:
         raise NotImplementedError
+
+    def subscribe(self, ident: Any, preds: Any) -> None:
+        self._insert([(ident, preds)])
+
+    def subscribe_many(self, subs: Iterable[tuple[Any, Any]]) -> int:
+        return self._insert(list(subs))
 
     def unsubscribe(self, ident: Any) -> bool:
         return self._delete([ident]) == 1

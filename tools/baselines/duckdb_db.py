@@ -20,7 +20,7 @@ joined to the id table. Two ways to find the satisfied entries (``QUERY_MODES``)
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -260,12 +260,6 @@ class DuckDBBaseline(SqlFile):
         finally:
             self._new_keys = []
         return len(subrows)
-
-    def subscribe(self, ident: Any, preds: Sequence) -> None:
-        self._insert([(ident, preds)])
-
-    def subscribe_many(self, subs: Iterable[tuple[Any, Sequence]]) -> int:
-        return self._insert(list(subs))
 
     def _delete(self, ids: Sequence[Any]) -> int:
         assert self.conn is not None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tools.baselines._columnar import (
@@ -196,12 +196,6 @@ class SQLiteBaseline(SqlFile):
         finally:
             self._new_keys = []
         return len(subrows)
-
-    def subscribe(self, ident: Any, preds: Sequence) -> None:
-        self._insert([(ident, preds)])
-
-    def subscribe_many(self, subs: Iterable[tuple[Any, Sequence]]) -> int:
-        return self._insert(list(subs))
 
     def _delete(self, ids: Sequence[Any]) -> int:
         assert self.conn is not None

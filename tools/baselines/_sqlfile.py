@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -15,6 +16,7 @@ class SqlFile:
     name = ""
     suffix = ""  # database file name suffix
     side_files: tuple[str, ...] = ()  # suffixes of the engine's WAL and shared-memory files
+    begin = "BEGIN"  # the engine's statement opening a write transaction
 
     def __init__(self, path: str | None = None) -> None:
         self._tmp = None
@@ -29,6 +31,18 @@ class SqlFile:
 
     def _delete(self, ids: list[Any]) -> int:
         raise NotImplementedError
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """One write transaction on the connection: committed, or rolled back on error."""
+        conn = self.conn
+        conn.execute(self.begin)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def subscribe(self, ident: Any, preds: Any) -> None:
         self._insert([(ident, preds)])

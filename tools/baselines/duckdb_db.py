@@ -58,6 +58,7 @@ class DuckDBBaseline(SqlFile):
     name = "duckdb"
     suffix = ".duckdb"
     side_files = (".wal",)
+    begin = "BEGIN TRANSACTION"
 
     def __init__(self, path: str | None = None, mode: str = "join", threads: int | None = None):
         if mode not in QUERY_MODES:
@@ -244,19 +245,14 @@ class DuckDBBaseline(SqlFile):
         assert self.conn is not None
         table, subrows = self._columns(subs, self.next_sid)
         self.next_sid += len(subrows)
-        conn = self.conn
-        conn.execute("BEGIN TRANSACTION")
         try:
-            if self._new_keys:
-                conn.executemany("INSERT INTO keys VALUES (?, ?, ?)", self._new_keys)
-            conn.executemany("INSERT INTO subs VALUES (?, ?, ?)", subrows)
-            conn.register("new_preds", table)
-            conn.execute("INSERT INTO preds SELECT * FROM new_preds")
-            conn.unregister("new_preds")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            with self._transaction() as conn:
+                if self._new_keys:
+                    conn.executemany("INSERT INTO keys VALUES (?, ?, ?)", self._new_keys)
+                conn.executemany("INSERT INTO subs VALUES (?, ?, ?)", subrows)
+                conn.register("new_preds", table)
+                conn.execute("INSERT INTO preds SELECT * FROM new_preds")
+                conn.unregister("new_preds")
         finally:
             self._new_keys = []
         return len(subrows)
@@ -265,9 +261,7 @@ class DuckDBBaseline(SqlFile):
         assert self.conn is not None
         if not ids:
             return 0
-        conn = self.conn
-        conn.execute("BEGIN TRANSACTION")
-        try:
+        with self._transaction() as conn:
             gone = pa.table({"ext": pa.array(ids, pa.int64() if self.id_is_int else pa.string())})
             conn.register("gone", gone)
             sids = [
@@ -283,10 +277,6 @@ class DuckDBBaseline(SqlFile):
                 conn.execute("DELETE FROM preds WHERE sid IN (SELECT sid FROM gone_sids)")
                 conn.execute("DELETE FROM subs WHERE sid IN (SELECT sid FROM gone_sids)")
                 conn.unregister("gone_sids")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         return len(sids)
 
 

@@ -77,6 +77,7 @@ class SQLiteBaseline(SqlFile):
 
     suffix = ".sqlite"
     side_files = ("-wal", "-shm")
+    begin = "BEGIN IMMEDIATE"
 
     # -- build ------------------------------------------------------------------------
 
@@ -182,27 +183,20 @@ class SQLiteBaseline(SqlFile):
         assert self.conn is not None
         rows, subrows = self._rows(subs, self.next_sid)
         self.next_sid += len(subrows)
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            if self._new_keys:
-                conn.executemany("INSERT INTO keys VALUES (?, ?, ?)", self._new_keys)
-            conn.executemany("INSERT INTO subs VALUES (?, ?, ?)", subrows)
-            conn.executemany("INSERT INTO preds VALUES (?, ?, ?, ?, ?, ?)", rows)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            with self._transaction() as conn:
+                if self._new_keys:
+                    conn.executemany("INSERT INTO keys VALUES (?, ?, ?)", self._new_keys)
+                conn.executemany("INSERT INTO subs VALUES (?, ?, ?)", subrows)
+                conn.executemany("INSERT INTO preds VALUES (?, ?, ?, ?, ?, ?)", rows)
         finally:
             self._new_keys = []
         return len(subrows)
 
     def _delete(self, ids: Sequence[Any]) -> int:
         assert self.conn is not None
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
         n = 0
-        try:
+        with self._transaction() as conn:
             for ident in ids:
                 row = conn.execute("SELECT sid FROM subs WHERE ext = ?", (ident,)).fetchone()
                 if row is None:
@@ -210,10 +204,6 @@ class SQLiteBaseline(SqlFile):
                 conn.execute("DELETE FROM preds WHERE sid = ?", row)
                 conn.execute("DELETE FROM subs WHERE sid = ?", row)
                 n += 1
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         return n
 
 

@@ -8,20 +8,26 @@ exactly what ``pbtree.verify`` checks (DESIGN §3); list nodes are packed full.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
+from itertools import chain
 
 import msgpack
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError
+from pbtree.expr import OPS_CORE
 from pbtree.ids import encode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
 from pbtree.leaf import HEADER as LEAF
 from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
-from pbtree.shard import Shard, postings, sid_key
+from pbtree.shard import Shard, postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
 from storage.env import DEFAULT_MAP_SIZE
@@ -43,44 +49,149 @@ class _Records:
         self.by_db.setdefault(db, []).extend(records)
 
     def size(self) -> int:
-        return sum(len(k) + len(v) for recs in self.by_db.values() for k, v in recs)
+        return sum(map(len, chain.from_iterable(chain.from_iterable(self.by_db.values()))))
 
 
-#: the list kinds each core comparison stores a sid in (as ``pbtree.shard.postings`` says)
-_KINDS = {op: [kind for *_, kind in postings([("a", op, 0)])]
-          for op in ("=", "<", "<=", ">", ">=", "!=")}
-_FIRST = {op: kinds[0] for op, kinds in _KINDS.items()}
-_SECOND = {op: kinds[1] if len(kinds) > 1 else -1 for op, kinds in _KINDS.items()}
+#: the list kinds each core operator (by its index in OPS_CORE) stores a sid in, as
+#: ``pbtree.shard.postings`` says (an ``in`` stores one ``=`` posting per value); -1: none
+_KINDS = [[kind for *_, kind in postings([("a", "=" if op == "in" else op, 0)])]
+          for op in OPS_CORE]
+_FIRST = np.array([kinds[0] for kinds in _KINDS], dtype=np.int64)
+_SECOND = np.array([kinds[1] if len(kinds) > 1 else -1 for kinds in _KINDS], dtype=np.int64)
+_IN = OPS_CORE.index("in")
+_OP_CODE = {op: n for n, op in enumerate(OPS_CORE)}
 
 
-def _flat(subs: list[Sub]) -> tuple[list[tuple], np.ndarray]:
-    """All predicates with ``in`` split into ``=`` (one posting per value), and their sids."""
-    flat = [pred for _, _, preds in subs for pred in preds]
-    sids = np.repeat(np.arange(len(subs), dtype=np.int64), [len(p) for _, _, p in subs])
-    if "in" not in [pred[1] for pred in flat]:
-        return flat, sids
-    rows = [(one, sid) for pred, sid in zip(flat, sids.tolist(), strict=True)
-            for one in ([(pred[0], "=", v) for v in pred[2]] if pred[1] == "in" else (pred,))]
-    return [one for one, _ in rows], np.array([sid for _, sid in rows], dtype=np.int64)
+def const_key(value: object) -> tuple:
+    """A dict key telling constants apart as the index does (1 and True differ; so do tuples)."""
+    if value.__class__ is tuple:
+        return (0, tuple(map(const_key, value)))
+    return (value.__class__ is bool, value.__class__ is str, value)
 
 
-def _postings(subs: list[Sub]) -> tuple[list[str], list[bytes], np.ndarray, np.ndarray]:
+@dataclass
+class Columns:
+    """Subscriptions as arrays, in any order: subscription n has ``counts[n]`` core
+    predicates (canonical order, as ``normalize`` gives them) following those of n - 1.
+
+    Each predicate is ``attrs[attr[i]] OPS_CORE[op[i]] consts[const[i]]``; an ``in``
+    constant is the tuple of its values. Far cheaper to build and load than Sub tuples.
+    """
+
+    ids: list
+    keys: list[bytes]
+    counts: np.ndarray
+    attr: np.ndarray
+    op: np.ndarray
+    const: np.ndarray
+    attrs: list[str]
+    consts: list
+
+    @classmethod
+    def from_subs(cls, subs: Iterable[Sub]) -> Columns:
+        """The columns of (id, encoded id, core predicates) tuples."""
+        ids, keys, counts, attr, op, const = [], [], [], [], [], []
+        attrs: dict[str, int] = {}
+        consts: dict[tuple, int] = {}
+        values: list = []
+        for sub_id, key, preds in subs:
+            ids.append(sub_id)
+            keys.append(key)
+            counts.append(len(preds))
+            for name, operator, value in preds:
+                attr.append(attrs.setdefault(name, len(attrs)))
+                op.append(_OP_CODE[operator])
+                code = consts.setdefault(const_key(value), len(values))
+                if code == len(values):
+                    values.append(value)
+                const.append(code)
+        return cls(ids, keys, np.array(counts, dtype=np.int64), np.array(attr, dtype=np.int64),
+                   np.array(op, dtype=np.int64), np.array(const, dtype=np.int64), list(attrs),
+                   values)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, order: np.ndarray) -> Columns:
+        """These subscriptions in ``order`` (indices into them)."""
+        starts = np.cumsum(self.counts) - self.counts
+        counts = self.counts[order]
+        ends = np.cumsum(counts)
+        picks = np.arange(int(ends[-1]) if counts.size else 0, dtype=np.int64)
+        picks += np.repeat(starts[order] - (ends - counts), counts)
+        listed = order.tolist()
+        return Columns([self.ids[i] for i in listed], [self.keys[i] for i in listed], counts,
+                       self.attr[picks], self.op[picks], self.const[picks], self.attrs,
+                       self.consts)
+
+    def concat(self, other: Columns) -> Columns:
+        """These subscriptions followed by ``other``'s, on one attribute and constant table."""
+        attrs = {name: n for n, name in enumerate(self.attrs)}
+        consts = {const_key(v): n for n, v in enumerate(self.consts)}
+        names, values = list(self.attrs), list(self.consts)
+        for name in other.attrs:
+            if attrs.setdefault(name, len(names)) == len(names):
+                names.append(name)
+        for value in other.consts:
+            if consts.setdefault(const_key(value), len(values)) == len(values):
+                values.append(value)
+        attr_map = np.array([attrs[n] for n in other.attrs], dtype=np.int64)
+        const_map = np.array([consts[const_key(v)] for v in other.consts], dtype=np.int64)
+        return Columns(self.ids + other.ids, self.keys + other.keys,
+                       np.concatenate((self.counts, other.counts)),
+                       np.concatenate((self.attr, attr_map[other.attr] if other.attr.size
+                                       else other.attr)),
+                       np.concatenate((self.op, other.op)),
+                       np.concatenate((self.const, const_map[other.const] if other.const.size
+                                       else other.const)), names, values)
+
+    def predicates(self) -> int:
+        return int(self.counts.sum())
+
+
+def _members(consts: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Scalar constants (``consts`` plus the values of ``in`` tuples) and, per constant of
+    ``consts``, where its values start in ``flat`` and how many there are."""
+    scalars = list(consts)
+    codes = {const_key(v): n for n, v in enumerate(consts) if v.__class__ is not tuple}
+    flat: list[int] = []
+    start, size = [], []
+    for n, value in enumerate(consts):
+        start.append(len(flat))
+        if value.__class__ is tuple:
+            for v in value:
+                code = codes.setdefault(const_key(v), len(scalars))
+                if code == len(scalars):
+                    scalars.append(v)
+                flat.append(code)
+        else:
+            flat.append(n)
+        size.append(len(flat) - start[-1])
+    return (scalars, np.array(flat, dtype=np.int64), np.array(start, dtype=np.int64),
+            np.array(size, dtype=np.int64))
+
+
+def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.ndarray]:
     """(attribute names in id order, sorted leaf keys, and per posting in (key, kind, sid)
     order: ``key index * 4 + kind`` and sid)."""
-    flat, sids = _flat(subs)
-    names: dict[str, int] = {}
-    attr = np.array([names.setdefault(pred[0], len(names)) for pred in flat], dtype=np.int64)
-    values: dict[object, int] = {}  # bools are wrapped in tuples: True == 1 as dict keys
-    value = np.array([values.setdefault(v if v.__class__ is not bool else (v,), len(values))
-                      for _, _, v in flat], dtype=np.int64)
-    ops = [pred[1] for pred in flat]
-    first = np.array([_FIRST[op] for op in ops], dtype=np.int64)
-    second = np.array([_SECOND[op] for op in ops], dtype=np.int64)
+    scalars, flat, start, size = _members(cols.consts)
+    sids = np.repeat(np.arange(len(cols), dtype=np.int64), cols.counts)
+    lens = size[cols.const]
+    if lens.size and lens.max() > 1:
+        ends = np.cumsum(lens)
+        within = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - lens, lens)
+        value = flat[np.repeat(start[cols.const], lens) + within]
+        attr, op, sids = (np.repeat(a, lens) for a in (cols.attr, cols.op, sids))
+    else:
+        value, attr, op = flat[start[cols.const]], cols.attr, cols.op
+    first, second = _FIRST[op], _SECOND[op]
 
-    ordered_names = sorted(names)  # code point order = UTF-8 byte order
-    attr_id = np.empty(len(names), dtype=np.int64)
-    attr_id[[names[n] for n in ordered_names]] = np.arange(len(names))
-    encoded = [const_payload(v if v.__class__ is not tuple else v[0]) for v in values]
+    used = np.unique(attr)
+    ordered_names = sorted(cols.attrs[a] for a in used.tolist())  # code point = UTF-8 order
+    attr_id = np.zeros(len(cols.attrs), dtype=np.int64)
+    rank = {name: n for n, name in enumerate(ordered_names)}
+    attr_id[used] = [rank[cols.attrs[a]] for a in used.tolist()]
+    encoded = [const_payload(v) if v.__class__ is not tuple else (0, b"") for v in scalars]
     by_key = sorted(range(len(encoded)), key=encoded.__getitem__)
     value_rank = np.empty(len(encoded), dtype=np.int64)
     value_rank[by_key] = np.arange(len(encoded))
@@ -200,19 +311,26 @@ class _TreeBuilder:
         self.out.add("leaf", records)
 
 
-def _sorted_subs(subs: Iterable[Sub], shard_no: int, shards: int) -> list[Sub]:
+def _sorted(cols: Columns, shard_no: int, shards: int) -> Columns:
     """Subscriptions in encoded-id order (their sid order), checked for duplicates and shard."""
-    ordered = sorted(subs, key=lambda sub: sub[1])
-    for n, (sub_id, idkey, _) in enumerate(ordered):
-        if n and idkey == ordered[n - 1][1]:
-            raise DuplicateIdError(f"subscription id {sub_id!r} appears more than once")
-        if shard_of(idkey, shards) != shard_no:
-            raise PbtreeError(f"subscription id {sub_id!r} belongs to shard "
-                              f"{shard_of(idkey, shards)}, not {shard_no}")
+    keys = pa.array(cols.keys, pa.binary())
+    order = pc.sort_indices(keys).to_numpy()
+    ordered = cols.take(order)
+    keys = keys.take(order)
+    same = np.flatnonzero(pc.equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)) \
+        if len(keys) > 1 else []
+    if len(same):
+        raise DuplicateIdError(f"subscription id {ordered.ids[same[0]]!r} appears more than once")
+    wrong = np.flatnonzero(np.array([zlib.crc32(k) for k in ordered.keys], dtype=np.int64)
+                           % shards != shard_no)
+    if wrong.size:
+        key = ordered.keys[wrong[0]]
+        raise PbtreeError(f"subscription id {ordered.ids[wrong[0]]!r} belongs to shard "
+                          f"{shard_of(key, shards)}, not {shard_no}")
     return ordered
 
 
-def _column(column: Column, values: list[int]) -> list[Record]:
+def _column(column: Column, values: np.ndarray) -> list[Record]:
     """Chunk records of a per-sid column holding ``values`` for sids 0, 1, ..."""
     full = np.zeros(-(-len(values) // column.size) * column.size, dtype=column.dtype)
     full[:len(values)] = values
@@ -220,10 +338,39 @@ def _column(column: Column, values: list[int]) -> list[Record]:
             for n in range(full.size // column.size)]
 
 
-def _records(subs: list[Sub], node_bytes: int) -> tuple[_Records, int, int]:
-    """All records of a shard holding ``subs`` (sid = position); also next node and attr ids."""
+def _fixed(data: np.ndarray, width: int) -> list[bytes]:
+    """The rows of a C-contiguous byte array as ``width``-byte strings."""
+    raw = np.ascontiguousarray(data).view(np.uint8)
+    return pa.Array.from_buffers(pa.binary(width), raw.size // width,
+                                 [None, pa.py_buffer(raw)]).to_pylist()
+
+
+def _packed(cols: Columns) -> list[bytes]:
+    """The MessagePack predicate list of each subscription, as ``Shard.subscribe`` stores it.
+
+    Each distinct predicate is packed once; a list is its array header and their bytes.
+    """
+    size = len(cols.consts)
+    triple = (cols.attr * len(OPS_CORE) + cols.op) * size + cols.const
+    unique, index = np.unique(triple, return_inverse=True)
+    rest, const = np.divmod(unique, size)
+    attr, op = np.divmod(rest, len(OPS_CORE))
+    packed = pa.array([msgpack.packb((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+                       for a, o, c in zip(attr.tolist(), op.tolist(), const.tolist(),
+                                          strict=True)], pa.binary())
+    offsets = np.concatenate(([0], np.cumsum(cols.counts))).astype(np.int64)
+    bodies = pc.binary_join(pa.LargeListArray.from_arrays(
+        pa.array(offsets), packed.take(pa.array(index.reshape(-1)))), b"")
+    counts, where = np.unique(cols.counts, return_inverse=True)
+    headers = pa.array([msgpack.packb([None] * n)[:-n or None] for n in counts.tolist()],
+                       pa.binary()).take(pa.array(where.reshape(-1)))
+    return pc.binary_join_element_wise(headers, bodies, b"").to_pylist()
+
+
+def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
+    """All records of a shard holding ``cols`` (sid = position); also next node and attr ids."""
     out = _Records()
-    names, keys, codes, sids = _postings(subs)
+    names, keys, codes, sids = _postings(cols)
     out.add("attrs", [(name.encode("utf-8"), n.to_bytes(4, "little"))
                       for n, name in enumerate(names)])
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
@@ -243,31 +390,32 @@ def _records(subs: list[Sub], node_bytes: int) -> tuple[_Records, int, int]:
     if prefix is not None:
         trees.build(prefix, payloads, sets)
 
-    out.add("subs", [(sid_key(sid), msgpack.packb(preds)) for sid, (_, _, preds) in
-                     enumerate(subs)])
-    out.add("ids", [(idkey, sid_key(sid)) for sid, (_, idkey, _) in enumerate(subs)])
-    out.add("names", [(sid_key(sid), idkey) for sid, (_, idkey, _) in enumerate(subs)])
-    out.add(NEEDED.db, _column(NEEDED, [len(preds) for _, _, preds in subs]))
-    out.add(INT_IDS.db, _column(INT_IDS, [i if isinstance(i, int) else STRING_ID
-                                          for i, _, _ in subs]))
+    sid_keys = _fixed(np.arange(len(cols), dtype=">u4"), 4)
+    out.add("subs", list(zip(sid_keys, _packed(cols), strict=True)))
+    out.add("ids", list(zip(cols.keys, sid_keys, strict=True)))
+    out.add("names", list(zip(sid_keys, cols.keys, strict=True)))
+    out.add(NEEDED.db, _column(NEEDED, cols.counts))
+    out.add(INT_IDS.db, _column(INT_IDS, np.array(
+        [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
     out.overflow.sort()
     out.add("overflow", out.overflow)
     return out, trees.next_node, len(names)
 
 
-def build_shard(path: str, subs: Iterable[Sub], *, node_bytes: int = 4096, shard_no: int = 0,
-                shards: int = 1) -> dict:
+def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = 4096,
+                shard_no: int = 0, shards: int = 1) -> dict:
     """Write a new shard environment at ``path`` holding ``subs``; returns its counts.
 
-    ``subs`` are (id, encoded id, core predicates) as ``pbtree.core.normalize`` gives them;
-    each id must hash to ``shard_no`` of ``shards``.
+    ``subs`` are (id, encoded id, core predicates) as ``pbtree.core.normalize`` gives them,
+    or the same as ``Columns``; each id must hash to ``shard_no`` of ``shards``.
     """
-    ordered = _sorted_subs(subs, shard_no, shards)
+    cols = subs if isinstance(subs, Columns) else Columns.from_subs(subs)
+    ordered = _sorted(cols, shard_no, shards)
     records, next_node, next_attr = _records(ordered, node_bytes)
     map_size = max(DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
     try:
-        if ordered:
+        if len(ordered):
             def load(txn) -> None:
                 for name, recs in records.by_db.items():
                     txn.cursor(db=shard.dbs[name]).putmulti(recs, append=True)
@@ -279,8 +427,7 @@ def build_shard(path: str, subs: Iterable[Sub], *, node_bytes: int = 4096, shard
             shard.env.write(load)
     finally:
         shard.close()
-    return {"subscriptions": len(ordered),
-            "predicates": sum(len(preds) for _, _, preds in ordered),
+    return {"subscriptions": len(ordered), "predicates": ordered.predicates(),
             "leaf_items": len(records.by_db.get("leaf", ())),
             "nodes": len(records.by_db.get("nodes", ()))}
 
@@ -311,4 +458,4 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     return sum(len(subs) for subs in groups)
 
 
-__all__ = ["build", "build_shard"]
+__all__ = ["Columns", "build", "build_shard", "const_key"]

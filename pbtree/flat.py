@@ -18,24 +18,31 @@ from pbtree.lists import FIXED_DTYPE, TAIL, View
 from storage import sidset
 from storage.keys import STRING
 
+_NO_ENDS = np.zeros(0, dtype="<u4")
+
 
 class FlatList:
-    """One list: sorted keys, per-node sid arrays, and the overflowed items' sets."""
+    """One list: sorted keys, per-node sid arrays, and the overflowed items' sets.
+
+    Keys and sid offsets are numpy arrays (a few bytes per item, not Python objects),
+    so many trees can stay flattened within a small memory budget.
+    """
 
     __slots__ = ("keys", "starts", "arrays", "ends", "over_at", "over")
 
     def __init__(self) -> None:
-        self.keys: list = []  # ints (fixed-width families, big-endian value) or bytes
+        self.keys: np.ndarray | list[bytes] = []  # big-endian ints, or bytes for strings
         self.starts: list[int] = [0]  # first item index of each node, then the item count
         self.arrays: list[np.ndarray] = []  # inline sids of each node
-        self.ends: list[list[int]] = []  # cumulative sid ends of each node's items
+        self.ends: np.ndarray = _NO_ENDS  # per item: end of its sids within its node
         self.over_at: list[int] = []  # item indexes whose set is in the overflow db
         self.over: list[np.ndarray] = []
 
     def _part(self, node: int, lo: int, hi: int) -> np.ndarray:
         """Inline sids of items [lo, hi) of one node (indexes within the node)."""
-        ends = self.ends[node]
-        return self.arrays[node][ends[lo - 1] if lo else 0:ends[hi - 1] if hi else 0]
+        base = self.starts[node] - 1
+        ends = self.ends
+        return self.arrays[node][ends[base + lo] if lo else 0:ends[base + hi] if hi else 0]
 
     def below(self, count: int, out: list[np.ndarray]) -> None:
         """Collect items [0, count)."""
@@ -68,12 +75,18 @@ class Flat:
 
     def collect(self, payload: bytes, exact: bool, out: list[np.ndarray]) -> None:
         """Everything the three lists hold that an event value satisfies (DESIGN §3)."""
-        probe = int.from_bytes(payload, "big") if self.fixed is not None else payload
         gt, lt, ineq = self.lists[GT], self.lists[LT], self.lists[INEQ]
-        gt.below((bisect_right if not exact else bisect_left)(gt.keys, probe), out)
-        lt.above(bisect_right(lt.keys, probe), out)
-        skip = bisect_left(ineq.keys, probe)
-        if exact and skip < len(ineq.keys) and ineq.keys[skip] == probe:
+        if self.fixed is not None:
+            probe = self.fixed.type(int.from_bytes(payload, "big"))
+            gt.below(int(gt.keys.searchsorted(probe, "left" if exact else "right")), out)
+            lt.above(int(lt.keys.searchsorted(probe, "right")), out)
+            skip = int(ineq.keys.searchsorted(probe, "left"))
+        else:
+            gt.below((bisect_left if exact else bisect_right)(gt.keys, payload), out)
+            lt.above(bisect_right(lt.keys, payload), out)
+            skip = bisect_left(ineq.keys, payload)
+        key = payload if self.fixed is None else probe
+        if exact and skip < len(ineq.keys) and ineq.keys[skip] == key:
             ineq.below(skip, out)
             ineq.above(skip + 1, out)
         else:
@@ -86,19 +99,22 @@ def flatten(search, prefix: bytes, family: int, sentinels: dict) -> Flat:
     for kind, (head, _) in sentinels.items():
         target = flat.lists[kind]
         keys: list = []
+        ends: list[np.ndarray] = [_NO_ENDS]
         view: View = search.view(search.view(head).next)
         steps = 1
         while not view.flags & TAIL:
             base = target.starts[-1]
-            keys.append(np.frombuffer(view.buf, flat.fixed, view.n, view.keys_at).tolist()
+            keys.append(np.frombuffer(view.buf, flat.fixed, view.n, view.keys_at)
                         if flat.fixed is not None else view.keys())
             target.arrays.append(view.inline(0, view.n))
-            target.ends.append(view.sid_end.tolist())
+            ends.append(view.sid_end)
             for i in view.overflowed(0, view.n):
                 target.over_at.append(base + i)
                 raw = search.overflow(overflow_key(kind, prefix + view.key(i)))
                 target.over.append(sidset.decode(raw))
             target.starts.append(base + view.n)
             view, steps = search.step(view.next, steps), steps + 1
-        target.keys = [k for part in keys for k in part]
+        target.ends = np.concatenate(ends)
+        target.keys = (np.concatenate(keys) if keys else np.zeros(0, flat.fixed)
+                       ) if flat.fixed is not None else [k for part in keys for k in part]
     return flat

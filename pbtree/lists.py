@@ -14,7 +14,7 @@ items is a single zero-copy numpy slice.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from itertools import accumulate
 
 import numpy as np
@@ -66,7 +66,7 @@ class View:
         self.sids_at = self.ends_at + 4 * n
         if size < self.sids_at or (n and size != self.sids_at + 4 * self._sid_end(n - 1)):
             raise CorruptIndexError(f"list node {node_id} is truncated or damaged")
-        self._keys: list[bytes] | np.ndarray | None = None  # cached for boundary searches
+        self._keys: np.ndarray | None = None  # fixed-width keys, for boundary searches
         self._all: np.ndarray | None = None
 
     @property
@@ -118,9 +118,16 @@ class View:
                 self._keys = np.frombuffer(self.buf, dtype, self.n, self.keys_at)
             probe = dtype.type(int.from_bytes(target, "big"))
             return int(self._keys.searchsorted(probe, "right" if inclusive else "left"))
-        if self._keys is None:
-            self._keys = self.keys()
-        return (bisect_right if inclusive else bisect_left)(self._keys, target)
+        lo, hi, buf, at, ends = 0, self.n, self.buf, self.keys_at, HEADER.size
+        while lo < hi:  # binary search on the record: no list of keys for one probe
+            mid = (lo + hi) // 2
+            start = _U32.unpack_from(buf, ends + 4 * mid - 4)[0] if mid else 0
+            key = bytes(buf[at + start:at + _U32.unpack_from(buf, ends + 4 * mid)[0]])
+            if key < target or (inclusive and key == target):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def item_flags(self) -> np.ndarray:
         return np.frombuffer(self.buf, np.uint8, self.n, self.flags_at)

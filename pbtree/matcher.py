@@ -13,16 +13,15 @@ from pbtree.columns import INT_IDS, NEEDED
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
-from pbtree.lists import HEAD, TAIL, View, node_key
-from pbtree.tree import tree_sentinels
+from pbtree.lists import View, node_key
+from pbtree.tree import TREE, tree_sentinels
 from storage import sidset
 
 #: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,
 #: so trees touched rarely (sparse workloads, frequent writes) keep the plain walk
 FLATTEN_AFTER = 8
-#: bounds on what a snapshot caches, so the matcher's own memory stays a small fraction
-#: of the index: parsed node views (the cache is emptied when full) and flattened trees
-MAX_VIEWS = 4096
+#: bound on the trees a snapshot flattens, so the matcher's own memory stays a small
+#: fraction of the index (nodes of trees walked are parsed afresh: a header is cheap)
 MAX_FLAT = 1024
 
 
@@ -30,11 +29,11 @@ class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
     __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db",
-                 "out", "views", "trees", "budget")
+                 "out", "trees", "budget")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
         self.txn, self.snapshot = txn, snapshot
-        self.views, self.trees = snapshot.views, snapshot.trees
+        self.trees = snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
         self.over_db, self.trees_db = dbs["overflow"], dbs["trees"]
@@ -43,15 +42,10 @@ class Search:
         self.budget = txn.stat(self.nodes_db)["entries"]
 
     def view(self, node_id: int) -> View:
-        view = self.views.get(node_id)
-        if view is None:
-            raw = self.txn.get(node_key(node_id), db=self.nodes_db)
-            if raw is None:
-                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
-            if len(self.views) >= MAX_VIEWS:
-                self.views.clear()
-            view = self.views[node_id] = View(raw, node_id)
-        return view
+        raw = self.txn.get(node_key(node_id), db=self.nodes_db)
+        if raw is None:
+            raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+        return View(raw, node_id)
 
     def step(self, node_id: int, steps: int) -> View:
         """The next node of a walk, refusing walks longer than the node count."""
@@ -80,12 +74,6 @@ class Search:
         pointers; a tree used often is flattened once and searched directly.
         """
         state = self.trees.get(prefix, 0)
-        if state == FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
-            raw = self.txn.get(prefix, db=self.trees_db)
-            if raw is not None:
-                state = self.trees[prefix] = flatten(self, prefix, prefix[4],
-                                                     tree_sentinels(raw))
-                self.snapshot.flat += 1
         if type(state) is Flat:
             if exact:
                 target = prefix + payload
@@ -94,11 +82,24 @@ class Search:
                     self._eq(leaf, target, HEADER.unpack_from(leaf)[3])
             state.collect(payload, exact, self.out)
             return
+        raw = self.txn.get(prefix, db=self.trees_db)
+        if raw is None:  # no constant of this attribute and family
+            return
+        ends = TREE.unpack(raw)
+        if state == FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
+            self.trees[prefix] = flatten(self, prefix, prefix[4], tree_sentinels(raw))
+            self.snapshot.flat += 1
+            self.attribute(prefix, payload, exact)
+            return
         self.trees[prefix] = state + 1
-        self._walk(prefix, payload, exact)
+        self._walk(prefix, payload, exact, ends)
 
-    def _walk(self, prefix: bytes, payload: bytes, exact: bool) -> None:
-        """The PB+tree search: one leaf descent, then each list from its pointer."""
+    def _walk(self, prefix: bytes, payload: bytes, exact: bool, ends: tuple) -> None:
+        """The PB+tree search: one leaf descent, then each list from its pointer.
+
+        ``ends`` are the tree's sentinel ids (GT, LT, INEQ head and tail): a walk
+        stops on reaching one without reading it.
+        """
         cur = self.cursor
         target = prefix + payload
         hit = pred = succ = None
@@ -120,12 +121,12 @@ class Search:
             pred = HEADER.unpack_from(cur.value())
         low, high = hit or pred, hit or succ
         if low is not None:
-            self._greater(prefix, low[0], payload, not exact)
+            self._greater(prefix, low[0], ends[0], payload, not exact)
         if high is not None:
-            self._less(prefix, high[1], payload)
+            self._less(prefix, high[1], ends[3], payload)
         anchor = low or high
         if anchor is not None:
-            self._unequal(prefix, anchor[2], payload if hit else None)
+            self._unequal(prefix, anchor[2], ends[4], ends[5], payload if hit else None)
 
     def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
         if flags & EQ_OVERFLOW:
@@ -133,60 +134,58 @@ class Search:
         elif len(value) > HEADER.size:
             self.out.append(sidset.decode(value, HEADER.size))
 
-    def _greater(self, prefix: bytes, node_id: int, payload: bytes, inclusive: bool) -> None:
+    def _run(self, prefix: bytes, node_id: int, stop: int, forward: bool) -> None:
+        """Every item of the nodes from ``node_id`` up to the sentinel ``stop``."""
+        steps = 0
+        while node_id != stop:
+            steps += 1
+            view = self.step(node_id, steps)
+            self._take(view, prefix, 0, view.n)
+            node_id = view.next if forward else view.prev
+
+    def _greater(self, prefix: bytes, node_id: int, head: int, payload: bytes,
+                 inclusive: bool) -> None:
         """GT items with key below the event value: this node's prefix, then all before."""
-        view = self.view(node_id)
-        if view.flags & HEAD:
+        if node_id == head:
             return
+        view = self.view(node_id)
         self._take(view, prefix, 0, view.count_below(payload, inclusive))
-        view, steps = self.view(view.prev), 1
-        while not view.flags & HEAD:
-            self._take(view, prefix, 0, view.n)
-            view, steps = self.step(view.prev, steps), steps + 1
+        self._run(prefix, view.prev, head, False)
 
-    def _less(self, prefix: bytes, node_id: int, payload: bytes) -> None:
+    def _less(self, prefix: bytes, node_id: int, tail: int, payload: bytes) -> None:
         """LT items with key above the event value: this node's suffix, then all after."""
-        view = self.view(node_id)
-        if view.flags & TAIL:
+        if node_id == tail:
             return
+        view = self.view(node_id)
         self._take(view, prefix, view.count_below(payload, True), view.n)
-        view, steps = self.view(view.next), 1
-        while not view.flags & TAIL:
-            self._take(view, prefix, 0, view.n)
-            view, steps = self.step(view.next, steps), steps + 1
+        self._run(prefix, view.next, tail, True)
 
-    def _unequal(self, prefix: bytes, node_id: int, skip: bytes | None) -> None:
+    def _unequal(self, prefix: bytes, node_id: int, head: int, tail: int,
+                 skip: bytes | None) -> None:
         """Every INEQ item but the one keyed by the event value (when it exists)."""
         start = self.view(node_id)
-        if not start.flags & HEAD:
+        if node_id != head:
             i = start.count_below(skip, False) if skip is not None else start.n
             if i < start.n and start.key(i) == skip:
                 self._take(start, prefix, 0, i)
                 self._take(start, prefix, i + 1, start.n)
             else:
                 self._take(start, prefix, 0, start.n)
-            view, steps = self.view(start.prev), 1
-            while not view.flags & HEAD:
-                self._take(view, prefix, 0, view.n)
-                view, steps = self.step(view.prev, steps), steps + 1
-        view, steps = self.view(start.next), 1
-        while not view.flags & TAIL:
-            self._take(view, prefix, 0, view.n)
-            view, steps = self.step(view.next, steps), steps + 1
+            self._run(prefix, start.prev, head, False)
+        self._run(prefix, start.next, tail, True)
 
 
 class Snapshot:
     """What matching caches for one read snapshot of a shard (dropped when it is renewed).
 
-    Besides parsed nodes and flattened trees, the per-sid columns as whole arrays
+    Besides flattened trees, the per-sid columns as whole arrays
     (10 bytes per sid), so counting and id lookup are single fancy-indexes.
     """
 
-    __slots__ = ("views", "trees", "flat", "needed", "int_ids")
+    __slots__ = ("trees", "flat", "needed", "int_ids")
 
     def __init__(self) -> None:
         self.flat = 0  # trees flattened so far
-        self.views: dict[int, View] = {}  # node id -> parsed node
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.needed: np.ndarray | None = None
         self.int_ids: np.ndarray | None = None

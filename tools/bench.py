@@ -6,9 +6,11 @@
 For every system, in one process and on the same workload: build time, correctness on a
 sample of events against the brute-force reference (a wrong system is reported and not
 timed), events/s and p50/p99 latency per event after a warm-up, subscribe and unsubscribe
-rates (single calls and batches), bytes on disk, and the growth of the process's resident
-anonymous memory (``RssAnon``, i.e. not the page cache or file mappings) next to the size of
-the index. ``--cold`` also closes each on-disk system, evicts its data files from the page
+rates (single calls and batches; p50 of single subscribes), bytes on disk, and the growth of
+the process's resident anonymous memory (``RssAnon``, i.e. not the page cache or file
+mappings) next to the size of the index. For pbtree the matcher's own growth is also
+measured in a fresh process that only opens the index and matches the same events.
+``--cold`` also closes each on-disk system, evicts its data files from the page
 cache (``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``fsync``), reopens it and reports the
 open time, the first event's latency and the steady state that follows.
 
@@ -90,6 +92,36 @@ def evict(files: Sequence[str]) -> int:
         finally:
             os.close(fd)
     return total
+
+
+def _matcher_rss_child(path: str, events: list, out: Any) -> None:
+    """Child side of ``matcher_rss``: open, match, report the RssAnon growth."""
+    import pbtree
+
+    _trim()
+    before = rss_anon()
+    ix = pbtree.open(path, readonly=True)
+    for event in events:
+        ix.match(event)
+    _trim()
+    out.put(rss_anon() - before)
+    ix.close()
+
+
+def matcher_rss(path: str, events: list) -> int | None:
+    """RssAnon growth of a fresh process that opens the index at ``path`` and matches
+    ``events``: the matcher's own memory, free of what building it in this process left
+    in the allocator (the issue measures against the process before it opened the index)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_matcher_rss_child, args=(path, events, out))
+    child.start()
+    try:
+        return out.get(timeout=1800)
+    finally:
+        child.join()
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -195,6 +227,10 @@ def run_system(
             res["match_many_events_per_s"] = len(batch) / dt if dt else None
         _trim()
         res["rss_anon_bytes"] = rss_anon() - rss0
+        if name == "pbtree":
+            system.close()
+            res["matcher_rss_bytes"] = matcher_rss(system.path, events[: warm + len(lat)])
+            system.open()
         res["disk_bytes"] = system.disk_bytes()
         if hasattr(system, "memory_bytes"):
             res["index_bytes"] = system.memory_bytes()
@@ -236,11 +272,16 @@ def measure_updates(system: Any, core: list, sample, settings: dict) -> dict[str
     batched = [(2 * base + i, core[-1 - i][1]) for i in range(nb)]
     clock = time.perf_counter
 
-    t0 = clock()
+    lat = []
     for ident, preds in single:
+        t0 = clock()
         system.subscribe(ident, preds)
+        lat.append(clock() - t0)
+    t0 = clock()
     system.flush()
-    out["subscribe_per_s"] = n1 / (clock() - t0)
+    out["subscribe_per_s"] = n1 / (sum(lat) + clock() - t0)
+    out["subscribe_p50_ms"] = percentile(lat, 0.5) * 1e3
+    out["subscribe_p99_ms"] = percentile(lat, 0.99) * 1e3
     t0 = clock()
     for start in range(0, nb, bs):
         system.subscribe_many(batched[start : start + bs])
@@ -330,12 +371,14 @@ COLUMNS = (
     ("p99_ms", "p99 ms", None),
     ("match_many_events_per_s", "match_many ev/s", None),
     ("subscribe_per_s", "sub/s", None),
+    ("subscribe_p50_ms", "sub p50 ms", None),
     ("subscribe_many_per_s", "sub/s batch", None),
     ("unsubscribe_per_s", "unsub/s", None),
     ("unsubscribe_many_per_s", "unsub/s batch", None),
     ("disk_bytes", "disk MiB", _mb),
     ("index_bytes", "index MiB", _mb),
     ("rss_anon_bytes", "RssAnon Δ MiB", _mb),
+    ("matcher_rss_bytes", "matcher RssAnon Δ MiB", _mb),
     ("cold_open_s", "cold open s", None),
     ("cold_first_event_ms", "cold 1st ms", None),
     ("cold_p50_ms", "cold p50 ms", None),

@@ -18,7 +18,7 @@ def row(report: dict) -> str:
     rate = ours["events_per_s"]
     ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" if s in by_name else "—"
                         for s in SYSTEMS)
-    growth = ours["rss_anon_bytes"] / ours["index_bytes"] * 100
+    growth = ours.get("matcher_rss_bytes", ours["rss_anon_bytes"]) / ours["index_bytes"] * 100
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"
     return (f"| {workload['profile']} | {scale} | {rate:,.0f} | {ours['p50_ms']:.2f} | "
@@ -29,7 +29,7 @@ def row(report: dict) -> str:
 def main(directory: str = "bench/results") -> int:
     reports = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
-          "| vs sqlite | vs duckdb | index MiB | RssAnon Δ / index | engine commit |")
+          "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | engine commit |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for report in sorted(reports, key=lambda r: (r["workload"]["subscriptions"],
                                                  r["workload"]["profile"])):

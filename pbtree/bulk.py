@@ -126,6 +126,8 @@ class Columns:
 
     def concat(self, other: Columns) -> Columns:
         """These subscriptions followed by ``other``'s, on one attribute and constant table."""
+        if not len(other):
+            return self
         attrs = {name: n for n, name in enumerate(self.attrs)}
         consts = {const_key(v): n for n, v in enumerate(self.consts)}
         names, values = list(self.attrs), list(self.consts)

@@ -109,7 +109,7 @@ def _shard_task(columns: list[str], layout: str, staging: str, rejects_dir: str 
         first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
         yield pa.RecordBatch.from_pylist([{
             "shard": shard, "rows": table.num_rows, "subscriptions": len(subs),
-            "predicates": sum(len(preds) for _, _, preds in subs), "rejected": len(rejects),
+            "predicates": subs.predicates(), "rejected": len(rejects),
             "first_reject": first, "parse_cpu": parsed - start,
             "load_cpu": time.process_time() - parsed}], schema=SUMMARY)
 

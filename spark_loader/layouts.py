@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
+from pbtree.bulk import Columns
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.ids import encode_id
+from spark_loader import arrowparse
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}
@@ -55,9 +58,14 @@ def _idkey(sub_id: object) -> bytes:
     return encode_id(sub_id)
 
 
-def expressions(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
-    """Subscriptions of expression-layout rows; duplicated ids reject every row holding them."""
-    ids, texts = table.column("id").to_pylist(), table.column("expr").to_pylist()
+def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
+    """Subscriptions of expression-layout rows; duplicated ids reject every row holding them.
+
+    Rows in the common grammar are parsed on whole Arrow arrays (``arrowparse``); the rest
+    go through ``normalize`` one by one, which also words every rejection.
+    """
+    ids = table.column("id").to_pylist()
+    texts = table.column("expr")
     keys: list[bytes | None] = []
     rejects: list[Reject] = []
     seen: dict[bytes, int] = {}
@@ -70,22 +78,37 @@ def expressions(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
         else:
             seen[key] = seen.get(key, 0) + 1
         keys.append(key)
-    subs: list[Sub] = []
-    for row, (sub_id, key, text) in enumerate(zip(ids, keys, texts, strict=True)):
+    valid = _np_valid(texts)
+    todo: list[int] = []
+    for row, (sub_id, key) in enumerate(zip(ids, keys, strict=True)):
         if key is None:
             continue
         if seen[key] > 1:
             rejects.append((row, sub_id, f"duplicate id: {seen[key]} rows have id {sub_id!r}"))
-            continue
-        if text is None:
+        elif not valid[row]:
             rejects.append((row, sub_id, "null expression"))
-            continue
+        else:
+            todo.append(row)
+    rows = np.array(todo, dtype=np.int64)
+    good, fast = arrowparse.parse(texts.take(pa.array(rows)).combine_chunks()
+                                  if rows.size else pa.array([], pa.string()))
+    fast.ids = [ids[r] for r in rows[good].tolist()]
+    fast.keys = [keys[r] for r in rows[good].tolist()]  # type: ignore[misc]
+    rest = np.delete(rows, good).tolist()
+    slow: list[Sub] = []
+    for row, text in zip(rest, texts.take(pa.array(rest, pa.int64())).to_pylist(),
+                         strict=True):
         try:
-            subs.append((sub_id, key, normalize(text)))
+            slow.append((ids[row], keys[row], normalize(text)))  # type: ignore[arg-type]
         except ExpressionError as exc:
-            rejects.append((row, sub_id, str(exc)))
+            rejects.append((row, ids[row], str(exc)))
     rejects.sort()
-    return subs, rejects
+    return fast.concat(Columns.from_subs(slow)), rejects
+
+
+def _np_valid(column: pa.ChunkedArray) -> np.ndarray:
+    """Which rows of a column are not null."""
+    return column.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _predicate(attr: object, op: object, value: object) -> tuple:
@@ -140,6 +163,9 @@ def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
             for r in members]
 
 
-def subscriptions(layout: str, table: pa.Table) -> tuple[list[Sub], list[Reject]]:
+def subscriptions(layout: str, table: pa.Table) -> tuple[Columns, list[Reject]]:
     """(subscriptions, rejected rows) of one Arrow table in ``layout``."""
-    return expressions(table) if layout == EXPRESSION else predicates(table)
+    if layout == EXPRESSION:
+        return expressions(table)
+    subs, rejects = predicates(table)
+    return Columns.from_subs(subs), rejects

@@ -31,7 +31,7 @@ def overflow_key(kind: int, leaf_key: bytes) -> bytes:
 class Leaf:
     """A decoded leaf item being modified inside a write transaction."""
 
-    __slots__ = ("ptr", "flags", "eq", "adds", "was_overflow")
+    __slots__ = ("ptr", "flags", "eq", "adds", "was_overflow", "raw")
 
     def __init__(self, ptr: list[int], flags: int, eq: np.ndarray | None) -> None:
         self.ptr = ptr  # [unused, gt, lt, ineq], indexed by kind
@@ -39,12 +39,16 @@ class Leaf:
         self.eq = eq  # None: in overflow and not loaded (unchanged)
         self.adds: list[int] = []
         self.was_overflow = bool(flags & EQ_OVERFLOW)
+        self.raw: bytes | None = None  # the record as loaded: unchanged items are not rewritten
 
     @classmethod
     def decode(cls, buf: bytes | memoryview) -> Leaf:
         gt, lt, ineq, flags = HEADER.unpack_from(buf)
-        eq = None if flags & EQ_OVERFLOW else sidset.decode(bytes(buf), HEADER.size)
-        return cls([0, gt, lt, ineq], flags, eq)
+        raw = bytes(buf)
+        leaf = cls([0, gt, lt, ineq], flags,
+                   None if flags & EQ_OVERFLOW else sidset.decode(raw, HEADER.size))
+        leaf.raw = raw
+        return leaf
 
     def has(self, kind: int) -> bool:
         return bool(self.flags & HAS[kind])

@@ -294,6 +294,45 @@ class Node:
                     self.keys, flags, sid_end, parts)
 
 
+def appended(raw: bytes, node_id: int, adds: dict[bytes, list[int]], inline_max: int,
+             node_bytes: int) -> bytes | None:
+    """The node ``raw`` with sids appended to existing inline items, spliced in place.
+
+    ``adds`` maps item keys to sorted sids larger than any stored. None when an
+    item is in (or would move to) the overflow database or the node would need
+    a split: the caller then takes the decoding path.
+    """
+    view = View(raw, node_id)
+    n, spilled = view.n, view.flags & SPILLED
+    ends = list(struct.unpack_from(f"<{n}I", raw, view.ends_at))
+    found = []
+    for key, sids in adds.items():
+        i = view.count_below(key, False)
+        if i == n or view.key(i) != key:
+            raise CorruptIndexError(f"list node {node_id} lacks the item a leaf points to")
+        if spilled and raw[view.flags_at + i] & ITEM_OVERFLOW:
+            return None
+        if 4 * (ends[i] - (ends[i - 1] if i else 0) + len(sids)) > inline_max:
+            return None
+        found.append((i, sids))
+    found.sort(key=lambda item: item[0])  # keys are distinct: so are items
+    added = sum(len(sids) for _, sids in found)
+    if n > 1 and len(raw) + 4 * added > node_bytes:
+        return None
+    base, parts, done, shift = view.sids_at, [], 0, 0
+    for i, sids in found:
+        parts.append(raw[base + 4 * done:base + 4 * ends[i]])
+        parts.append(struct.pack(f"<{len(sids)}I", *sids))
+        done = ends[i]
+    parts.append(raw[base + 4 * done:])
+    grow = dict(found)
+    for i in range(found[0][0], n):
+        if i in grow:
+            shift += len(grow[i])
+        ends[i] += shift
+    return b"".join((raw[:view.ends_at], struct.pack(f"<{n}I", *ends), *parts))
+
+
 def pack(kind: int, flags: int, prev: int, nxt: int, attr: int, family: int,
          keys: list[bytes], item_flags: bytes | bytearray, sid_end: list[int],
          parts: list[np.ndarray]) -> bytes:

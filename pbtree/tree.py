@@ -17,7 +17,7 @@ import numpy as np
 from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import HEAD, TAIL, Node, node_key
+from pbtree.lists import HEAD, TAIL, Node, appended, node_key
 from storage import sidset
 from storage.keys import split_key
 
@@ -47,6 +47,9 @@ class Writer:
         self.inline_max = node_bytes // 4
         self.leaves: dict[bytes, Leaf] = {}
         self.nodes: dict[int, Node] = {}
+        # sids for existing items of nodes not decoded: spliced into the record at flush
+        self.appends: dict[int, dict[bytes, list[int]]] = {}
+        self.unsplit: set[int] = set()  # decoded with appends merged: check for a split
         self.dropped: set[int] = set()
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
@@ -87,6 +90,9 @@ class Writer:
             if raw is None:
                 raise CorruptIndexError(f"list node {node_id} is referenced but missing")
             node = self.nodes[node_id] = Node.decode(node_id, raw, self.inline_max)
+            for payload, sids in self.appends.pop(node_id, {}).items():
+                node.add_sids(node.find(payload), sids)
+                self.unsplit.add(node_id)
         return node
 
     def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
@@ -216,11 +222,15 @@ class Writer:
             leaf.adds += sids
             return
         start = leaf.ptr[kind]
-        node = self.node(start)
         if leaf.has(kind):
+            node = self.nodes.get(start)
+            if node is None:
+                self.appends.setdefault(start, {}).setdefault(payload, []).extend(sids)
+                return
             node.add_sids(node.find(payload), sids)
             self._split(prefix, node)
             return
+        node = self.node(start)
         if node.flags & HEAD:
             nxt = self.node(node.next)
             node, i = (self._node_after(node, prefix) if nxt.flags & TAIL else nxt), 0
@@ -299,11 +309,35 @@ class Writer:
         self.txn.delete(prefix, db=dbs["trees"])
 
     # --- write back -------------------------------------------------------------------
+    def _flush_appends(self) -> None:
+        """Splice pending appends into their records; decode (and split) where that fails."""
+        nodes_db = self.dbs["nodes"]
+        for node_id in list(self.appends):
+            key = node_key(node_id)
+            raw = self.txn.get(key, db=nodes_db)
+            if raw is None:
+                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+            new = appended(raw, node_id, self.appends[node_id], self.inline_max,
+                           self.node_bytes)
+            if new is None:
+                self.node(node_id)
+            else:
+                del self.appends[node_id]
+                self.txn.put(key, new, db=nodes_db)
+        for node_id in sorted(self.unsplit):
+            node = self.nodes.get(node_id)
+            if node is not None:
+                self._split(struct.pack(">IB", node.attr, node.family), node)
+        self.unsplit.clear()
+
     def flush(self) -> None:
+        self._flush_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
         for key, leaf in self.leaves.items():
             if leaf.eq is None and not leaf.adds:
-                txn.put(key, leaf.encode(False), db=dbs["leaf"])
+                value = leaf.encode(False)
+                if value != leaf.raw:
+                    txn.put(key, value, db=dbs["leaf"])
                 continue
             eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
             leaf.eq, leaf.adds = sidset.append(eq, leaf.adds), []
@@ -312,7 +346,9 @@ class Writer:
                 txn.put(overflow_key(EQ, key), sidset.encode(leaf.eq), db=dbs["overflow"])
             elif leaf.was_overflow:
                 txn.delete(overflow_key(EQ, key), db=dbs["overflow"])
-            txn.put(key, leaf.encode(inline), db=dbs["leaf"])
+            value = leaf.encode(inline)
+            if value != leaf.raw:
+                txn.put(key, value, db=dbs["leaf"])
         for node_id, node in self.nodes.items():
             prefix = struct.pack(">IB", node.attr, node.family)
             for i, sids in enumerate(node.sets):

@@ -193,7 +193,10 @@ def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.nda
     attr_id = np.zeros(len(cols.attrs), dtype=np.int64)
     rank = {name: n for n, name in enumerate(ordered_names)}
     attr_id[used] = [rank[cols.attrs[a]] for a in used.tolist()]
-    encoded = [const_payload(v) if v.__class__ is not tuple else (0, b"") for v in scalars]
+    used = np.zeros(len(scalars), dtype=bool)
+    used[value] = True  # a table may hold constants (and 'in' tuples) no predicate uses
+    encoded = [const_payload(v) if keep else (0, b"")
+               for v, keep in zip(scalars, used.tolist(), strict=True)]
     by_key = sorted(range(len(encoded)), key=encoded.__getitem__)
     value_rank = np.empty(len(encoded), dtype=np.int64)
     value_rank[by_key] = np.arange(len(encoded))

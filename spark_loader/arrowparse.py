@@ -64,6 +64,9 @@ def _values(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray, pa.Arr
     if number.any():
         where = np.flatnonzero(number)
         text = texts.take(pa.array(where))
+        numeric = pc.fill_null(pc.match_substring_regex(text, rf"^{_NUM}$"), False)
+        ok[where[~_np(numeric)]] = False
+        text = pc.if_else(numeric, text, "0")
         floaty = _np(pc.match_substring_regex(text, "[.eE]"))
         digits = _np(pc.utf8_length(pc.utf8_ltrim(text, "+-0")))
         parsed = _np(pc.cast(text, pa.float64()))
@@ -85,7 +88,7 @@ def _consts(family: np.ndarray, nums: np.ndarray, strings: pa.Array
     if words:
         at = _filled(pc.index_in(strings, pa.array(words, pa.string())), 0)
         codes = np.where(family == _STRING, numbers.size + at, codes)
-    codes = np.where(family == _BOOL, numbers.size + len(words) + nums.astype(np.int64), codes)
+    codes = np.where(family == _BOOL, numbers.size + len(words) + (nums == 1), codes)
     return codes.astype(np.int64), consts
 
 

@@ -1,0 +1,125 @@
+"""The vectorised expression parser (spark_loader.arrowparse) against pbtree's normalize.
+
+Every row the fast path accepts must give exactly normalize's core predicates (values,
+types, rewriting, order); rows it leaves are parsed or rejected by normalize itself.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import subscriptions
+
+from pbtree.bulk import OPS_CORE, Columns
+from pbtree.core import normalize
+from pbtree.errors import ExpressionError
+from pbtree.expr import format_predicates
+from spark_loader import arrowparse
+
+ATTRS = ["a", "b", "x.y", "A_1", "_", "a1.", "and", "In", "inf", "Between", "é", "`a b`",
+         "or", "b" * 401]
+OPS = ["<", "<=", "=", "==", "!=", "<>", ">=", ">", "=>", "= ="]
+NUMBERS = ["0", "-0", "-0.0", "+5", "007", "1.", ".5", "1e3", "1E-3", "1.5e+2", "-7",
+           "123456789012345", "1234567890123456", "9007199254740992", "9007199254740993",
+           "12345678901234567890", "1e308", "1e309", "-1e309", "1e-400", "2.5", "0.1",
+           "3.0000000000000001", "nan", "inf", "-inf", "+inf", "- 5", "1e", "1.2.3", "0x10"]
+STRINGS = ["'x'", "''", '"x"', "'ab'", "'é'", "'a b'", "'x and y'", "'it''s'", "'a\\'b'",
+           "'\\n'", "'a,b'", "'(x)'", "'1'", "'true'", "'and'", '"it\'s"', "'\u00a0'",
+           "'" + "z" * 505 + "'", "'" + "z" * 506 + "'", "'unterminated", "'é" * 200 + "'"]
+BOOLS = ["true", "false", "TRUE", "False", "tRuE", "truex"]
+SPACE = st.sampled_from([" ", "  ", "\t", "\n", "", "\u00a0", "\x1c"])
+
+literals = st.one_of(st.sampled_from(NUMBERS + STRINGS + BOOLS),
+                     st.from_regex(r"[+-]?(?:[0-9]{1,18}\.?[0-9]{0,4}|\.[0-9]{1,3})"
+                                   r"(?:[eE][+-]?[0-9]{1,3})?", fullmatch=True),
+                     st.integers(-10**17, 10**17).map(str),
+                     st.floats(allow_nan=False).map(repr))
+
+
+@st.composite
+def predicate_texts(draw) -> str:
+    attr, sp = draw(st.sampled_from(ATTRS)), draw(SPACE)
+    form = draw(st.integers(0, 4))
+    if form == 0:
+        return f"{attr}{sp}{draw(st.sampled_from(OPS))}{draw(SPACE)}{draw(literals)}"
+    if form == 1:
+        word = draw(st.sampled_from(["between", "BETWEEN", "Between"]))
+        conj = draw(st.sampled_from(["and", "AND", "And"]))
+        return f"{attr} {word} {draw(literals)} {conj} {draw(literals)}"
+    if form in (2, 3):
+        values = draw(st.lists(literals, min_size=0, max_size=4))
+        comma = draw(st.sampled_from([",", ", ", " ,", ",\t"]))
+        tail = draw(st.sampled_from(["", ",", " , "]))
+        word = "not in" if form == 3 else draw(st.sampled_from(["in", "IN"]))
+        return f"{attr} {word}{sp}({comma.join(values)}{tail})"
+    return f"{attr} prefix {draw(st.sampled_from(STRINGS))}"
+
+
+@st.composite
+def expressions(draw) -> str:
+    preds = draw(st.lists(predicate_texts(), min_size=1, max_size=5))
+    text = preds[0]
+    for pred in preds[1:]:
+        text += draw(st.sampled_from([" and ", " AND ", "  and\t", " and", "\nand ", " or ",
+                                      " And ", " and and "])) + pred
+    return draw(SPACE) + text + draw(SPACE)
+
+
+def _expanded(cols: Columns) -> list[list[tuple]]:
+    """The core predicates of each subscription of ``cols``."""
+    out, at = [], 0
+    for count in cols.counts.tolist():
+        out.append([(cols.attrs[a], OPS_CORE[o], cols.consts[c]) for a, o, c in zip(
+            cols.attr[at:at + count].tolist(), cols.op[at:at + count].tolist(),
+            cols.const[at:at + count].tolist(), strict=True)])
+        at += count
+    return out
+
+
+def _typed(preds: list) -> list:
+    """Predicates with each value's type beside it (1 == 1.0 == True in Python)."""
+    def typed(value: object) -> object:
+        if isinstance(value, tuple):
+            return tuple(map(typed, value))
+        return (type(value).__name__, value)
+
+    return [(a, o, typed(v)) for a, o, v in preds]
+
+
+def _check(texts: list[str]) -> int:
+    """Compare the fast path with normalize on ``texts``; returns how many it accepted."""
+    good, cols = arrowparse.parse(pa.array(texts, pa.string()))
+    assert good.tolist() == sorted(set(good.tolist()))
+    for row, preds in zip(good.tolist(), _expanded(cols), strict=True):
+        try:
+            expected = normalize(texts[row])
+        except ExpressionError as exc:
+            pytest.fail(f"fast path accepted {texts[row]!r}, normalize refuses it: {exc}")
+        assert _typed(preds) == _typed(expected), texts[row]
+    return len(good)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(expressions(), min_size=1, max_size=12))
+def test_fast_path_equals_normalize_on_hostile_text(texts):
+    _check(texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(subscriptions, min_size=1, max_size=12))
+def test_fast_path_equals_normalize_on_formatted_subscriptions(subs):
+    _check([format_predicates(s) for s in subs])
+
+
+def test_fast_path_takes_the_common_grammar_and_leaves_the_rest():
+    common = ["a16 > 73 and a11 = 51 and a91 <= 24", "a18 not in (55, 8) and a16 in (87, 94)",
+              "a37 in ('dr', 'af', 'dr') and a25 between 51 and 70", "x in (3,)",
+              "b between 'de' and 'dm' and b < 'cn' and c = TRUE and c = -0.0 and d >= 1e-3",
+              "a = 1 and a = 1.0 and a in (2, 2.0) and a != 5 and a <> 5 and a == 1"]
+    assert _check(common) == len(common)
+    rare = ["a = 'x and y'", "a prefix 'ab'", "`a b` = 1", "a = inf", "a = 'it\\'s'",
+            "a in (1, 2) and a in (3, 4)", "a = 9007199254740993", "a = 1e309", "a >", "",
+            "a between 1 and 'x'", "a or b", "in = 1"]
+    assert _check(rare) == 0

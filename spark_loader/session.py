@@ -101,7 +101,9 @@ def start(master: str | None, conf: dict[str, str], app: str):
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    log = f"-Dlog4j2.configurationFile=file:{_log_config()}"
+    # C1 only: a build's JVM work (read, hash, one shuffle) is short, and skipping the
+    # optimising compiler saves seconds of start-up and warm-up on a small machine
+    log = f"-Dlog4j2.configurationFile=file:{_log_config()} -XX:TieredStopAtLevel=1"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

@@ -44,6 +44,7 @@ __all__ = [
     "write_events_jsonl",
     "write_jsonl",
     "write_parquet",
+    "write_predicate_parquet",
 ]
 
 Pred = tuple[str, str, Any]
@@ -559,6 +560,34 @@ def write_parquet(wl: Workload, path: str | Path, row_group: int = 100_000) -> P
     return path
 
 
+def write_predicate_parquet(wl: Workload, path: str | Path, row_group: int = 500_000) -> Path:
+    """Subscriptions in the predicate layout: ``id``, ``attr``, ``op``, ``value`` (a list).
+
+    A Parquet column has one type, so every constant must be a number (float64 lists) or
+    every one a string; a profile mixing them raises ValueError (use ``--string-share``).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [(sid, attr, op, list(v) if op in ("in", "not in", "between") else [v])
+            for sid, preds in wl.subscriptions for attr, op, v in preds]
+    kinds = {type(x) is str for *_, values in rows for x in values}
+    if len(kinds) > 1:
+        raise ValueError("the predicate layout needs constants of one type; this workload "
+                         "mixes numbers and strings (try --string-share 0)")
+    value = pa.list_(pa.string() if kinds == {True} else pa.float64())
+    schema = pa.schema([("id", pa.int64()), ("attr", pa.string()), ("op", pa.string()),
+                        ("value", value)])
+    path = Path(path)
+    with pq.ParquetWriter(path, schema) as writer:
+        for start in range(0, len(rows), row_group):
+            part = list(zip(*rows[start : start + row_group], strict=True))
+            writer.write_table(pa.table([pa.array(c, f.type) for c, f in zip(part, schema,
+                                                                              strict=True)],
+                                        schema=schema))
+    return path
+
+
 def write_jsonl(wl: Workload, path: str | Path) -> Path:
     """Subscriptions as JSON Lines: ``{"id": ..., "expr": "..."}`` per line."""
     path = Path(path)
@@ -587,10 +616,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--subs", type=int, default=None, help="override the number of subscriptions")
     ap.add_argument("-o", "--output", required=True, help="subscriptions file (.parquet/.jsonl)")
     ap.add_argument("--events", default=None, help="also write the events as JSON Lines here")
+    ap.add_argument("--layout", choices=("expression", "predicate"), default="expression",
+                    help="Parquet layout of the subscriptions (predicate: id, attr, op, value)")
+    ap.add_argument("--string-share", type=float, default=None,
+                    help="override the profile's share of string-valued attributes")
     args = ap.parse_args(argv)
-    wl = generate(args.profile, args.scale, args.seed, n_subs=args.subs)
+    profile = PROFILES[args.profile]
+    if args.string_share is not None:
+        profile = replace(profile, string_share=args.string_share)
+    wl = generate(profile, args.scale, args.seed, n_subs=args.subs)
     out = Path(args.output)
-    if out.suffix in (".jsonl", ".json", ".ndjson"):
+    if args.layout == "predicate":
+        write_predicate_parquet(wl, out)
+    elif out.suffix in (".jsonl", ".json", ".ndjson"):
         write_jsonl(wl, out)
     else:
         write_parquet(wl, out)

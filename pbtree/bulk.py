@@ -206,8 +206,16 @@ def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.nda
     place = np.concatenate((place, place[twice]))
     kinds = np.concatenate((first, second[twice]))
     sids = np.concatenate((sids, sids[twice]))
-    unique, index = np.unique(place, return_inverse=True)
-    order = np.sort(((index * 4 + kinds) << 32) | sids)
+    if place.size and int(place.max()) < 2**29:  # (place, kind, sid) in one int64: one sort
+        order = np.sort((((place << 2) | kinds) << 32) | sids)
+        spot = order >> 34
+        fresh = np.ones(spot.size, dtype=bool)
+        fresh[1:] = spot[1:] != spot[:-1]
+        unique = spot[fresh]
+        order = (((np.cumsum(fresh) - 1) << 2 | (order >> 32) & 3) << 32) | (order & 0xFFFFFFFF)
+    else:
+        unique, index = np.unique(place, return_inverse=True)
+        order = np.sort(((index * 4 + kinds) << 32) | sids)
     aids, ranks = np.divmod(unique, max(len(encoded), 1))
     keys = [tree_prefix(a, encoded[by_key[r]][0]) + encoded[by_key[r]][1]
             for a, r in zip(aids.tolist(), ranks.tolist(), strict=True)]

@@ -189,12 +189,15 @@ def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
     attr_code, op, code = attr_code[piece[pick]], op[pick], code[pick]
 
     # canonical order per row: attribute, operator, (family, value); duplicates collapse
-    key = ((pred_row * max(len(attrs), 1) + attr_code) * len(OPS_CORE) + op) * len(consts) + code
-    if n * max(len(attrs), 1) * len(OPS_CORE) * max(len(consts), 1) < 2**62:
-        order = np.argsort(key, kind="stable")
+    width = (max(len(attrs), 1), len(OPS_CORE), max(len(consts), 1))
+    if n * width[0] * width[1] * width[2] < 2**62:  # one int64 key holds all four: sort it
+        key = np.sort(((pred_row * width[0] + attr_code) * width[1] + op) * width[2] + code)
+        key, code = np.divmod(key, width[2])
+        key, op = np.divmod(key, width[1])
+        pred_row, attr_code = np.divmod(key, width[0])
     else:
         order = np.lexsort((code, op, attr_code, pred_row))
-    pred_row, attr_code, op, code = (a[order] for a in (pred_row, attr_code, op, code))
+        pred_row, attr_code, op, code = (a[order] for a in (pred_row, attr_code, op, code))
     fresh = np.ones(pred_row.size, dtype=bool)
     fresh[1:] = ((pred_row[1:] != pred_row[:-1]) | (attr_code[1:] != attr_code[:-1])
                  | (op[1:] != op[:-1]) | (code[1:] != code[:-1]))

@@ -2,7 +2,8 @@
 
 Every record is computed up front and put in key order with LMDB append mode, so a
 shard is written at disk speed instead of one PB+tree insert at a time. The result is
-exactly what ``pbtree.verify`` checks (DESIGN §3); list nodes are packed full.
+exactly what ``pbtree.verify`` checks (DESIGN §3); list nodes are packed full. Needs
+pyarrow (the ``spark`` or ``bench`` extra), as its only callers do.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ class Columns:
     const: np.ndarray
     attrs: list[str]
     consts: list
+    #: optional: the codes (into ``consts``) of each ``in`` constant's values, as a parser
+    #: knows them, which spares the loader finding them again
+    members: dict[int, tuple[int, ...]] | None = None
 
     @classmethod
     def from_subs(cls, subs: Iterable[Sub]) -> Columns:
@@ -122,7 +126,7 @@ class Columns:
         listed = order.tolist()
         return Columns([self.ids[i] for i in listed], [self.keys[i] for i in listed], counts,
                        self.attr[picks], self.op[picks], self.const[picks], self.attrs,
-                       self.consts)
+                       self.consts, self.members)
 
     def concat(self, other: Columns) -> Columns:
         """These subscriptions followed by ``other``'s, on one attribute and constant table."""
@@ -151,9 +155,22 @@ class Columns:
         return int(self.counts.sum())
 
 
-def _members(consts: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+def _members(consts: list, members: dict[int, tuple[int, ...]] | None
+             ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
     """Scalar constants (``consts`` plus the values of ``in`` tuples) and, per constant of
     ``consts``, where its values start in ``flat`` and how many there are."""
+    if members is not None:  # codes known: one vectorised layout
+        size = np.ones(len(consts), dtype=np.int64)
+        tuples = np.fromiter(members, np.int64, len(members))
+        size[tuples] = [len(codes) for codes in members.values()]
+        start = np.cumsum(size) - size
+        flat = np.repeat(np.arange(len(consts), dtype=np.int64), size)
+        if tuples.size:
+            within = np.arange(int(size[tuples].sum())) - np.repeat(
+                np.cumsum(size[tuples]) - size[tuples], size[tuples])
+            flat[np.repeat(start[tuples], size[tuples]) + within] = np.fromiter(
+                chain.from_iterable(members.values()), np.int64)
+        return list(consts), flat, start, size
     scalars = list(consts)
     codes = {const_key(v): n for n, v in enumerate(consts) if v.__class__ is not tuple}
     flat: list[int] = []
@@ -176,7 +193,7 @@ def _members(consts: list) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
 def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.ndarray]:
     """(attribute names in id order, sorted leaf keys, and per posting in (key, kind, sid)
     order: ``key index * 4 + kind`` and sid)."""
-    scalars, flat, start, size = _members(cols.consts)
+    scalars, flat, start, size = _members(cols.consts, cols.members)
     sids = np.repeat(np.arange(len(cols), dtype=np.int64), cols.counts)
     lens = size[cols.const]
     if lens.size and lens.max() > 1:
@@ -365,7 +382,8 @@ def _packed(cols: Columns) -> list[bytes]:
     """
     size = len(cols.consts)
     triple = (cols.attr * len(OPS_CORE) + cols.op) * size + cols.const
-    unique, index = np.unique(triple, return_inverse=True)
+    distinct = pc.dictionary_encode(pa.array(triple))  # hashing: no sort needed here
+    unique, index = distinct.dictionary.to_numpy(), distinct.indices.to_numpy()
     rest, const = np.divmod(unique, size)
     attr, op = np.divmod(rest, len(OPS_CORE))
     packed = pa.array([msgpack.packb((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
@@ -373,7 +391,7 @@ def _packed(cols: Columns) -> list[bytes]:
                                           strict=True)], pa.binary())
     offsets = np.concatenate(([0], np.cumsum(cols.counts))).astype(np.int64)
     bodies = pc.binary_join(pa.LargeListArray.from_arrays(
-        pa.array(offsets), packed.take(pa.array(index.reshape(-1)))), b"")
+        pa.array(offsets), packed.take(pa.array(index))), b"")
     counts, where = np.unique(cols.counts, return_inverse=True)
     headers = pa.array([msgpack.packb([None] * n)[:-n or None] for n in counts.tolist()],
                        pa.binary()).take(pa.array(where.reshape(-1)))

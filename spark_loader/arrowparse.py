@@ -35,6 +35,7 @@ _ITEM = rf"^{_WS}*(?P<v>{_LIT}){_WS}*$"
 _KEYWORDS = ["and", "or", "not", "in", "between", "prefix", "true", "false", "inf"]
 _SPELLED = {"=": "=", "==": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "!=",
             "<>": "!="}
+_SPELLED_CODE = np.array([OPS_CORE.index(op) for op in _SPELLED.values()], dtype=np.int64)
 _EQ, _IN, _GE, _LE, _NE = (OPS_CORE.index(op) for op in ("=", "in", ">=", "<=", "!="))
 _NUMBER, _STRING, _BOOL = 1, 2, 3
 _MAX_DIGITS = 15  # integers of at most 15 digits are exact doubles, far inside ±2^53
@@ -43,6 +44,11 @@ _MAX_DIGITS = 15  # integers of at most 15 digits are exact doubles, far inside 
 def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A non-null Arrow array as numpy."""
     return array.to_numpy(zero_copy_only=False)
+
+
+def _present(texts: pa.Array) -> np.ndarray:
+    """Which rows hold a non-empty text (a regex group that matched something)."""
+    return _filled(pc.binary_length(texts), 0) > 0
 
 
 def _filled(array: pa.Array, value: object) -> np.ndarray:
@@ -93,9 +99,9 @@ def _consts(family: np.ndarray, nums: np.ndarray, strings: pa.Array
 
 
 def _pieces(pieces: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndarray,
-                                       np.ndarray, list]:
+                                       np.ndarray, list, dict]:
     """Parse distinct predicate texts: (bad, attribute, and per core predicate: piece, op,
-    constant code; the constants)."""
+    constant code; the constants, and the member codes of each ``in`` constant)."""
     found = pc.extract_regex(pieces, _PRED)
     bad = _np(pc.is_null(found))
     fields = {name: found.field(name) for name in ("attr", "op", "val", "lo", "hi", "neg",
@@ -103,9 +109,10 @@ def _pieces(pieces: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndar
     attr = pc.fill_null(fields["attr"], "")
     bad |= _np(pc.is_in(pc.utf8_lower(attr), pa.array(_KEYWORDS)))
     bad |= _np(pc.binary_length(attr)) > MAX_ATTR_BYTES
-    op_text = _filled(fields["op"], "")
-    kind = np.where(op_text != "", 0, np.where(_filled(fields["lo"], "") != "", 1,
-                                               np.where(_filled(fields["neg"], "") != "", 3, 2)))
+    # index of the spelling in _SPELLED, -1 where the piece has no comparison operator
+    spelled = _filled(pc.index_in(fields["op"], pa.array(list(_SPELLED))), -1).astype(np.int64)
+    kind = np.where(spelled >= 0, 0, np.where(_present(fields["lo"]), 1,
+                                               np.where(_present(fields["neg"]), 3, 2)))
 
     # every literal: its piece, its role (0 scalar, 1 low, 2 high, 3 list item)
     scalar, ranged, listed = (np.flatnonzero(kind == 0), np.flatnonzero(kind == 1),
@@ -134,11 +141,16 @@ def _pieces(pieces: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndar
 
     # core predicates: (piece, op, constant); 'in' lists are reduced below
     op = np.full(lit_piece.size, _NE)
-    op[role == 0] = [OPS_CORE.index(_SPELLED[s]) for s in op_text[scalar].tolist()]
+    op[role == 0] = _SPELLED_CODE[spelled[scalar]]
     op[role == 1], op[role == 2] = _GE, _LE
     op[(role == 3) & (kind[lit_piece] == 2)] = _IN
-    order = np.lexsort((code, op, lit_piece))
-    piece, op, code = lit_piece[order], op[order], code[order]
+    if lit_piece.size * len(OPS_CORE) * max(len(consts), 1) < 2**62:  # one packed key
+        key, code = np.divmod(np.sort((lit_piece * len(OPS_CORE) + op) * len(consts) + code),
+                              len(consts))
+        piece, op = np.divmod(key, len(OPS_CORE))
+    else:
+        order = np.lexsort((code, op, lit_piece))
+        piece, op, code = lit_piece[order], op[order], code[order]
     fresh = np.ones(piece.size, dtype=bool)
     fresh[1:] = (piece[1:] != piece[:-1]) | (op[1:] != op[:-1]) | (code[1:] != code[:-1])
     piece, op, code = piece[fresh], op[fresh], code[fresh]
@@ -153,10 +165,11 @@ def _pieces(pieces: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndar
     for at, lo, size in zip(first.tolist(), starts[counts > 1].tolist(),
                             counts[counts > 1].tolist(), strict=True):
         code[at] = tuples.setdefault(tuple(in_codes[lo:lo + size]), len(consts) + len(tuples))
-    consts += [tuple(consts[c] for c in members) for members in tuples]
+    members = {code: codes for codes, code in tuples.items()}
+    consts += [tuple(consts[c] for c in codes) for codes in tuples]
     keep_pred = ~is_in | single
     keep_pred[first] = True
-    return bad, attr, piece[keep_pred], op[keep_pred], code[keep_pred], consts
+    return bad, attr, piece[keep_pred], op[keep_pred], code[keep_pred], consts, members
 
 
 def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
@@ -172,7 +185,7 @@ def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
     row = _np(pc.list_parent_indices(pieces)).astype(np.int64)
     encoded = pc.dictionary_encode(pc.list_flatten(pieces))
     which = _np(encoded.indices).astype(np.int64)
-    bad_piece, attr, piece, op, code, consts = _pieces(encoded.dictionary)
+    bad_piece, attr, piece, op, code, consts, members = _pieces(encoded.dictionary)
     bad = np.zeros(n, dtype=bool)
     bad[_np(pc.match_substring(texts, _MARK))] = True
     bad[row[bad_piece[which]]] = True
@@ -212,4 +225,4 @@ def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
     good = np.flatnonzero(~bad)
     keep = ~bad[pred_row]
     return good, Columns([], [], per_row[good], attr_code[keep], op[keep], code[keep], attrs,
-                         consts)
+                         consts, members)

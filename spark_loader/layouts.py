@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pbtree.bulk import Columns
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
-from pbtree.ids import encode_id
+from pbtree.ids import MAX_ID_BYTES, encode_id
 from spark_loader import arrowparse
 
 EXPRESSION, PREDICATE = "expression", "predicate"
@@ -58,50 +59,74 @@ def _idkey(sub_id: object) -> bytes:
     return encode_id(sub_id)
 
 
+def encoded_ids(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """``encode_id`` of a whole id column as a binary array, and which rows it encodes
+    (nulls, -2^63 and overlong strings do not: ``encode_id`` words their errors)."""
+    ids = column.combine_chunks()
+    n = len(ids)
+    ok = _np_valid(ids)
+    if pa.types.is_integer(ids.type) and ids.type != pa.uint64():
+        values = pc.fill_null(ids, 0).to_numpy().astype(np.int64)
+        ok &= values != np.iinfo(np.int64).min
+        raw = np.empty((n, 9), dtype=np.uint8)
+        raw[:, 0] = ord("i")
+        raw[:, 1:] = values.astype(">i8").view(np.uint8).reshape(n, 8)
+        keys = pa.Array.from_buffers(pa.binary(9), n, [None, pa.py_buffer(raw)])
+        return keys.cast(pa.binary()), ok
+    if pa.types.is_integer(ids.type):  # uint64: values past 2^63 - 1 are errors, row by row
+        keys = []
+        for sub_id in ids.to_pylist():
+            try:
+                keys.append(_idkey(sub_id))
+            except IdError:
+                keys.append(None)
+        keys = pa.array(keys, pa.binary())
+        return keys, _np_valid(keys)
+    text = ids.cast(pa.string())
+    ok &= pc.fill_null(pc.binary_length(text), 0).to_numpy() <= MAX_ID_BYTES
+    return pc.binary_join_element_wise(b"s", text.cast(pa.binary()), b""), ok
+
+
 def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
     """Subscriptions of expression-layout rows; duplicated ids reject every row holding them.
 
     Rows in the common grammar are parsed on whole Arrow arrays (``arrowparse``); the rest
     go through ``normalize`` one by one, which also words every rejection.
     """
-    ids = table.column("id").to_pylist()
-    texts = table.column("expr")
-    keys: list[bytes | None] = []
+    id_column, texts = table.column("id"), table.column("expr")
+    keys, encoded = encoded_ids(id_column)
+    found = np.where(encoded, pc.fill_null(pc.dictionary_encode(keys).indices, 0).to_numpy(),
+                     -1) + 1  # 0 for rows without an encoded id
+    copies = np.where(encoded, np.bincount(found)[found], 0)
+    valid = _np_valid(texts)
     rejects: list[Reject] = []
-    seen: dict[bytes, int] = {}
-    for row, sub_id in enumerate(ids):
+    bad = np.flatnonzero(~encoded | (copies > 1) | ~valid)
+    for row, sub_id in zip(bad.tolist(), id_column.take(pa.array(bad)).to_pylist(),
+                           strict=True):
         try:
-            key = _idkey(sub_id)
+            _idkey(sub_id)
         except IdError as exc:
             rejects.append((row, sub_id, str(exc)))
-            key = None
-        else:
-            seen[key] = seen.get(key, 0) + 1
-        keys.append(key)
-    valid = _np_valid(texts)
-    todo: list[int] = []
-    for row, (sub_id, key) in enumerate(zip(ids, keys, strict=True)):
-        if key is None:
             continue
-        if seen[key] > 1:
-            rejects.append((row, sub_id, f"duplicate id: {seen[key]} rows have id {sub_id!r}"))
-        elif not valid[row]:
-            rejects.append((row, sub_id, "null expression"))
+        if copies[row] > 1:
+            rejects.append((row, sub_id, f"duplicate id: {copies[row]} rows have id {sub_id!r}"))
         else:
-            todo.append(row)
-    rows = np.array(todo, dtype=np.int64)
-    good, fast = arrowparse.parse(texts.take(pa.array(rows)).combine_chunks()
-                                  if rows.size else pa.array([], pa.string()))
-    fast.ids = [ids[r] for r in rows[good].tolist()]
-    fast.keys = [keys[r] for r in rows[good].tolist()]  # type: ignore[misc]
-    rest = np.delete(rows, good).tolist()
+            rejects.append((row, sub_id, "null expression"))
+    rows = np.flatnonzero(encoded & (copies == 1) & valid)
+    good, fast = arrowparse.parse(texts.take(pa.array(rows)).combine_chunks())
+    picked = pa.array(rows[good])
+    fast.ids = id_column.take(picked).to_pylist()
+    fast.keys = keys.take(picked).to_pylist()
+    rest = np.delete(rows, good)
     slow: list[Sub] = []
-    for row, text in zip(rest, texts.take(pa.array(rest, pa.int64())).to_pylist(),
-                         strict=True):
+    for row, sub_id, key, text in zip(
+            rest.tolist(), id_column.take(pa.array(rest)).to_pylist(),
+            keys.take(pa.array(rest)).to_pylist(), texts.take(pa.array(rest)).to_pylist(),
+            strict=True):
         try:
-            slow.append((ids[row], keys[row], normalize(text)))  # type: ignore[arg-type]
+            slow.append((sub_id, key, normalize(text)))
         except ExpressionError as exc:
-            rejects.append((row, ids[row], str(exc)))
+            rejects.append((row, sub_id, str(exc)))
     rejects.sort()
     return fast.concat(Columns.from_subs(slow)), rejects
 

@@ -123,3 +123,30 @@ def test_fast_path_takes_the_common_grammar_and_leaves_the_rest():
             "a in (1, 2) and a in (3, 4)", "a = 9007199254740993", "a = 1e309", "a >", "",
             "a between 1 and 'x'", "a or b", "in = 1"]
     assert _check(rare) == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([pa.int64(), pa.int32(), pa.uint64(), pa.string(), pa.large_string()]),
+       st.data())
+def test_encoded_ids_match_encode_id(kind, data):
+    """Whole-column id encoding equals encode_id row by row; its failures are encode_id's."""
+    from pbtree.errors import IdError
+    from pbtree.ids import encode_id
+    from spark_loader.layouts import encoded_ids
+
+    if kind == pa.uint64():  # past 2^63 - 1 encode_id refuses
+        values = st.integers(0, 2**64 - 1)
+    elif pa.types.is_integer(kind):  # -2^63 too
+        values = st.integers(-(2 ** (kind.bit_width - 1)), 2 ** (kind.bit_width - 1) - 1)
+    else:  # around the 500-byte limit
+        values = st.text(max_size=3) | st.text(min_size=249, max_size=251, alphabet="aé")
+    ids = data.draw(st.lists(st.none() | values, max_size=20))
+    keys, encoded = encoded_ids(pa.chunked_array([pa.array(ids, kind)]))
+    for sub_id, key, ok in zip(ids, keys.to_pylist(), encoded.tolist(), strict=True):
+        try:
+            want = encode_id(sub_id) if sub_id is not None else None
+        except IdError:
+            want = None
+        assert ok == (want is not None)
+        if ok:
+            assert key == want

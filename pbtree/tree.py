@@ -122,7 +122,7 @@ class Writer:
         raw = self.txn.get(key, db=self.dbs["overflow"])
         if raw is None:
             raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
-        return sidset.decode(raw).copy()
+        return sidset.decode(raw)  # write transactions return bytes: a stable, read-only view
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""

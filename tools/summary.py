@@ -21,16 +21,21 @@ def row(report: dict) -> str:
     growth = ours.get("matcher_rss_bytes", ours["rss_anon_bytes"]) / ours["index_bytes"] * 100
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"
+    single = ours.get("subscribe_p50_ms")
+    updates = (f"{single:.2f}" if single is not None else "—",
+               f"{ours['subscribe_many_per_s']:,.0f}")
     return (f"| {workload['profile']} | {scale} | {rate:,.0f} | {ours['p50_ms']:.2f} | "
             f"{ours['p99_ms']:.2f} | {ratios} | {ours['index_bytes'] / 2**20:,.0f} | "
-            f"{growth:.1f} % | {report.get('code', {}).get('commit', 'before aec65e1')} |")
+            f"{growth:.1f} % | {' | '.join(updates)} | "
+            f"{report.get('code', {}).get('commit', 'before aec65e1')} |")
 
 
 def main(directory: str = "bench/results") -> int:
     reports = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
-          "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | engine commit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | subscribe p50 ms "
+          "| subscribe_many /s | engine commit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for report in sorted(reports, key=lambda r: (r["workload"]["subscriptions"],
                                                  r["workload"]["profile"])):
         print(row(report))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import bulk
+from pbtree.core import normalize
 from pbtree.expr import parse
+from pbtree.ids import encode_id
 
 ATTRS = ["a", "b", "c", "x.y"]
 LOGICAL = ("subscriptions", "predicates", "attributes", "leaf_items", "gt_items", "lt_items",
@@ -112,3 +115,31 @@ def test_bad_input_is_refused(tmp_path):
     subs = [(1, pbtree.ids.encode_id(1), [("a", "=", 1)])]
     with pytest.raises(pbtree.PbtreeError, match="belongs to shard"):
         bulk.build_shard(str(tmp_path / "wrong"), subs, shard_no=5, shards=7)
+
+
+def test_columns_take_and_concat_keep_every_subscription():
+    """Columns reordered and joined (as a build does with parsed and fallback rows) hold
+    the same subscriptions as the tuples they came from, tables merged without loss."""
+    rng = random.Random(3)
+    subs = [(n, encode_id(n), normalize(random_subscription(rng, ATTRS, 6))) for n in range(60)]
+
+    def rows(cols: bulk.Columns) -> list:
+        out, at = [], 0
+        for sub_id, key, count in zip(cols.ids, cols.keys, cols.counts.tolist(), strict=True):
+            preds = [(cols.attrs[a], bulk.OPS_CORE[o], cols.consts[c]) for a, o, c in zip(
+                cols.attr[at:at + count].tolist(), cols.op[at:at + count].tolist(),
+                cols.const[at:at + count].tolist(), strict=True)]
+            out.append((sub_id, key, [(a, o, list(v) if o == "in" else v) for a, o, v in preds]))
+            at += count
+        return out
+
+    def plain(items: list) -> list:
+        return [(i, k, [(a, o, list(v) if o == "in" else v) for a, o, v in p])
+                for i, k, p in items]
+
+    first, second = bulk.Columns.from_subs(subs[:25]), bulk.Columns.from_subs(subs[25:])
+    joined = first.concat(second)
+    assert rows(joined) == plain(subs)
+    order = list(range(len(subs)))
+    rng.shuffle(order)
+    assert rows(joined.take(np.array(order))) == plain([subs[i] for i in order])

@@ -697,6 +697,12 @@ def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate]:
             if type(attr) is str and type(op) is str and attr and attr.isascii():
                 kind = type(value)
                 spelled = _SCALAR_SPELLINGS.get(op)
+                if spelled is not None and kind is float and value == value:  # not NaN
+                    if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+                        value = int(value)  # as _canon: 2.0 is the constant 2
+                    op, rank = spelled
+                    out[(attr, rank, NUMBER, value)] = (attr, op, value)
+                    continue
                 if spelled is not None:
                     if (
                         (kind is int and -MAX_EXACT_INT <= value <= MAX_EXACT_INT)

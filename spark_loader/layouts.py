@@ -188,9 +188,109 @@ def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
             for r in members]
 
 
+_NAME = r"^[A-Za-z_][A-Za-z0-9_.]*$"  # attribute names written bare in expression text
+_WORD = r"^[^'\"\\ \t\n\r\f\v,()\x01]*$"  # strings quoted as they are
+_SCALAR_OPS = ("<", "<=", "=", "==", "!=", "<>", ">=", ">")
+
+
+def _literals(values: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Expression-language literals of scalar values, and which are written exactly (no
+    null, string needing no escape, float whose text reads back as the same double)."""
+    kind = values.type
+    ok = _np_valid(values)
+    if pa.types.is_boolean(kind):
+        text = pc.if_else(values, "true", "false")
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        text = pc.binary_join_element_wise("'", values.cast(pa.string()), "'", "")
+        ok &= _np_valid(text) & pc.fill_null(pc.match_substring_regex(values, _WORD),
+                                             False).to_numpy(zero_copy_only=False)
+    elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        text = values.cast(pa.string())
+        if pa.types.is_floating(kind):
+            back = pc.cast(pc.fill_null(text, "0"), pa.float64())
+            ok &= pc.fill_null(pc.equal(back, values.cast(pa.float64())),
+                               False).to_numpy(zero_copy_only=False)
+    else:
+        return pa.nulls(len(values), pa.string()), np.zeros(len(values), dtype=bool)
+    return text.cast(pa.string()), ok
+
+
+def _predicate_texts(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
+    """Each predicate row as expression text, and which rows are written exactly; the
+    others (odd names, operators or values, nulls) must take the tuple path."""
+    attr = table.column("attr").combine_chunks().cast(pa.string())
+    op = table.column("op").combine_chunks().cast(pa.string())
+    value = table.column("value").combine_chunks()
+    n = len(attr)
+    ok = pc.fill_null(pc.match_substring_regex(attr, _NAME), False).to_numpy(
+        zero_copy_only=False) & _np_valid(value)
+    scalar = pc.fill_null(pc.is_in(op, pa.array(_SCALAR_OPS)), False).to_numpy(
+        zero_copy_only=False)
+    listing = np.zeros(n, dtype=bool)
+    pair = np.zeros(n, dtype=bool)
+    if pa.types.is_list(value.type) or pa.types.is_large_list(value.type):
+        sizes = pc.fill_null(pc.list_value_length(value), 0).to_numpy().astype(np.int64)
+        items, item_ok = _literals(pc.list_flatten(value))
+        bad_items = np.bincount(pc.list_parent_indices(value).to_numpy().astype(np.int64),
+                                weights=~item_ok, minlength=n) > 0
+        ok &= ~bad_items
+        joined = pc.binary_join(pa.ListArray.from_arrays(
+            pa.array(np.concatenate(([0], np.cumsum(sizes)))), items), ", ")
+        listing = pc.fill_null(pc.is_in(op, pa.array(["in", "not in"])), False).to_numpy(
+            zero_copy_only=False) & (sizes > 0)
+        pair = pc.fill_null(pc.equal(op, "between"), False).to_numpy(
+            zero_copy_only=False) & (sizes == 2)
+        ok &= (scalar & (sizes == 1)) | listing | pair
+        first = pc.list_element(pc.if_else(pc.greater(pc.list_value_length(value), 0), value,
+                                           pa.nulls(n, value.type)), 0)
+        single, _ = _literals(first)
+        halves = pc.split_pattern(joined, ", ", max_splits=1)
+        text = pc.case_when(
+            pc.make_struct(pa.array(scalar), pa.array(listing)),
+            pc.binary_join_element_wise(attr, " ", op, " ", single, ""),
+            pc.binary_join_element_wise(attr, " ", op, " (", joined, ")", ""),
+            pc.binary_join_element_wise(attr, " between ", pc.list_element(halves, 0),
+                                        " and ", pc.list_element(
+                                            pc.if_else(pa.array(pair), halves,
+                                                       pa.nulls(n, halves.type)), 1), ""))
+    else:
+        single, single_ok = _literals(value)
+        ok &= scalar & single_ok
+        text = pc.binary_join_element_wise(attr, " ", op, " ", single, "")
+    return text, ok & _np_valid(text)
+
+
+def predicate_columns(table: pa.Table) -> tuple[Columns, list[Reject]]:
+    """``predicates`` as Columns: subscriptions whose rows all read as plain expression text
+    go through the vectorised parser; every other subscription, and every row of them the
+    parser refuses, takes ``predicates`` (which also words every rejection)."""
+    keys, encoded = encoded_ids(table.column("id"))
+    text, row_ok = _predicate_texts(table)
+    group = np.where(encoded, pc.fill_null(pc.dictionary_encode(keys).indices, 0).to_numpy(),
+                     -1).astype(np.int64)
+    groups = int(group.max()) + 1 if group.size else 1
+    slow_group = np.bincount(group[encoded], weights=~row_ok[encoded],
+                             minlength=max(groups, 1)) > 0
+    fast_rows = np.flatnonzero(encoded & ~slow_group[np.maximum(group, 0)])
+    order = fast_rows[np.argsort(group[fast_rows], kind="stable")]
+    members = group[order]
+    starts = np.flatnonzero(np.diff(members, prepend=-1)) if members.size else members
+    bounds = np.append(starts, members.size)
+    texts = pc.binary_join(pa.ListArray.from_arrays(pa.array(bounds), text.take(pa.array(
+        order))), " and ") if order.size else pa.array([], pa.string())
+    good, fast = arrowparse.parse(texts)
+    first = pa.array(order[starts[good]] if order.size else np.zeros(0, np.int64))
+    fast.ids = table.column("id").take(first).to_pylist()
+    fast.keys = keys.take(first).to_pylist()
+    refused = np.zeros(max(groups, 1), dtype=bool)
+    refused[members[starts[np.setdiff1d(np.arange(starts.size), good)]]] = True
+    slow = np.flatnonzero(~encoded | slow_group[np.maximum(group, 0)] |
+                          refused[np.maximum(group, 0)])
+    subs, rejects = predicates(table.take(pa.array(slow, pa.int64())))
+    rejects = [(int(slow[row]), sub_id, reason) for row, sub_id, reason in rejects]
+    return fast.concat(Columns.from_subs(subs)), rejects
+
+
 def subscriptions(layout: str, table: pa.Table) -> tuple[Columns, list[Reject]]:
     """(subscriptions, rejected rows) of one Arrow table in ``layout``."""
-    if layout == EXPRESSION:
-        return expressions(table)
-    subs, rejects = predicates(table)
-    return Columns.from_subs(subs), rejects
+    return expressions(table) if layout == EXPRESSION else predicate_columns(table)

@@ -6,6 +6,8 @@ types, rewriting, order); rows it leaves are parsed or rejected by normalize its
 
 from __future__ import annotations
 
+import math
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -150,3 +152,64 @@ def test_encoded_ids_match_encode_id(kind, data):
         assert ok == (want is not None)
         if ok:
             assert key == want
+
+
+_PRED_VALUES = {
+    pa.float64(): st.sampled_from([2.0, -0.0, 0.1, 1e16, 1e300, 7.5, math.inf, math.nan, -3.0]),
+    pa.float32(): st.sampled_from([0.1, 2.0, 1.5]),
+    pa.int64(): st.sampled_from([0, 5, -7, 2**53, 2**53 + 1, 10**15]),
+    pa.string(): st.sampled_from(["x", "", "a b", "it's", "é", "z" * 506, "and", "1", "a,b"]),
+    pa.bool_(): st.booleans(),
+}
+
+
+@st.composite
+def predicate_tables(draw):
+    """Predicate-layout tables with odd names, operators, values, nulls and list shapes."""
+    kind = draw(st.sampled_from(list(_PRED_VALUES)))
+    listed = draw(st.booleans())
+    value = _PRED_VALUES[kind]
+    if draw(st.booleans()):  # some tables also hold nulls
+        value = value | st.none()
+    if listed:
+        value = st.lists(value, min_size=draw(st.integers(0, 2)), max_size=3)
+    rows = draw(st.integers(0, 25))
+    ints = draw(st.booleans())
+    ident = st.sampled_from([*range(12), None] if ints else [*"pqrstuvwxyzé", None])
+    pick = st.sampled_from
+    return pa.table({
+        "id": pa.array([draw(ident) for _ in range(rows)], pa.int64() if ints else pa.string()),
+        "attr": pa.array([draw(pick(["a", "b", "x.y", "A_1"] * 6 + [
+            "a b", "and", "In", "", None, "é"])) for _ in range(rows)], pa.string()),
+        "op": pa.array([draw(pick(["<", "<=", "=", "==", "!=", "<>", ">=", ">", "in", "not in",
+                                   "between"] * 4 + ["IN", " < ", "prefix", "=>", None]))
+                        for _ in range(rows)], pa.string()),
+        "value": pa.array([draw(value) for _ in range(rows)],
+                          pa.list_(kind) if listed else kind),
+    })
+
+
+def _typed(value: object) -> object:
+    return tuple(map(_typed, value)) if type(value) is tuple else (type(value).__name__, value)
+
+
+def _by_id(cols: Columns, rejects: list) -> tuple:
+    out, at = {}, 0
+    for sub_id, count in zip(cols.ids, cols.counts.tolist(), strict=True):
+        out[sub_id] = [(cols.attrs[a], OPS_CORE[o], _typed(cols.consts[c])) for a, o, c in zip(
+            cols.attr[at:at + count].tolist(), cols.op[at:at + count].tolist(),
+            cols.const[at:at + count].tolist(), strict=True)]
+        at += count
+    return out, sorted(rejects, key=repr)
+
+
+@settings(max_examples=300, deadline=None)
+@given(predicate_tables())
+def test_predicate_columns_equal_the_row_by_row_path(table):
+    """The vectorised predicate layout gives the tuple path's subscriptions, value types
+    and rejections (row, id, reason) exactly."""
+    from spark_loader import layouts
+
+    subs, rejects = layouts.predicates(table)
+    assert _by_id(*layouts.predicate_columns(table)) == _by_id(Columns.from_subs(subs),
+                                                               rejects)

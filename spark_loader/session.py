@@ -102,8 +102,12 @@ def start(master: str | None, conf: dict[str, str], app: str):
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # C1 only: a build's JVM work (read, hash, one shuffle) is short, and skipping the
-    # optimising compiler saves seconds of start-up and warm-up on a small machine
+    # optimising compiler saves seconds of start-up and warm-up on a small machine; an
+    # embedded (local) JVM also gets the serial collector, which leaves the few cores to
+    # the Python tasks instead of to parallel GC threads
     log = f"-Dlog4j2.configurationFile=file:{_log_config()} -XX:TieredStopAtLevel=1"
+    if (master or "local[*]").startswith("local"):
+        log += " -XX:+UseSerialGC -XX:-UsePerfData"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",

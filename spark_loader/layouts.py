@@ -226,8 +226,6 @@ def _predicate_texts(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
         zero_copy_only=False) & _np_valid(value)
     scalar = pc.fill_null(pc.is_in(op, pa.array(_SCALAR_OPS)), False).to_numpy(
         zero_copy_only=False)
-    listing = np.zeros(n, dtype=bool)
-    pair = np.zeros(n, dtype=bool)
     if pa.types.is_list(value.type) or pa.types.is_large_list(value.type):
         sizes = pc.fill_null(pc.list_value_length(value), 0).to_numpy().astype(np.int64)
         items, item_ok = _literals(pc.list_flatten(value))

@@ -85,14 +85,22 @@ class Writer:
     # --- records ----------------------------------------------------------------------
     def node(self, node_id: int) -> Node:
         node = self.nodes.get(node_id)
-        if node is None:
-            raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
-            if raw is None:
-                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
-            node = self.nodes[node_id] = Node.decode(node_id, raw, self.inline_max)
-            for payload, sids in self.appends.pop(node_id, {}).items():
+        return self._decoded(node_id, self._record(node_id)) if node is None else node
+
+    def _record(self, node_id: int) -> bytes:
+        raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
+        if raw is None:
+            raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+        return raw
+
+    def _decoded(self, node_id: int, raw: bytes) -> Node:
+        """Decode a node record, merging the appends still pending for it."""
+        node = self.nodes[node_id] = Node.decode(node_id, raw, self.inline_max)
+        pending = self.appends.pop(node_id, None)
+        if pending:
+            for payload, sids in pending.items():
                 node.add_sids(node.find(payload), sids)
-                self.unsplit.add(node_id)
+            self.unsplit.add(node_id)
         return node
 
     def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
@@ -311,19 +319,15 @@ class Writer:
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:
         """Splice pending appends into their records; decode (and split) where that fails."""
-        nodes_db = self.dbs["nodes"]
         for node_id in list(self.appends):
-            key = node_key(node_id)
-            raw = self.txn.get(key, db=nodes_db)
-            if raw is None:
-                raise CorruptIndexError(f"list node {node_id} is referenced but missing")
+            raw = self._record(node_id)
             new = appended(raw, node_id, self.appends[node_id], self.inline_max,
                            self.node_bytes)
             if new is None:
-                self.node(node_id)
+                self._decoded(node_id, raw)
             else:
                 del self.appends[node_id]
-                self.txn.put(key, new, db=nodes_db)
+                self.txn.put(node_key(node_id), new, db=self.dbs["nodes"])
         for node_id in sorted(self.unsplit):
             node = self.nodes.get(node_id)
             if node is not None:

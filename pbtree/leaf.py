@@ -31,14 +31,13 @@ def overflow_key(kind: int, leaf_key: bytes) -> bytes:
 class Leaf:
     """A decoded leaf item being modified inside a write transaction."""
 
-    __slots__ = ("ptr", "flags", "eq", "adds", "was_overflow", "raw")
+    __slots__ = ("ptr", "flags", "eq", "adds", "raw")
 
     def __init__(self, ptr: list[int], flags: int, eq: np.ndarray | None) -> None:
         self.ptr = ptr  # [unused, gt, lt, ineq], indexed by kind
         self.flags = flags
         self.eq = eq  # None: in overflow and not loaded (unchanged)
         self.adds: list[int] = []
-        self.was_overflow = bool(flags & EQ_OVERFLOW)
         self.raw: bytes | None = None  # the record as loaded: unchanged items are not rewritten
 
     @classmethod
@@ -49,6 +48,11 @@ class Leaf:
                    None if flags & EQ_OVERFLOW else sidset.decode(raw, HEADER.size))
         leaf.raw = raw
         return leaf
+
+    @property
+    def was_overflow(self) -> bool:
+        """The stored record keeps its eq set in the overflow database."""
+        return self.raw is not None and bool(HEADER.unpack_from(self.raw)[3] & EQ_OVERFLOW)
 
     def has(self, kind: int) -> bool:
         return bool(self.flags & HAS[kind])

@@ -93,13 +93,15 @@ class Flat:
             ineq.above(0, out)
 
 
-def flatten(search, prefix: bytes, family: int, sentinels: dict) -> Flat:
-    """Walk every list of a tree once (``search`` supplies nodes and overflow sets)."""
-    flat = Flat(family)
+def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Flat:
+    """Walk every list of a tree once (``search`` supplies nodes and overflow sets);
+    ``sentinels`` are the tree's (head, tail) ids per list, as its ``trees`` record holds.
+    Unlike a walk, it reads the tail sentinels too: a missing one is reported here."""
+    flat = Flat(prefix[4])
     for kind, (head, _) in sentinels.items():
         target = flat.lists[kind]
         keys: list = []
-        ends: list[np.ndarray] = [_NO_ENDS]
+        sid_ends: list[np.ndarray] = [_NO_ENDS]
         view: View = search.view(search.view(head).next)
         steps = 1
         while not view.flags & TAIL:
@@ -107,14 +109,14 @@ def flatten(search, prefix: bytes, family: int, sentinels: dict) -> Flat:
             keys.append(np.frombuffer(view.buf, flat.fixed, view.n, view.keys_at)
                         if flat.fixed is not None else view.keys())
             target.arrays.append(view.inline(0, view.n))
-            ends.append(view.sid_end)
+            sid_ends.append(view.sid_end)
             for i in view.overflowed(0, view.n):
                 target.over_at.append(base + i)
                 raw = search.overflow(overflow_key(kind, prefix + view.key(i)))
                 target.over.append(sidset.decode(raw))
             target.starts.append(base + view.n)
             view, steps = search.step(view.next, steps), steps + 1
-        target.ends = np.concatenate(ends)
+        target.ends = np.concatenate(sid_ends)
         target.keys = (np.concatenate(keys) if keys else np.zeros(0, flat.fixed)
                        ) if flat.fixed is not None else [k for part in keys for k in part]
     return flat

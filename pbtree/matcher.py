@@ -87,7 +87,7 @@ class Search:
             return
         ends = TREE.unpack(raw)
         if state == FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
-            self.trees[prefix] = flatten(self, prefix, prefix[4], tree_sentinels(raw))
+            self.trees[prefix] = flatten(self, prefix, tree_sentinels(raw))
             self.snapshot.flat += 1
             self.attribute(prefix, payload, exact)
             return

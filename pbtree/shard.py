@@ -101,11 +101,11 @@ class Shard:
 
     @contextmanager
     def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:
-        """The pinned read snapshot and its decoded-node cache, renewed after any commit.
+        """The pinned read snapshot and its caches, renewed after any commit.
 
-        Keeping the snapshot between calls lets list nodes be parsed once per
-        snapshot instead of once per event; it is replaced as soon as LMDB's
-        last committed transaction id moves on (from this or another process).
+        Keeping the snapshot between calls keeps flattened trees and the per-sid
+        tables (``matcher.Snapshot``) across events; it is replaced as soon as
+        LMDB's last committed transaction id moves on (from this or another process).
         """
         with self._lock:
             env = self.env.env

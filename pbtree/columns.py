@@ -26,8 +26,8 @@ class Column:
         count = txn.stat(dbs[self.db])["entries"]
         if cursor.last() and int.from_bytes(cursor.key(), "big") == count - 1:
             # chunks 0 .. count-1 all present (the usual case): one join, one copy
-            raw = bytearray().join(cursor.iternext(keys=False, values=True)
-                                   if cursor.first() else ())
+            cursor.first()
+            raw = bytearray().join(cursor.iternext(keys=False, values=True))
             if len(raw) == count * self.size * self.dtype.itemsize:
                 return np.frombuffer(raw, self.dtype)
         records = [(int.from_bytes(k, "big"), v) for k, v in txn.cursor(db=dbs[self.db])]

@@ -697,15 +697,13 @@ def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate]:
             if type(attr) is str and type(op) is str and attr and attr.isascii():
                 kind = type(value)
                 spelled = _SCALAR_SPELLINGS.get(op)
-                if spelled is not None and kind is float and value == value:  # not NaN
-                    if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
-                        value = int(value)  # as _canon: 2.0 is the constant 2
-                    op, rank = spelled
-                    out[(attr, rank, NUMBER, value)] = (attr, op, value)
-                    continue
                 if spelled is not None:
+                    if kind is float and value == value:  # NaN is the full parser's to refuse
+                        value = _canon(value)  # 2.0 becomes the int 2
+                        kind = type(value)
                     if (
                         (kind is int and -MAX_EXACT_INT <= value <= MAX_EXACT_INT)
+                        or (kind is float and value == value)
                         or (kind is str and len(value) <= MAX_CONST_BYTES and value.isascii())
                         or kind is bool
                     ):

@@ -9,7 +9,6 @@ pyarrow (the ``spark`` or ``bench`` extra), as its only callers do.
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -351,8 +350,8 @@ def _sorted(cols: Columns, shard_no: int, shards: int) -> Columns:
         if len(keys) > 1 else []
     if len(same):
         raise DuplicateIdError(f"subscription id {ordered.ids[same[0]]!r} appears more than once")
-    wrong = np.flatnonzero(np.array([zlib.crc32(k) for k in ordered.keys], dtype=np.int64)
-                           % shards != shard_no)
+    wrong = np.flatnonzero(np.array([shard_of(k, shards) for k in ordered.keys],
+                                    dtype=np.int64) != shard_no)
     if wrong.size:
         key = ordered.keys[wrong[0]]
         raise PbtreeError(f"subscription id {ordered.ids[wrong[0]]!r} belongs to shard "

@@ -48,10 +48,11 @@ def _np(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def _present(texts: pa.Array) -> np.ndarray:
     """Which rows hold a non-empty text (a regex group that matched something)."""
-    return _filled(pc.binary_length(texts), 0) > 0
+    return filled(pc.binary_length(texts), 0) > 0
 
 
-def _filled(array: pa.Array, value: object) -> np.ndarray:
+def filled(array: pa.Array, value: object) -> np.ndarray:
+    """An Arrow array as numpy, nulls replaced by ``value``."""
     return _np(pc.fill_null(array, value))
 
 
@@ -92,7 +93,7 @@ def _consts(family: np.ndarray, nums: np.ndarray, strings: pa.Array
     consts += words + [False, True]
     codes = np.searchsorted(numbers, nums)
     if words:
-        at = _filled(pc.index_in(strings, pa.array(words, pa.string())), 0)
+        at = filled(pc.index_in(strings, pa.array(words, pa.string())), 0)
         codes = np.where(family == _STRING, numbers.size + at, codes)
     codes = np.where(family == _BOOL, numbers.size + len(words) + (nums == 1), codes)
     return codes.astype(np.int64), consts
@@ -110,7 +111,7 @@ def _pieces(pieces: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray, np.ndar
     bad |= _np(pc.is_in(pc.utf8_lower(attr), pa.array(_KEYWORDS)))
     bad |= _np(pc.binary_length(attr)) > MAX_ATTR_BYTES
     # index of the spelling in _SPELLED, -1 where the piece has no comparison operator
-    spelled = _filled(pc.index_in(fields["op"], pa.array(list(_SPELLED))), -1).astype(np.int64)
+    spelled = filled(pc.index_in(fields["op"], pa.array(list(_SPELLED))), -1).astype(np.int64)
     kind = np.where(spelled >= 0, 0, np.where(_present(fields["lo"]), 1,
                                                np.where(_present(fields["neg"]), 3, 2)))
 
@@ -192,7 +193,7 @@ def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
 
     # the core predicates of each row's pieces
     attrs = sorted(set(pc.unique(attr).to_pylist()))
-    attr_code = _filled(pc.index_in(attr, pa.array(attrs, pa.string())), 0).astype(np.int64)
+    attr_code = filled(pc.index_in(attr, pa.array(attrs, pa.string())), 0).astype(np.int64)
     starts = np.searchsorted(piece, np.arange(len(attr)))
     sizes = np.bincount(piece, minlength=len(attr))[which]
     ends = np.cumsum(sizes)

@@ -18,6 +18,7 @@ from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.ids import MAX_ID_BYTES, encode_id
 from spark_loader import arrowparse
+from spark_loader.arrowparse import filled
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}
@@ -66,7 +67,7 @@ def encoded_ids(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     n = len(ids)
     ok = _np_valid(ids)
     if pa.types.is_integer(ids.type) and ids.type != pa.uint64():
-        values = pc.fill_null(ids, 0).to_numpy().astype(np.int64)
+        values = filled(ids, 0).astype(np.int64)
         ok &= values != np.iinfo(np.int64).min
         raw = np.empty((n, 9), dtype=np.uint8)
         raw[:, 0] = ord("i")
@@ -83,7 +84,7 @@ def encoded_ids(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
         keys = pa.array(keys, pa.binary())
         return keys, _np_valid(keys)
     text = ids.cast(pa.string())
-    ok &= pc.fill_null(pc.binary_length(text), 0).to_numpy() <= MAX_ID_BYTES
+    ok &= filled(pc.binary_length(text), 0) <= MAX_ID_BYTES
     return pc.binary_join_element_wise(b"s", text.cast(pa.binary()), b""), ok
 
 
@@ -95,9 +96,8 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
     """
     id_column, texts = table.column("id"), table.column("expr")
     keys, encoded = encoded_ids(id_column)
-    found = np.where(encoded, pc.fill_null(pc.dictionary_encode(keys).indices, 0).to_numpy(),
-                     -1) + 1  # 0 for rows without an encoded id
-    copies = np.where(encoded, np.bincount(found)[found], 0)
+    group = _groups(keys, encoded) + 1  # 0 for rows without an encoded id
+    copies = np.where(encoded, np.bincount(group)[group], 0)
     valid = _np_valid(texts)
     rejects: list[Reject] = []
     bad = np.flatnonzero(~encoded | (copies > 1) | ~valid)
@@ -113,10 +113,7 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
         else:
             rejects.append((row, sub_id, "null expression"))
     rows = np.flatnonzero(encoded & (copies == 1) & valid)
-    good, fast = arrowparse.parse(texts.take(pa.array(rows)).combine_chunks())
-    picked = pa.array(rows[good])
-    fast.ids = id_column.take(picked).to_pylist()
-    fast.keys = keys.take(picked).to_pylist()
+    good, fast = _parsed(texts.take(pa.array(rows)).combine_chunks(), rows, id_column, keys)
     rest = np.delete(rows, good)
     slow: list[Sub] = []
     for row, sub_id, key, text in zip(
@@ -129,6 +126,21 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
             rejects.append((row, sub_id, str(exc)))
     rejects.sort()
     return fast.concat(Columns.from_subs(slow)), rejects
+
+
+def _groups(keys: pa.Array, encoded: np.ndarray) -> np.ndarray:
+    """Per row, the number of its distinct encoded id (-1 for rows without one)."""
+    return np.where(encoded, filled(pc.dictionary_encode(keys).indices, 0), -1).astype(np.int64)
+
+
+def _parsed(texts: pa.Array, rows: np.ndarray, ids: pa.ChunkedArray, keys: pa.Array
+            ) -> tuple[np.ndarray, Columns]:
+    """``arrowparse.parse`` of one text per subscription, the subscription of text n
+    having the id and key of table row ``rows[n]``; returns the texts parsed and them."""
+    good, cols = arrowparse.parse(texts)
+    picked = pa.array(rows[good], pa.int64())
+    cols.ids, cols.keys = ids.take(picked).to_pylist(), keys.take(picked).to_pylist()
+    return good, cols
 
 
 def _np_valid(column: pa.ChunkedArray) -> np.ndarray:
@@ -202,14 +214,12 @@ def _literals(values: pa.Array) -> tuple[pa.Array, np.ndarray]:
         text = pc.if_else(values, "true", "false")
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
         text = pc.binary_join_element_wise("'", values.cast(pa.string()), "'", "")
-        ok &= _np_valid(text) & pc.fill_null(pc.match_substring_regex(values, _WORD),
-                                             False).to_numpy(zero_copy_only=False)
+        ok &= _np_valid(text) & filled(pc.match_substring_regex(values, _WORD), False)
     elif pa.types.is_integer(kind) or pa.types.is_floating(kind):
         text = values.cast(pa.string())
         if pa.types.is_floating(kind):
             back = pc.cast(pc.fill_null(text, "0"), pa.float64())
-            ok &= pc.fill_null(pc.equal(back, values.cast(pa.float64())),
-                               False).to_numpy(zero_copy_only=False)
+            ok &= filled(pc.equal(back, values.cast(pa.float64())), False)
     else:
         return pa.nulls(len(values), pa.string()), np.zeros(len(values), dtype=bool)
     return text.cast(pa.string()), ok
@@ -222,22 +232,18 @@ def _predicate_texts(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
     op = table.column("op").combine_chunks().cast(pa.string())
     value = table.column("value").combine_chunks()
     n = len(attr)
-    ok = pc.fill_null(pc.match_substring_regex(attr, _NAME), False).to_numpy(
-        zero_copy_only=False) & _np_valid(value)
-    scalar = pc.fill_null(pc.is_in(op, pa.array(_SCALAR_OPS)), False).to_numpy(
-        zero_copy_only=False)
+    ok = filled(pc.match_substring_regex(attr, _NAME), False) & _np_valid(value)
+    scalar = filled(pc.is_in(op, pa.array(_SCALAR_OPS)), False)
     if pa.types.is_list(value.type) or pa.types.is_large_list(value.type):
-        sizes = pc.fill_null(pc.list_value_length(value), 0).to_numpy().astype(np.int64)
+        sizes = filled(pc.list_value_length(value), 0).astype(np.int64)
         items, item_ok = _literals(pc.list_flatten(value))
         bad_items = np.bincount(pc.list_parent_indices(value).to_numpy().astype(np.int64),
                                 weights=~item_ok, minlength=n) > 0
         ok &= ~bad_items
         joined = pc.binary_join(pa.ListArray.from_arrays(
             pa.array(np.concatenate(([0], np.cumsum(sizes)))), items), ", ")
-        listing = pc.fill_null(pc.is_in(op, pa.array(["in", "not in"])), False).to_numpy(
-            zero_copy_only=False) & (sizes > 0)
-        pair = pc.fill_null(pc.equal(op, "between"), False).to_numpy(
-            zero_copy_only=False) & (sizes == 2)
+        listing = filled(pc.is_in(op, pa.array(["in", "not in"])), False) & (sizes > 0)
+        pair = filled(pc.equal(op, "between"), False) & (sizes == 2)
         ok &= (scalar & (sizes == 1)) | listing | pair
         first = pc.list_element(pc.if_else(pc.greater(pc.list_value_length(value), 0), value,
                                            pa.nulls(n, value.type)), 0)
@@ -264,26 +270,19 @@ def predicate_columns(table: pa.Table) -> tuple[Columns, list[Reject]]:
     parser refuses, takes ``predicates`` (which also words every rejection)."""
     keys, encoded = encoded_ids(table.column("id"))
     text, row_ok = _predicate_texts(table)
-    group = np.where(encoded, pc.fill_null(pc.dictionary_encode(keys).indices, 0).to_numpy(),
-                     -1).astype(np.int64)
-    groups = int(group.max()) + 1 if group.size else 1
+    group = _groups(keys, encoded)
+    slot = np.maximum(group, 0)  # rows without an id are slow whatever their slot says
     slow_group = np.bincount(group[encoded], weights=~row_ok[encoded],
-                             minlength=max(groups, 1)) > 0
-    fast_rows = np.flatnonzero(encoded & ~slow_group[np.maximum(group, 0)])
+                             minlength=int(slot.max(initial=0)) + 1) > 0
+    fast_rows = np.flatnonzero(encoded & ~slow_group[slot])
     order = fast_rows[np.argsort(group[fast_rows], kind="stable")]
     members = group[order]
-    starts = np.flatnonzero(np.diff(members, prepend=-1)) if members.size else members
-    bounds = np.append(starts, members.size)
-    texts = pc.binary_join(pa.ListArray.from_arrays(pa.array(bounds), text.take(pa.array(
-        order))), " and ") if order.size else pa.array([], pa.string())
-    good, fast = arrowparse.parse(texts)
-    first = pa.array(order[starts[good]] if order.size else np.zeros(0, np.int64))
-    fast.ids = table.column("id").take(first).to_pylist()
-    fast.keys = keys.take(first).to_pylist()
-    refused = np.zeros(max(groups, 1), dtype=bool)
-    refused[members[starts[np.setdiff1d(np.arange(starts.size), good)]]] = True
-    slow = np.flatnonzero(~encoded | slow_group[np.maximum(group, 0)] |
-                          refused[np.maximum(group, 0)])
+    starts = np.flatnonzero(np.diff(members, prepend=-1))
+    texts = pc.binary_join(pa.ListArray.from_arrays(
+        pa.array(np.append(starts, members.size)), text.take(pa.array(order))), " and ")
+    good, fast = _parsed(texts, order[starts], table.column("id"), keys)
+    slow_group[members[starts[np.setdiff1d(np.arange(starts.size), good)]]] = True
+    slow = np.flatnonzero(~encoded | slow_group[slot])
     subs, rejects = predicates(table.take(pa.array(slow, pa.int64())))
     rejects = [(int(slow[row]), sub_id, reason) for row, sub_id, reason in rejects]
     return fast.concat(Columns.from_subs(subs)), rejects

@@ -367,11 +367,10 @@ def _column(column: Column, values: np.ndarray) -> list[Record]:
             for n in range(full.size // column.size)]
 
 
-def _fixed(data: np.ndarray, width: int) -> list[bytes]:
-    """The rows of a C-contiguous byte array as ``width``-byte strings."""
+def fixed_rows(data: np.ndarray, width: int) -> pa.Array:
+    """The bytes of an array, cut into ``width``-byte values, as an Arrow array (no copy)."""
     raw = np.ascontiguousarray(data).view(np.uint8)
-    return pa.Array.from_buffers(pa.binary(width), raw.size // width,
-                                 [None, pa.py_buffer(raw)]).to_pylist()
+    return pa.Array.from_buffers(pa.binary(width), raw.size // width, [None, pa.py_buffer(raw)])
 
 
 def _packed(cols: Columns) -> list[bytes]:
@@ -420,7 +419,7 @@ def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
     if prefix is not None:
         trees.build(prefix, payloads, sets)
 
-    sid_keys = _fixed(np.arange(len(cols), dtype=">u4"), 4)
+    sid_keys = fixed_rows(np.arange(len(cols), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _packed(cols), strict=True)))
     out.add("ids", list(zip(cols.keys, sid_keys, strict=True)))
     out.add("names", list(zip(sid_keys, cols.keys, strict=True)))

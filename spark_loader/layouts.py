@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pbtree.bulk import Columns
+from pbtree.bulk import Columns, fixed_rows
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.ids import MAX_ID_BYTES, encode_id
@@ -72,8 +72,7 @@ def encoded_ids(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
         raw = np.empty((n, 9), dtype=np.uint8)
         raw[:, 0] = ord("i")
         raw[:, 1:] = values.astype(">i8").view(np.uint8).reshape(n, 8)
-        keys = pa.Array.from_buffers(pa.binary(9), n, [None, pa.py_buffer(raw)])
-        return keys.cast(pa.binary()), ok
+        return fixed_rows(raw, 9).cast(pa.binary()), ok
     if pa.types.is_integer(ids.type):  # uint64: values past 2^63 - 1 are errors, row by row
         keys = []
         for sub_id in ids.to_pylist():

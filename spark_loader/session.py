@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pbtree.errors import PbtreeError
+from spark_loader import classdata
 from spark_loader.progress import Timings
 
 _LOG4J = """rootLogger.level = error
@@ -85,17 +86,41 @@ def running(master: str | None, conf: dict[str, str], app: str, timings: Timings
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
+    archive = None if active else classdata.archive_path()
+    dumping = archive is not None and not os.path.exists(archive)
     with timings.stage("spark start"):
-        spark = active or start(master, conf, app)
+        spark = active or start(master, conf, app, dump_classes=True)
     try:
         yield spark
     finally:
         if active is None:
             spark.stop()
+        if dumping:
+            with timings.stage("class archive"):
+                _exit_jvm()
+                classdata.adopt(archive)
 
 
-def start(master: str | None, conf: dict[str, str], app: str):
-    """Start a SparkSession; ``conf`` overrides pbtree's defaults."""
+def _exit_jvm() -> None:
+    """End the stopped session's JVM and wait for it (it writes its class archive on exit)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        return
+    proc.stdin.close()  # the gateway JVM exits when its stdin closes
+    proc.wait(timeout=300)
+    gateway.close()
+    SparkContext._gateway = SparkContext._jvm = None
+
+
+def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool = False):
+    """Start a SparkSession; ``conf`` overrides pbtree's defaults.
+
+    The driver maps the machine's class-data archive (``classdata``); ``dump_classes`` lets
+    it write that archive when there is none, which the caller adopts after the JVM exits.
+    """
     warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
@@ -108,11 +133,12 @@ def start(master: str | None, conf: dict[str, str], app: str):
     log = f"-Dlog4j2.configurationFile=file:{_log_config()} -XX:TieredStopAtLevel=1"
     if (master or "local[*]").startswith("local"):
         log += " -XX:+UseSerialGC -XX:-UsePerfData"
+    classes = classdata.options(classdata.archive_path(), dump_classes)
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": _driver_memory(),
-        "spark.driver.extraJavaOptions": log,
+        "spark.driver.extraJavaOptions": f"{log} {classes}".rstrip(),
         "spark.executor.extraJavaOptions": log,
         "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",

@@ -1,9 +1,12 @@
 """``pbtree build``: Parquet subscriptions to an index directory, one Spark task per shard.
 
-The JVM computes each row's shard (the same CRC-32 as ``pbtree.ids.shard_of``) and routes
-it straight to that shard's partition; the task parses its rows on Arrow batches and
-bulk-loads the shard's LMDB environment in key order (``pbtree.bulk``). The index is
-staged in a hidden directory and renamed into place only after the manifest is written.
+Two jobs. *Route*: the JVM reads the input and computes each row's shard (the same CRC-32
+as ``pbtree.ids.shard_of``); each input partition's task appends its rows, unparsed, to one
+Arrow file per shard in the staging directory. *Build*: one task per shard reads that
+shard's files, parses the rows on Arrow arrays and bulk-loads the shard's LMDB environment
+in key order (``pbtree.bulk``). Routing through files instead of a Spark shuffle spares the
+JVM serialising every row twice. The index is staged in a hidden directory and renamed
+into place only after the manifest is written.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -21,12 +25,15 @@ from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
 from spark_loader import layouts
+from spark_loader.arrowparse import filled
 from spark_loader.progress import Timings, watch
 from spark_loader.session import read_parquet, safe_columns, task_errors
 from spark_loader.staging import Staging
 
 SHARD = "__pbtree_shard"
 REASON = "reason"
+ROWS = ".rows"  # staging subdirectory of the routed rows, removed before the manifest
+ROUTED = pa.schema([("rows", pa.int64())])
 SUMMARY = pa.schema([("shard", pa.int32()), ("rows", pa.int64()), ("subscriptions", pa.int64()),
                      ("predicates", pa.int64()), ("rejected", pa.int64()),
                      ("first_reject", pa.string()), ("parse_cpu", pa.float64()),
@@ -83,37 +90,94 @@ def _shard_column(id_type: pa.DataType):
     return F.crc32(key)
 
 
-def _shard_task(columns: list[str], layout: str, staging: str, rejects_dir: str | None,
-                node_bytes: int, shards: int):
-    """The mapInArrow function: one partition = one shard's rows -> its environment."""
+def _route_task(columns: list[str], staging: str, shards: int):
+    """The route job's mapInArrow function: one input partition -> one Arrow file per shard.
+
+    Files are written whole under a temporary name and renamed, so a retried task
+    replaces its own output. Rows without a shard (null id) go to shard 0 to be rejected.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        start = time.process_time()
-        batches = list(batches)
-        if not batches:
-            return
-        table = pa.Table.from_batches(batches).rename_columns(columns)
-        numbers = set(table.column(SHARD).drop_null().to_pylist())
-        if len(numbers) > 1:
-            raise PbtreeError(f"one build task received shards {sorted(numbers)}")
-        shard = numbers.pop() if numbers else -1
-        table = table.drop_columns([SHARD])
-        subs, rejects = layouts.subscriptions(layout, table)
-        parsed = time.process_time()
-        if rejects and rejects_dir is not None:
-            _write_rejects(rejects_dir, table, rejects, max(shard, 0))
-        if shard >= 0 and (rejects_dir is not None or not rejects):
-            path = shard_dir(staging, shard)
-            shutil.rmtree(path, ignore_errors=True)  # a retried task starts afresh
-            bulk.build_shard(path, subs, node_bytes=node_bytes, shard_no=shard, shards=shards)
-        first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
-        yield pa.RecordBatch.from_pylist([{
-            "shard": shard, "rows": table.num_rows, "subscriptions": len(subs),
-            "predicates": subs.predicates(), "rejected": len(rejects),
-            "first_reject": first, "parse_cpu": parsed - start,
-            "load_cpu": time.process_time() - parsed}], schema=SUMMARY)
+        from pyspark import TaskContext
+
+        part = TaskContext.get().partitionId()
+        names = columns[:-1]
+        writers: dict[int, tuple[str, pa.ipc.RecordBatchFileWriter]] = {}
+        rows = 0
+        try:
+            for batch in batches:
+                rows += batch.num_rows
+                shard = filled(batch.column(len(names)), 0).astype(np.int64)
+                order = np.argsort(shard, kind="stable")
+                batch = pa.RecordBatch.from_arrays(batch.columns[:-1], names=names)
+                batch = batch.take(pa.array(order))
+                bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+                for number in np.flatnonzero(np.diff(bounds)).tolist():
+                    if number not in writers:
+                        path = os.path.join(_rows_dir(staging, number), f"part-{part:05d}.arrow")
+                        os.makedirs(os.path.dirname(path), exist_ok=True)
+                        writers[number] = (path, pa.ipc.new_file(path + ".tmp", batch.schema))
+                    low, high = bounds[number], bounds[number + 1]
+                    writers[number][1].write_batch(batch.slice(low, high - low))
+        finally:
+            for _, writer in writers.values():
+                writer.close()
+        for path, _ in writers.values():
+            os.replace(path + ".tmp", path)
+        yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=ROUTED)
 
     return run
+
+
+def _rows_dir(staging: str, shard: int) -> str:
+    return os.path.join(staging, ROWS, f"shard-{shard:04d}")
+
+
+def _routed(staging: str, shard: int) -> pa.Table | None:
+    """The rows routed to ``shard``, in input-partition order; None when there are none."""
+    directory = _rows_dir(staging, shard)
+    if not os.path.isdir(directory):
+        return None
+    names = sorted(name for name in os.listdir(directory) if name.endswith(".arrow"))
+    tables = [pa.ipc.open_file(pa.memory_map(os.path.join(directory, name))).read_all()
+              for name in names]
+    return pa.concat_tables(tables) if tables else None
+
+
+def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: int,
+                shards: int):
+    """The build job's mapInArrow function: a shard number -> that shard's environment."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for shard in batch.column(0).to_pylist():
+                summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards)
+                if summary is not None:
+                    yield summary
+
+    return run
+
+
+def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
+                 node_bytes: int, shards: int) -> pa.RecordBatch | None:
+    start = time.process_time()
+    table = _routed(staging, shard)
+    if table is None:
+        return None
+    subs, rejects = layouts.subscriptions(layout, table)
+    parsed = time.process_time()
+    if rejects and rejects_dir is not None:
+        _write_rejects(rejects_dir, table, rejects, shard)
+    if rejects_dir is not None or not rejects:
+        path = shard_dir(staging, shard)
+        shutil.rmtree(path, ignore_errors=True)  # a retried task starts afresh
+        bulk.build_shard(path, subs, node_bytes=node_bytes, shard_no=shard, shards=shards)
+    first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
+    return pa.RecordBatch.from_pylist([{
+        "shard": shard, "rows": table.num_rows, "subscriptions": len(subs),
+        "predicates": subs.predicates(), "rejected": len(rejects),
+        "first_reject": first, "parse_cpu": parsed - start,
+        "load_cpu": time.process_time() - parsed}], schema=SUMMARY)
 
 
 def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int) -> None:
@@ -139,15 +203,19 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         shards = opts.shards or spark.sparkContext.defaultParallelism
         check_layout(shards, opts.node_bytes)
         result = BuildResult(layout, shards, timings=timings)
-        task = _shard_task([*df.columns, SHARD], layout, index.path,
-                           rejects.path if rejects else None, opts.node_bytes, shards)
         shard = (_shard_column(schema.field("id").type) % shards).cast("int")
-        parted = safe_columns(df.withColumn(SHARD, shard))
-        parted = parted.repartitionById(shards, parted.columns[-1])
+        rows = safe_columns(df.withColumn(SHARD, shard))
+        route = _route_task([*df.columns, SHARD], index.path, shards)
+        with timings.stage("route"), watch(spark, "route"), task_errors():
+            routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
+        task = _shard_task(layout, index.path, rejects.path if rejects else None,
+                           opts.node_bytes, shards)
+        numbers = spark.range(0, shards, 1, shards)
         with timings.stage("parse+build"), watch(spark, "build"), task_errors():
-            summaries = parted.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()
+            summaries = numbers.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()
         with timings.stage("finish"):
-            _finish(result, summaries, index.path, opts, shards)
+            _finish(result, sum(row.rows for row in routed), summaries, index.path, opts,
+                    shards)
             if rejects:
                 if not os.listdir(rejects.path):
                     pq.write_table(pa.schema([*schema, pa.field(REASON, pa.string())])
@@ -162,9 +230,9 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         raise
 
 
-def _finish(result: BuildResult, summaries: list, staging: str, opts: BuildOptions,
-            shards: int) -> None:
-    """Check the task summaries, add empty shards, write the manifest."""
+def _finish(result: BuildResult, routed: int, summaries: list, staging: str,
+            opts: BuildOptions, shards: int) -> None:
+    """Check the task summaries against the rows routed, add empty shards, write the manifest."""
     for row in summaries:
         result.rows += row.rows
         result.subscriptions += row.subscriptions
@@ -172,11 +240,15 @@ def _finish(result: BuildResult, summaries: list, staging: str, opts: BuildOptio
         result.rejected += row.rejected
         result.parse_cpu += row.parse_cpu
         result.load_cpu += row.load_cpu
+    if result.rows != routed:
+        raise PbtreeError(f"{routed} input rows were routed to shards, but the shards read "
+                          f"{result.rows}")
     if result.rejected and not opts.rejects:
         first = min((row.shard, row.first_reject) for row in summaries if row.rejected)[1]
         raise BadRowsError(
             f"{result.rejected} of {result.rows} input rows cannot be indexed; first: {first} "
             f"(--rejects PATH indexes the rest and writes these rows there)")
+    shutil.rmtree(os.path.join(staging, ROWS), ignore_errors=True)
     built = {row.shard for row in summaries}
     for number in range(shards):
         if number not in built:

@@ -93,14 +93,16 @@ def _shard_column(id_type: pa.DataType):
 def _route_task(columns: list[str], staging: str, shards: int):
     """The route job's mapInArrow function: one input partition -> one Arrow file per shard.
 
-    Files are written whole under a temporary name and renamed, so a retried task
-    replaces its own output. Rows without a shard (null id) go to shard 0 to be rejected.
+    Files are written whole under a name of their own task attempt and renamed, so a
+    retried or speculative attempt replaces its partition's output with identical rows.
+    Rows without a shard (null id) go to shard 0 to be rejected there.
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        part = TaskContext.get().partitionId()
+        task = TaskContext.get()
+        part, tmp = task.partitionId(), f".{task.attemptNumber()}.tmp"
         names = columns[:-1]
         writers: dict[int, tuple[str, pa.ipc.RecordBatchFileWriter]] = {}
         rows = 0
@@ -116,14 +118,14 @@ def _route_task(columns: list[str], staging: str, shards: int):
                     if number not in writers:
                         path = os.path.join(_rows_dir(staging, number), f"part-{part:05d}.arrow")
                         os.makedirs(os.path.dirname(path), exist_ok=True)
-                        writers[number] = (path, pa.ipc.new_file(path + ".tmp", batch.schema))
+                        writers[number] = (path, pa.ipc.new_file(path + tmp, batch.schema))
                     low, high = bounds[number], bounds[number + 1]
                     writers[number][1].write_batch(batch.slice(low, high - low))
         finally:
             for _, writer in writers.values():
                 writer.close()
         for path, _ in writers.values():
-            os.replace(path + ".tmp", path)
+            os.replace(path + tmp, path)
         yield pa.RecordBatch.from_pylist([{"rows": rows}], schema=ROUTED)
 
     return run

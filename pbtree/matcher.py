@@ -1,7 +1,7 @@
 """Matching one shard: PB+tree search per attribute (DESIGN §3) and counting (§4).
 
 Everything collected is a numpy view over LMDB's map; the counting phase is
-one concatenate, one unique and one comparison, whatever the number of sids.
+a few vectorised passes over the hits, whatever the number of sids.
 """
 
 from __future__ import annotations
@@ -178,25 +178,25 @@ class Search:
 class Snapshot:
     """What matching caches for one read snapshot of a shard (dropped when it is renewed).
 
-    Besides flattened trees, the per-sid columns as whole arrays
-    (10 bytes per sid), so counting and id lookup are single fancy-indexes.
+    Besides flattened trees, the per-sid columns as whole arrays (12 bytes
+    per sid with the counter's copy), so counting and id lookup are vectorised.
     """
 
-    __slots__ = ("trees", "flat", "needed", "int_ids")
+    __slots__ = ("trees", "flat", "counter", "int_ids")
 
     def __init__(self) -> None:
         self.flat = 0  # trees flattened so far
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
-        self.needed: np.ndarray | None = None
+        self.counter: Counter | None = None
         self.int_ids: np.ndarray | None = None
 
-    def needed_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
-        """Predicate counts of all sids, free sids set to a count no event can reach."""
-        if self.needed is None:
+    def counter_of(self, txn: lmdb.Transaction, dbs: dict) -> Counter:
+        """The counter over all sids' predicate counts (free sids: a count no event reaches)."""
+        if self.counter is None:
             table = NEEDED.table(txn, dbs)
             table[table == 0] = np.iinfo(NEEDED.dtype).max
-            self.needed = table
-        return self.needed
+            self.counter = Counter(table)
+        return self.counter
 
     def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """Integer id (or STRING_ID) of all sids."""
@@ -205,19 +205,82 @@ class Snapshot:
         return self.int_ids
 
 
+#: hits at least this fraction of the sids are tallied with one pass over all sids
+DENSE_HITS = 1 / 16
+
+
+class Counter:
+    """Finds the sids hit exactly as many times as they have predicates (DESIGN §4).
+
+    Keeps each sid's predicate count twice: a call subtracts the hits from one
+    copy in place, takes the sids that reached zero and restores that copy.
+    No sort, and no per-sid array allocated per event (on a VM, faulting in a
+    fresh multi-MiB array costs more than counting). Shared with the
+    counting-mem baseline so that both count alike.
+    """
+
+    __slots__ = ("needed", "remaining", "one", "buffer")
+
+    def __init__(self, needed: np.ndarray) -> None:
+        dtype = np.uint16 if needed.size == 0 or int(needed.max()) <= 0xFFFF else np.uint32
+        self.needed = needed.astype(dtype, copy=False)  # never written
+        self.remaining = self.needed.copy()  # equal to ``needed`` between calls
+        self.one = np.ones(1, dtype)  # ufunc.at takes its fast path only without casts
+        self.buffer = np.empty(0, np.intp)  # the hits, reused across calls
+
+    @property
+    def nbytes(self) -> int:
+        return self.needed.nbytes + self.remaining.nbytes + self.buffer.nbytes
+
+    def matches(self, arrays: list[np.ndarray]) -> np.ndarray:
+        """Sorted sids occurring in ``arrays`` (together) exactly ``needed[sid]`` times.
+
+        Hits sparse relative to the sids cost time in the hits only; dense ones
+        add two passes over all sids. Raises IndexError for a sid beyond the
+        table; after any exception the counter is spoilt and must be dropped.
+        """
+        total = sum(a.size for a in arrays)
+        if not total:
+            return np.zeros(0, np.intp)
+        if self.buffer.size < total:
+            self.buffer = np.empty(max(total, 2 * self.buffer.size), np.intp)
+        hits = np.concatenate(arrays, out=self.buffer[:total], casting="safe")
+        remaining = self.remaining
+        np.subtract.at(remaining, hits, self.one)
+        if total >= DENSE_HITS * remaining.size:
+            found = np.flatnonzero(remaining == 0)
+            np.copyto(remaining, self.needed)
+        else:
+            found = self._distinct(hits[remaining[hits] == 0])
+            np.add.at(remaining, hits, self.one)
+        return found
+
+    def _distinct(self, sids: np.ndarray) -> np.ndarray:
+        """``sids`` (all at zero in ``remaining``) sorted, each once.
+
+        Each copy writes its own mark: whichever write lands last, only that
+        copy reads its mark back. Marks are cleared again before returning.
+        """
+        if sids.size >= np.iinfo(self.remaining.dtype).max:  # too many for distinct marks
+            return np.unique(sids)
+        marks = np.arange(1, sids.size + 1, dtype=self.remaining.dtype)
+        self.remaining[sids] = marks
+        once = sids[self.remaining[sids] == marks]
+        self.remaining[sids] = 0
+        once.sort()
+        return once
+
+
 def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
           arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted sids whose number of satisfied predicates equals their predicate count.
-
-    Hits dense relative to the number of sids are counted with one bincount,
-    sparse ones with a sort-based unique; either is compared with the
-    snapshot's table of predicate counts.
-    """
+    """Sorted sids whose number of satisfied predicates equals their predicate count."""
     if not arrays:
         return sidset.EMPTY
-    hits = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-    needed = snapshot.needed_all(txn, dbs)
-    if hits.size * 16 >= needed.size:
-        return np.flatnonzero(np.bincount(hits, minlength=needed.size) == needed)
-    sids, counts = np.unique(hits, return_counts=True)
-    return sids[counts == needed[sids]]
+    counter = snapshot.counter_of(txn, dbs)
+    try:
+        return counter.matches(arrays)
+    except BaseException as exc:
+        snapshot.counter = None  # left half-counted: the next event reloads it
+        if isinstance(exc, IndexError):
+            raise ValueError("a SidSet holds a sid beyond the predicate counts") from None
+        raise

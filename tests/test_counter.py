@@ -1,0 +1,73 @@
+"""matcher.Counter against a brute-force count, on its sparse and dense paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pbtree import matcher
+from pbtree.matcher import Counter, Snapshot, count
+
+
+def brute(arrays: list[np.ndarray], needed: np.ndarray) -> np.ndarray:
+    hits = np.concatenate(arrays) if arrays else np.zeros(0, np.intp)
+    tally = np.bincount(hits.astype(np.intp), minlength=needed.size)
+    return np.flatnonzero(tally == needed)
+
+
+@st.composite
+def needed_and_hits(draw):
+    """Predicate counts of up to 60 sids and sorted sid arrays that never over-count."""
+    needed = np.array(draw(st.lists(st.integers(1, 4), min_size=1, max_size=60)))
+    budget = needed.copy()
+    arrays = []
+    for _ in range(draw(st.integers(0, 8))):
+        sids = draw(st.lists(st.integers(0, needed.size - 1), max_size=40))
+        kept = []
+        for sid in sids:
+            if budget[sid]:
+                budget[sid] -= 1
+                kept.append(sid)
+        arrays.append(np.array(sorted(kept), dtype="<u4"))
+    return needed, arrays
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=needed_and_hits(), dense=st.booleans())
+def test_matches_brute_force_and_restores_counts(case, dense):
+    needed, arrays = case
+    saved, matcher.DENSE_HITS = matcher.DENSE_HITS, 0.0 if dense else float("inf")
+    try:
+        counter = Counter(needed)
+        for _ in range(2):  # a second call sees the counts the first one restored
+            got = counter.matches(arrays)
+            assert got.tolist() == brute(arrays, needed).tolist()
+            assert counter.remaining.tolist() == needed.tolist()
+    finally:
+        matcher.DENSE_HITS = saved
+
+
+def test_more_matching_hits_than_marks():
+    """Matching copies beyond the mark type's range still come out once each."""
+    needed = np.full(70_000, 2)
+    arrays = [np.arange(70_000, dtype="<u4"), np.arange(0, 70_000, 2, dtype="<u4")]
+    counter = Counter(needed)
+    assert counter.matches(arrays).tolist() == list(range(0, 70_000, 2))
+    assert (counter.remaining == needed).all()
+
+
+def test_wide_counts_keep_their_type():
+    needed = np.array([70_000, 1])
+    counter = Counter(needed)
+    assert counter.remaining.dtype == np.uint32
+    assert counter.matches([np.array([0, 1], dtype="<u4")]).tolist() == [1]
+
+
+def test_sid_beyond_the_table_drops_the_counter():
+    snapshot = Snapshot()
+    snapshot.counter = Counter(np.array([1, 1, 1]))
+    with pytest.raises(ValueError, match="beyond"):
+        count(None, {}, snapshot, [np.array([0, 7], dtype="<u4")])
+    assert snapshot.counter is None

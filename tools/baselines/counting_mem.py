@@ -5,8 +5,8 @@ int64 *composite* array, so each ``(attribute, operator class)`` is a sorted run
 value v the satisfied entries of a run are one or two contiguous slices (``= v``, ``!= v``,
 ``c < v`` ...), found for all of the event's attributes at once by two vectorised binary
 searches: one for v's rank among the segment's distinct codes, one for the slice bounds in the
-composite array. The sid slices are concatenated and counted (``bincount``, or ``unique`` when
-few), a subscription matching when its count equals its number of predicates. No Python loop
+composite array. The sid slices are counted by pbtree's own ``matcher.Counter``, a
+subscription matching when its count equals its number of predicates. No Python loop
 runs per predicate or per sid; the Python work per event is one loop over its attributes.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pbtree.matcher import Counter
 from tools.baselines._columnar import (
     EQ,
     GE,
@@ -27,7 +28,6 @@ from tools.baselines._columnar import (
     Segment,
     SegmentedMatcher,
     Subs,
-    count_matches,
 )
 
 
@@ -43,6 +43,10 @@ class CountingSegment(Segment):
         self.sorted_sid = self.sid[order]
         # the per-entry columns are not needed any more
         del self.key, self.cls, self.val, self.sid
+        self.counter = Counter(self.need)  # pbtree's own counting, so both count alike
+
+    def nbytes(self) -> int:
+        return super().nbytes() + self.counter.nbytes
 
 
 def _ranges(keys: np.ndarray, rl: np.ndarray, rr: np.ndarray, stride: int):
@@ -83,17 +87,8 @@ class CountingMem(SegmentedMatcher):
         if len(nonempty) == 0:
             return np.zeros(0, dtype=np.int64)
         sid = seg.sorted_sid
-        if len(nonempty) == 1:
-            i = nonempty[0]
-            hits = sid[start[i] : end[i]]
-        else:
-            hits = np.concatenate(
-                [
-                    sid[s:e]
-                    for s, e in zip(start[nonempty].tolist(), end[nonempty].tolist(), strict=True)
-                ]
-            )
-        return count_matches(hits, seg.need)
+        slices = zip(start[nonempty].tolist(), end[nonempty].tolist(), strict=True)
+        return seg.counter.matches([sid[s:e] for s, e in slices])
 
 
 Baseline = CountingMem

@@ -6,6 +6,9 @@ a few vectorised passes over the hits, whatever the number of sids.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import lmdb
 import numpy as np
 
@@ -226,7 +229,8 @@ class Counter:
         self.needed = needed.astype(dtype, copy=False)  # never written
         self.remaining = self.needed.copy()  # equal to ``needed`` between calls
         self.one = np.ones(1, dtype)  # ufunc.at takes its fast path only without casts
-        self.buffer = np.empty(0, np.intp)  # the hits, reused across calls
+        # the hits of a sparse call, or a group of a dense one's (pages touched on use)
+        self.buffer = np.empty(max(1, math.ceil(DENSE_HITS * needed.size)), np.intp)
 
     @property
     def nbytes(self) -> int:
@@ -239,21 +243,35 @@ class Counter:
         add two passes over all sids. Raises IndexError for a sid beyond the
         table; after any exception the counter is spoilt and must be dropped.
         """
-        total = sum(a.size for a in arrays)
+        sizes = np.fromiter(map(len, arrays), np.intp, len(arrays))
+        total = int(sizes.sum())
         if not total:
             return np.zeros(0, np.intp)
-        if self.buffer.size < total:
-            self.buffer = np.empty(max(total, 2 * self.buffer.size), np.intp)
-        hits = np.concatenate(arrays, out=self.buffer[:total], casting="safe")
         remaining = self.remaining
-        np.subtract.at(remaining, hits, self.one)
-        if total >= DENSE_HITS * remaining.size:
-            found = np.flatnonzero(remaining == 0)
-            np.copyto(remaining, self.needed)
-        else:
+        if total < self.buffer.size:
+            hits = np.concatenate(arrays, out=self.buffer[:total], casting="safe")
+            np.subtract.at(remaining, hits, self.one)
             found = self._distinct(hits[remaining[hits] == 0])
             np.add.at(remaining, hits, self.one)
+            return found
+        for group in self._groups(arrays, sizes):
+            np.subtract.at(remaining, group, self.one)
+        found = np.flatnonzero(remaining == 0)
+        np.copyto(remaining, self.needed)
         return found
+
+    def _groups(self, arrays: list[np.ndarray], sizes: np.ndarray) -> Iterator[np.ndarray]:
+        """The arrays joined in runs of about the buffer's size, each in the buffer
+        when it fits (so the hit array never takes memory in proportion to the hits)."""
+        ends = np.cumsum(sizes)
+        cuts = np.searchsorted(ends, np.arange(self.buffer.size, ends[-1], self.buffer.size),
+                               "right").tolist()
+        for lo, hi in zip([0, *cuts], [*cuts, len(arrays)], strict=True):
+            size = int(ends[hi - 1] - (ends[lo - 1] if lo else 0)) if hi > lo else 0
+            if size > self.buffer.size:  # a run with an array longer than the buffer
+                yield np.concatenate(arrays[lo:hi])
+            elif size:
+                yield np.concatenate(arrays[lo:hi], out=self.buffer[:size], casting="safe")
 
     def _distinct(self, sids: np.ndarray) -> np.ndarray:
         """``sids`` (all at zero in ``remaining``) sorted, each once.

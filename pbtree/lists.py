@@ -14,7 +14,7 @@ items is a single zero-copy numpy slice.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from itertools import accumulate
 
 import numpy as np
@@ -33,7 +33,6 @@ _U4 = np.dtype("<u4")
 _U32 = struct.Struct("<I")
 FIXED_WIDTH = {NUMBER: 8, BOOL: 1}
 FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
-KEY_CODES = {NUMBER: "Q", BOOL: "B"}  # struct codes of the fixed-width families' keys
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
 
 
@@ -79,9 +78,6 @@ class View:
     def _key_end(self, i: int) -> int:
         return _U32.unpack_from(self.buf, HEADER.size + 4 * i)[0] if i >= 0 else 0
 
-    def _sid_end(self, i: int) -> int:
-        return _U32.unpack_from(self.buf, self.ends_at + 4 * i)[0] if i >= 0 else 0
-
     def fixed_width(self) -> int:
         """The common key length when every key has the same non-zero length, else 0."""
         if self.family != STRING:
@@ -108,17 +104,25 @@ class View:
         return [blob[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
 
     def count_below(self, target: bytes, inclusive: bool) -> int:
-        """Number of items whose key is < target (<= when inclusive)."""
-        if not self.n:
-            return 0
-        if self.family != STRING:
-            # as a tuple of ints: unpack and bisect beat numpy on a node's few items
-            keys = struct.unpack_from(f">{self.n}{KEY_CODES[self.family]}", self.buf,
-                                      self.keys_at)
-            return (bisect_right if inclusive else bisect_left)(keys,
-                                                                int.from_bytes(target, "big"))
-        lo, hi, buf, at, ends = 0, self.n, self.buf, self.keys_at, HEADER.size
-        while lo < hi:  # binary search on the record: no list of keys for one probe
+        """Number of items whose key is < target (<= when inclusive).
+
+        A binary search on the record's key bytes: big-endian fixed-width keys
+        order as their bytes do, and one probe needs no list of all keys.
+        """
+        lo, hi, buf, at = 0, self.n, self.buf, self.keys_at
+        width = FIXED_WIDTH.get(self.family)
+        if width:
+            blob = bytes(buf[at:at + width * hi])
+            while lo < hi:
+                mid = (lo + hi) // 2
+                key = blob[width * mid:width * mid + width]
+                if key < target or (inclusive and key == target):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+        ends = HEADER.size
+        while lo < hi:
             mid = (lo + hi) // 2
             start = _U32.unpack_from(buf, ends + 4 * mid - 4)[0] if mid else 0
             key = bytes(buf[at + start:at + _U32.unpack_from(buf, ends + 4 * mid)[0]])
@@ -133,8 +137,10 @@ class View:
 
     def inline(self, lo: int, hi: int) -> np.ndarray:
         """Concatenated inline sids of items [lo, hi) as one zero-copy array."""
-        start, stop = self._sid_end(lo - 1), self._sid_end(hi - 1)
-        return np.frombuffer(self.buf, _U4, stop - start, self.sids_at + 4 * start)
+        buf, ends = self.buf, self.ends_at - 4  # sid_end[i - 1] is at ends + 4 i
+        start = _U32.unpack_from(buf, ends + 4 * lo)[0] if lo else 0
+        stop = _U32.unpack_from(buf, ends + 4 * hi)[0] if hi else 0
+        return np.frombuffer(buf, _U4, stop - start, self.sids_at + 4 * start)
 
     def overflowed(self, lo: int, hi: int) -> list[int]:
         """Indexes in [lo, hi) of items whose SidSet lives in the overflow database."""

@@ -210,6 +210,8 @@ class Snapshot:
 
 #: hits at least this fraction of the sids are tallied with one pass over all sids
 DENSE_HITS = 1 / 16
+#: hits the buffer holds at least, so that dense events on few sids come in few runs
+MIN_BUFFER = 1 << 16
 
 
 class Counter:
@@ -222,15 +224,16 @@ class Counter:
     counting-mem baseline so that both count alike.
     """
 
-    __slots__ = ("needed", "remaining", "one", "buffer")
+    __slots__ = ("needed", "remaining", "one", "dense", "buffer")
 
     def __init__(self, needed: np.ndarray) -> None:
         dtype = np.uint16 if needed.size == 0 or int(needed.max()) <= 0xFFFF else np.uint32
         self.needed = needed.astype(dtype, copy=False)  # never written
         self.remaining = self.needed.copy()  # equal to ``needed`` between calls
         self.one = np.ones(1, dtype)  # ufunc.at takes its fast path only without casts
-        # the hits of a sparse call, or a group of a dense one's (pages touched on use)
-        self.buffer = np.empty(max(1, math.ceil(DENSE_HITS * needed.size)), np.intp)
+        self.dense = math.ceil(DENSE_HITS * needed.size)  # hits from which a call is dense
+        # the hits of a sparse call, or a run of a dense one's (pages touched on use)
+        self.buffer = np.empty(max(self.dense, MIN_BUFFER, 1), np.intp)
 
     @property
     def nbytes(self) -> int:
@@ -248,7 +251,7 @@ class Counter:
         if not total:
             return np.zeros(0, np.intp)
         remaining = self.remaining
-        if total < self.buffer.size:
+        if total < self.dense:
             hits = np.concatenate(arrays, out=self.buffer[:total], casting="safe")
             np.subtract.at(remaining, hits, self.one)
             found = self._distinct(hits[remaining[hits] == 0])

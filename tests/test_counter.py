@@ -37,9 +37,10 @@ def needed_and_hits(draw):
 @settings(max_examples=200, deadline=None)
 @given(case=needed_and_hits(), dense_hits=st.sampled_from([0.0, 0.05, 0.3, 1000.0]))
 def test_matches_brute_force_and_restores_counts(case, dense_hits):
-    """From all hits dense (counted in groups of one hit) to all sparse."""
+    """From all hits dense (counted in runs of one hit) to all sparse."""
     needed, arrays = case
-    saved, matcher.DENSE_HITS = matcher.DENSE_HITS, dense_hits
+    saved = matcher.DENSE_HITS, matcher.MIN_BUFFER
+    matcher.DENSE_HITS, matcher.MIN_BUFFER = dense_hits, 1
     try:
         counter = Counter(needed)
         for _ in range(2):  # a second call sees the counts the first one restored
@@ -47,7 +48,7 @@ def test_matches_brute_force_and_restores_counts(case, dense_hits):
             assert got.tolist() == brute(arrays, needed).tolist()
             assert counter.remaining.tolist() == needed.tolist()
     finally:
-        matcher.DENSE_HITS = saved
+        matcher.DENSE_HITS, matcher.MIN_BUFFER = saved
 
 
 def test_more_matching_hits_than_marks():

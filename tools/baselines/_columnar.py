@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from pbtree.matcher import Counter
+
 NUMBER, STRING, BOOL = 0, 1, 2
 EQ, NE, GT, GE, LT, LE = range(6)
 N_CLASSES = 6
@@ -97,6 +99,7 @@ class Segment:
         self.ids = _id_array(ids)
         self._id_sorted: tuple[np.ndarray, np.ndarray] | None = None
         self.need = np.asarray(need, dtype=np.int64)
+        self.counter = Counter(self.need)  # pbtree's own counting, so all systems count alike
         self.alive = np.ones(self.n, dtype=bool)
         self.n_alive = self.n
         self.source = list(subs) if keep_source else None
@@ -173,7 +176,8 @@ class Segment:
             self.n_alive -= 1
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in vars(self).values() if isinstance(a, np.ndarray))
+        arrays = sum(a.nbytes for a in vars(self).values() if isinstance(a, np.ndarray))
+        return arrays + self.counter.nbytes
 
 
 def _id_array(ids: list[Any]) -> np.ndarray:
@@ -184,18 +188,6 @@ def _id_array(ids: list[Any]) -> np.ndarray:
     arr = np.empty(len(ids), dtype=object)
     arr[:] = ids
     return arr
-
-
-def count_matches(sids: np.ndarray, need: np.ndarray) -> np.ndarray:
-    """Local sids whose number of occurrences in ``sids`` equals ``need`` (sorted)."""
-    n = len(need)
-    if len(sids) == 0:
-        return np.zeros(0, dtype=np.int64)
-    if len(sids) * 8 < n:
-        uniq, counts = np.unique(sids, return_counts=True)
-        return uniq[counts == need[uniq]]
-    counts = np.bincount(sids, minlength=n)
-    return np.flatnonzero(counts == need)
 
 
 class SegmentedMatcher:

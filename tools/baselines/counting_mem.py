@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from pbtree.matcher import Counter
 from tools.baselines._columnar import (
     EQ,
     GE,
@@ -43,10 +42,6 @@ class CountingSegment(Segment):
         self.sorted_sid = self.sid[order]
         # the per-entry columns are not needed any more
         del self.key, self.cls, self.val, self.sid
-        self.counter = Counter(self.need)  # pbtree's own counting, so both count alike
-
-    def nbytes(self) -> int:
-        return super().nbytes() + self.counter.nbytes
 
 
 def _ranges(keys: np.ndarray, rl: np.ndarray, rr: np.ndarray, stride: int):

@@ -24,7 +24,6 @@ from tools.baselines._columnar import (
     Segment,
     SegmentedMatcher,
     Subs,
-    count_matches,
 )
 
 
@@ -73,7 +72,7 @@ class Scan(SegmentedMatcher):
                 assert cls == LE
                 sat = v <= const
             hits.append(sid[sat])
-        return count_matches(np.concatenate(hits), seg.need)
+        return seg.counter.matches(hits)
 
 
 Baseline = Scan

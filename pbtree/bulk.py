@@ -27,6 +27,7 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
 from pbtree.leaf import HEADER as LEAF
 from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
+from pbtree.overflow import NEXT_SET, SET_ID, capacity, pieces
 from pbtree.shard import Shard, postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -35,6 +36,7 @@ from storage.keys import const_payload, split_key, tree_prefix
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
 Record = tuple[bytes, bytes]
+Spilled = tuple[bytes, np.ndarray]  # an overflow SidSet: its head key and its sids
 LIST_KINDS = (GT, LT, INEQ)
 
 
@@ -43,7 +45,7 @@ class _Records:
 
     def __init__(self) -> None:
         self.by_db: dict[str, list[Record]] = {}
-        self.overflow: list[Record] = []  # sorted at the end: keys start with the list kind
+        self.overflow: list[Spilled] = []  # sorted at the end: keys start with the list kind
 
     def add(self, db: str, records: list[Record]) -> None:
         self.by_db.setdefault(db, []).extend(records)
@@ -310,7 +312,7 @@ class _TreeBuilder:
             owner[lo:hi] = ids[n]
             for i in np.flatnonzero(~inline[lo:hi]).tolist():
                 key = overflow_key(kind, prefix + keys[lo + i])
-                self.out.overflow.append((key, sidset.encode(sets[lo + i])))
+                self.out.overflow.append((key, sets[lo + i]))
         return np.array(at, dtype=np.int64), owner
 
     def _leaves(self, prefix: bytes, payloads: list[bytes], eq: dict[int, np.ndarray],
@@ -332,7 +334,7 @@ class _TreeBuilder:
             key = prefix + payload
             sids = eq.get(i, sidset.EMPTY)
             if 4 * sids.size > self.inline_max:
-                self.out.overflow.append((overflow_key(EQ, key), sidset.encode(sids)))
+                self.out.overflow.append((overflow_key(EQ, key), sids))
                 value = LEAF.pack(ptr[GT][i], ptr[LT][i], ptr[INEQ][i], flag | EQ_OVERFLOW)
             else:
                 value = LEAF.pack(ptr[GT][i], ptr[LT][i], ptr[INEQ][i], flag) + sids.tobytes()
@@ -357,6 +359,18 @@ def _sorted(cols: Columns, shard_no: int, shards: int) -> Columns:
         raise PbtreeError(f"subscription id {ordered.ids[wrong[0]]!r} belongs to shard "
                           f"{shard_of(key, shards)}, not {shard_no}")
     return ordered
+
+
+def _spilled(sets: list[Spilled], node_bytes: int) -> tuple[list[Record], list[Record]]:
+    """Head and chunk records of the overflow SidSets, set ids given in key order."""
+    sets.sort(key=lambda spilled: spilled[0])
+    cap, heads, chunks = capacity(node_bytes), [], []
+    for number, (key, sids) in enumerate(sets):
+        set_id = SET_ID.pack(number)
+        heads.append((key, set_id))
+        chunks += [(set_id + SET_ID.pack(int(piece[0])), sidset.encode(piece))
+                   for piece in pieces(sids, cap)]
+    return heads, chunks
 
 
 def _column(column: Column, values: np.ndarray) -> list[Record]:
@@ -426,8 +440,9 @@ def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
     out.add(NEEDED.db, _column(NEEDED, cols.counts))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
         [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
-    out.overflow.sort()
-    out.add("overflow", out.overflow)
+    heads, chunks = _spilled(out.overflow, node_bytes)
+    out.add("overflow", heads)
+    out.add("chunks", chunks)
     return out, trees.next_node, len(names)
 
 
@@ -452,6 +467,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = 4
                 txn.put(b"next_sid", COUNTER.pack(len(ordered)), db=meta)
                 txn.put(b"next_node", COUNTER.pack(next_node), db=meta)
                 txn.put(b"next_attr", COUNTER.pack(next_attr), db=meta)
+                txn.put(NEXT_SET, COUNTER.pack(len(records.by_db["overflow"])), db=meta)
 
             shard.env.write(load)
     finally:

@@ -15,7 +15,6 @@ import numpy as np
 
 from pbtree.leaf import GT, INEQ, LT, overflow_key
 from pbtree.lists import FIXED_DTYPE, TAIL, View
-from storage import sidset
 from storage.keys import STRING
 
 _NO_ENDS = np.zeros(0, dtype="<u4")
@@ -35,7 +34,7 @@ class FlatList:
         self.starts: list[int] = [0]  # first item index of each node, then the item count
         self.arrays: list[np.ndarray] = []  # inline sids of each node
         self.ends: np.ndarray = _NO_ENDS  # per item: end of its sids within its node
-        self.over_at: list[int] = []  # item indexes whose set is in the overflow db
+        self.over_at: list[int] = []  # per overflow chunk: the index of its item
         self.over: list[np.ndarray] = []
 
     def _part(self, node: int, lo: int, hi: int) -> np.ndarray:
@@ -111,9 +110,9 @@ def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Fla
             target.arrays.append(view.inline(0, view.n))
             sid_ends.append(view.sid_end)
             for i in view.overflowed(0, view.n):
-                target.over_at.append(base + i)
-                raw = search.overflow(overflow_key(kind, prefix + view.key(i)))
-                target.over.append(sidset.decode(raw))
+                chunks = search.overflow(overflow_key(kind, prefix + view.key(i)))
+                target.over_at += [base + i] * len(chunks)
+                target.over += chunks
             target.starts.append(base + view.n)
             view, steps = search.step(view.next, steps), steps + 1
         target.ends = np.concatenate(sid_ends)

@@ -17,6 +17,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
 from pbtree.lists import View, node_key
+from pbtree.overflow import Reader
 from pbtree.tree import TREE, tree_sentinels
 from storage import sidset
 
@@ -31,7 +32,7 @@ MAX_FLAT = 1024
 class Search:
     """Collects the satisfied SidSets of one shard inside a read transaction."""
 
-    __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over_db", "trees_db",
+    __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over", "trees_db",
                  "out", "trees", "budget")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
@@ -39,7 +40,7 @@ class Search:
         self.trees = snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
-        self.over_db, self.trees_db = dbs["overflow"], dbs["trees"]
+        self.over, self.trees_db = Reader(txn, dbs), dbs["trees"]
         self.out: list[np.ndarray] = []
         # a list walk longer than the number of nodes means a damaged, cyclic list
         self.budget = txn.stat(self.nodes_db)["entries"]
@@ -56,11 +57,9 @@ class Search:
             raise CorruptIndexError(f"list walk passed {self.budget} nodes: a list is cyclic")
         return self.view(node_id)
 
-    def overflow(self, key: bytes) -> memoryview:
-        raw = self.txn.get(key, db=self.over_db)
-        if raw is None:
-            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
-        return raw
+    def overflow(self, key: bytes) -> list[np.ndarray]:
+        """The chunks of an overflow SidSet, zero-copy views in sid order."""
+        return self.over.arrays(key)
 
     def _take(self, view: View, prefix: bytes, lo: int, hi: int) -> None:
         if lo >= hi:
@@ -68,7 +67,7 @@ class Search:
         self.out.append(view.inline(lo, hi))
         for i in view.overflowed(lo, hi):
             key = overflow_key(view.kind, prefix + view.key(i))
-            self.out.append(sidset.decode(self.overflow(key)))
+            self.out += self.overflow(key)
 
     def attribute(self, prefix: bytes, payload: bytes, exact: bool) -> None:
         """Collect everything one event value satisfies in the tree ``prefix``.
@@ -133,7 +132,7 @@ class Search:
 
     def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
         if flags & EQ_OVERFLOW:
-            self.out.append(sidset.decode(self.overflow(overflow_key(EQ, key))))
+            self.out += self.overflow(overflow_key(EQ, key))
         elif len(value) > HEADER.size:
             self.out.append(sidset.decode(value, HEADER.size))
 

@@ -1,8 +1,8 @@
 """One shard: a complete PB+tree index over some subscriptions in one LMDB environment.
 
-Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow,
-subs (sid -> predicates), ids (id -> sid), names (sid -> id), needed
-(predicate counts per sid, in chunks of 4096).
+Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow and
+chunks (big SidSets), subs (sid -> predicates), ids (id -> sid), names (sid -> id),
+needed and intids (per-sid columns, in chunks).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import const_payload, tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "names",
-            "needed", "intids")
+            "needed", "intids", "chunks")
 FORMAT = b"pbtree-shard"
-VERSION = 1
+VERSION = 2  # 2: overflow SidSets stored in chunks
 _PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}
 
@@ -74,11 +74,15 @@ class Shard:
                 raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
             version = int.from_bytes(ver, "little")
             self.node_bytes = int.from_bytes(nb, "little")
-        if version > VERSION:
+        if version != VERSION:
             self.env.close()
+            if version > VERSION:
+                raise FormatVersionError(
+                    f"{path}: shard format version {version} is newer than this pbtree "
+                    f"(reads version {VERSION}); upgrade pbtree")
             raise FormatVersionError(
-                f"{path}: shard format version {version} is newer than this pbtree "
-                f"(reads up to {VERSION}); upgrade pbtree")
+                f"{path}: shard format version {version} is older than this pbtree "
+                f"(reads version {VERSION}); rebuild the index with this pbtree")
         self._attr_ids: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None

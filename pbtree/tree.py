@@ -17,7 +17,8 @@ import numpy as np
 from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import HEAD, TAIL, Node, appended, node_key
+from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
+from pbtree.overflow import Store
 from storage import sidset
 from storage.keys import split_key
 
@@ -51,6 +52,8 @@ class Writer:
         self.appends: dict[int, dict[bytes, list[int]]] = {}
         self.unsplit: set[int] = set()  # decoded with appends merged: check for a split
         self.dropped: set[int] = set()
+        self.raw: dict[int, bytes] = {}  # node records as decoded: unchanged ones are not put
+        self.over = Store(txn, dbs, node_bytes)
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         meta = dbs["meta"]
@@ -96,6 +99,7 @@ class Writer:
     def _decoded(self, node_id: int, raw: bytes) -> Node:
         """Decode a node record, merging the appends still pending for it."""
         node = self.nodes[node_id] = Node.decode(node_id, raw, self.inline_max)
+        self.raw[node_id] = raw
         pending = self.appends.pop(node_id, None)
         if pending:
             for payload, sids in pending.items():
@@ -125,12 +129,6 @@ class Writer:
                 return None
             leaf = self.leaves[key] = Leaf.decode(raw)
         return leaf
-
-    def _overflow(self, key: bytes) -> np.ndarray:
-        raw = self.txn.get(key, db=self.dbs["overflow"])
-        if raw is None:
-            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
-        return sidset.decode(raw)  # write transactions return bytes: a stable, read-only view
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
@@ -266,15 +264,22 @@ class Writer:
         if leaf is None:
             raise CorruptIndexError(f"leaf item {key.hex()} of a stored predicate is missing")
         if kind == EQ:
-            eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
-            leaf.eq, leaf.adds = sidset.without(sidset.append(eq, leaf.adds), sids), []
+            if leaf.eq is None:
+                leaf.eq = self._shrink(overflow_key(EQ, key), leaf.adds, sids)
+            else:
+                leaf.eq = sidset.without(sidset.append(leaf.eq, leaf.adds), sids)
+            leaf.adds = []
         else:
             node = self.node(leaf.ptr[kind])
             i = node.find(payload)
             full = node.item_sids(i)
             if full is None:
-                full = self._overflow(overflow_key(kind, key))
-            full = sidset.without(sidset.append(full, node.adds[i]), sids)
+                full = self._shrink(overflow_key(kind, key), node.adds[i], sids)
+                node.adds[i] = None
+                if full is None:  # still in overflow: the node is unchanged
+                    return
+            else:
+                full = sidset.without(sidset.append(full, node.adds[i]), sids)
             if full.size:
                 node.set_sids(i, full)  # a set leaving overflow grows the node
                 self._split(prefix, node)
@@ -283,10 +288,17 @@ class Writer:
         if not leaf.referenced():
             self._drop_leaf(prefix, key, leaf)
 
+    def _shrink(self, key: bytes, adds: list[int] | None, sids: list[int]) -> np.ndarray | None:
+        """Remove sids from an overflow set (its pending adds stored first); the rest
+        when it now goes inline, else None."""
+        if adds:
+            self.over.append(key, adds)
+        return self.over.remove(key, sids)
+
     def _remove_item(self, prefix: bytes, key: bytes, leaf: Leaf, node: Node, i: int) -> None:
         kind, payload = node.kind, key[5:]
         if node.pop(i):
-            self.txn.delete(overflow_key(kind, key), db=self.dbs["overflow"])
+            self.over.delete(overflow_key(kind, key))
         leaf.flags &= ~HAS[kind]
         if kind == LT and i == len(node.keys):
             lo = node.keys[-1] if node.keys else self._last_key(node.prev)
@@ -305,7 +317,7 @@ class Writer:
         dbs = self.dbs
         self.txn.delete(key, db=dbs["leaf"])
         if leaf.was_overflow:
-            self.txn.delete(overflow_key(EQ, key), db=dbs["overflow"])
+            self.over.delete(overflow_key(EQ, key))
         del self.leaves[key]
         cur = self.txn.cursor(db=dbs["leaf"])
         if cur.set_range(prefix) and cur.key()[:5] == prefix:
@@ -321,6 +333,9 @@ class Writer:
         """Splice pending appends into their records; decode (and split) where that fails."""
         for node_id in list(self.appends):
             raw = self._record(node_id)
+            if not self._append_spilled(node_id, raw):
+                del self.appends[node_id]
+                continue
             new = appended(raw, node_id, self.appends[node_id], self.inline_max,
                            self.node_bytes)
             if new is None:
@@ -334,32 +349,50 @@ class Writer:
                 self._split(struct.pack(">IB", node.attr, node.family), node)
         self.unsplit.clear()
 
+    def _append_spilled(self, node_id: int, raw: bytes) -> bool:
+        """Store the pending appends of a node's overflow items in their sets (the node
+        record stays as it is); False when no appends remain for the node itself."""
+        pending = self.appends[node_id]
+        view = View(raw, node_id)
+        if view.flags & SPILLED:
+            prefix = struct.pack(">IB", view.attr, view.family)
+            for payload in list(pending):
+                i = view.count_below(payload, False)
+                if i < view.n and raw[view.flags_at + i] & ITEM_OVERFLOW \
+                        and view.key(i) == payload:
+                    self.over.append(overflow_key(view.kind, prefix + payload),
+                                     pending.pop(payload))
+        return bool(pending)
+
     def flush(self) -> None:
         self._flush_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
         for key, leaf in self.leaves.items():
-            if leaf.eq is None and not leaf.adds:
+            if leaf.eq is None:
+                if leaf.adds:
+                    self.over.append(overflow_key(EQ, key), leaf.adds)
+                    leaf.adds = []
                 value = leaf.encode(False)
-                if value != leaf.raw:
-                    txn.put(key, value, db=dbs["leaf"])
-                continue
-            eq = self._overflow(overflow_key(EQ, key)) if leaf.eq is None else leaf.eq
-            leaf.eq, leaf.adds = sidset.append(eq, leaf.adds), []
-            inline = 4 * leaf.eq.size <= inline_max
-            if not inline:
-                txn.put(overflow_key(EQ, key), sidset.encode(leaf.eq), db=dbs["overflow"])
-            elif leaf.was_overflow:
-                txn.delete(overflow_key(EQ, key), db=dbs["overflow"])
-            value = leaf.encode(inline)
+            else:
+                leaf.eq, leaf.adds = sidset.append(leaf.eq, leaf.adds), []
+                inline = 4 * leaf.eq.size <= inline_max
+                if not inline:
+                    self.over.put(overflow_key(EQ, key), leaf.eq)
+                elif leaf.was_overflow:
+                    self.over.delete(overflow_key(EQ, key))
+                value = leaf.encode(inline)
             if value != leaf.raw:
                 txn.put(key, value, db=dbs["leaf"])
         for node_id, node in self.nodes.items():
             prefix = struct.pack(">IB", node.attr, node.family)
             for i, sids in enumerate(node.sets):
                 if sids is None and node.adds[i]:
-                    node.sets[i] = self._overflow(overflow_key(node.kind, prefix + node.keys[i]))
-            txn.put(node_key(node_id), node.encode(inline_max, self._spiller(node)),
-                    db=dbs["nodes"])
+                    self.over.append(overflow_key(node.kind, prefix + node.keys[i]),
+                                     node.adds[i])
+                    node.adds[i] = None
+            value = node.encode(inline_max, self._spiller(node))
+            if value != self.raw.get(node_id):
+                txn.put(node_key(node_id), value, db=dbs["nodes"])
         for node_id in self.dropped - self.nodes.keys():
             txn.delete(node_key(node_id), db=dbs["nodes"])
         self.needed.flush()
@@ -368,6 +401,7 @@ class Writer:
         txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
         txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
         txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
+        self.over.flush()
 
     def _spiller(self, node: Node):
         prefix = struct.pack(">IB", node.attr, node.family)
@@ -375,8 +409,8 @@ class Writer:
         def spill(i: int, sids: np.ndarray | None) -> None:
             key = overflow_key(node.kind, prefix + node.keys[i])
             if sids is None:
-                self.txn.delete(key, db=self.dbs["overflow"])
+                self.over.delete(key)
             else:
-                self.txn.put(key, sidset.encode(sids), db=self.dbs["overflow"])
+                self.over.put(key, sids)
 
         return spill

@@ -13,6 +13,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
+from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity
 from pbtree.shard import postings
 from pbtree.tree import read_counter, tree_sentinels
 from storage import sidset
@@ -57,6 +58,9 @@ class _Checker:
         self.actual: dict[tuple, np.ndarray] = {}
         self.nodes_seen: set[int] = set()
         self.overflow_seen: set[bytes] = set()
+        self.sets_seen: set[bytes] = set()
+        self.chunks_seen = 0
+        self.next_set = read_counter(txn, self.dbs["meta"], NEXT_SET)
 
     def fail(self, what: str) -> None:
         raise CorruptIndexError(f"{self.shard.path}: {what}")
@@ -68,14 +72,48 @@ class _Checker:
             self.fail(f"{what}: SidSet not sorted")
 
     def overflow(self, key: bytes, what: str) -> np.ndarray:
-        raw = self.txn.get(key, db=self.dbs["overflow"])
-        if raw is None:
+        head = self.txn.get(key, db=self.dbs["overflow"])
+        if head is None:
             self.fail(f"{what}: overflow SidSet missing")
-        arr = sidset.decode(bytes(raw))
+        set_id = bytes(head)
+        if len(set_id) != SET_ID.size or SET_ID.unpack(set_id)[0] >= self.next_set:
+            self.fail(f"{what}: overflow set id {set_id.hex()} is not below the set counter")
+        if set_id in self.sets_seen:
+            self.fail(f"{what}: overflow set id {set_id.hex()} is used twice")
+        self.sets_seen.add(set_id)
+        self.overflow_seen.add(key)
+        arr = self.chunks(set_id, f"{what}: overflow set {set_id.hex()}")
         if 4 * arr.size <= self.inline_max:
             self.fail(f"{what}: overflow SidSet small enough to be inline")
-        self.overflow_seen.add(key)
         return arr
+
+    def chunks(self, set_id: bytes, what: str) -> np.ndarray:
+        """The chunks of one set joined, checked against docs/FORMAT.md §3.5."""
+        cap = capacity(self.shard.node_bytes)
+        parts: list[np.ndarray] = []
+        cur = self.txn.cursor(db=self.dbs["chunks"])
+        if cur.set_range(set_id):
+            for key, value in cur:
+                key, value = bytes(key), bytes(value)
+                if key[:4] != set_id:
+                    break
+                first = CHUNK_KEY.unpack(key)[1] if len(key) == CHUNK_KEY.size else -1
+                if not value or len(value) % 4:
+                    self.fail(f"{what}: chunk {key.hex()} is empty or not whole sids")
+                arr = sidset.decode(value)
+                if int(arr[0]) != first or not sidset.is_sorted(arr):
+                    self.fail(f"{what}: chunk {key.hex()} is unsorted or misnamed")
+                if arr.size > cap and arr[0] != arr[-1]:
+                    self.fail(f"{what}: chunk {key.hex()} holds {arr.size} sids, over {cap}")
+                if parts and parts[-1][-1] >= arr[0]:
+                    self.fail(f"{what}: chunk {key.hex()} overlaps the one before")
+                if parts and parts[-1].size + arr.size <= cap:
+                    self.fail(f"{what}: chunk {key.hex()} and the one before fit in one")
+                parts.append(arr)
+        if not parts:
+            self.fail(f"{what}: no chunks")
+        self.chunks_seen += len(parts)
+        return np.concatenate(parts)
 
     def walk(self, prefix: bytes, kind: int, head: int, tail: int) -> list[tuple[bytes, int]]:
         """Follow one list from head to tail; returns its (key, node id) in order."""
@@ -228,6 +266,8 @@ class _Checker:
             self.fail("list nodes exist that no list links")
         if txn.stat(dbs["overflow"])["entries"] != len(self.overflow_seen):
             self.fail("overflow SidSets exist that nothing references")
+        if txn.stat(dbs["chunks"])["entries"] != self.chunks_seen:
+            self.fail("overflow chunks exist that no overflow SidSet holds")
         if max(self.nodes_seen, default=-1) >= read_counter(txn, dbs["meta"], b"next_node"):
             self.fail("a node id is not below the node counter")
         for place in expected.keys() | self.actual.keys():

@@ -159,6 +159,8 @@ DAMAGE = {
     "another program's LMDB": (_foreign_lmdb, "NotAnIndexError", "not a pbtree shard"),
     "shard format newer": (lambda p: _shard_meta(p, b"version", (9).to_bytes(4, "little")),
                            "FormatVersionError", "upgrade"),
+    "shard format older": (lambda p: _shard_meta(p, b"version", (1).to_bytes(4, "little")),
+                           "FormatVersionError", "rebuild"),
     "shard format record foreign": (lambda p: _shard_meta(p, b"format", b"other"),
                                     "CorruptIndexError", "not a pbtree shard"),
 }
@@ -273,6 +275,51 @@ def test_zeroed_list_node_is_a_corrupt_index_error_in_verify(damaged):
     path, _, _ = damaged
     _lmdb_record(path, b"nodes", 5, b"")
     with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError):
+        ix.verify()
+
+
+#: damage to one chunk record of an overflow SidSet: new value from the old one (None: delete)
+CHUNK_DAMAGE = {
+    "sids swapped": lambda v: v[4:8] + v[:4] + v[8:],
+    "cut mid-sid": lambda v: v[:-2],
+    "emptied": lambda v: b"",
+    "deleted": lambda v: None,
+    "sid beyond the next chunk": lambda v: v[:-4] + b"\xff\xff\xff\x7f",
+    "grown past the capacity": lambda v: v + v[-4:] * 200,
+}
+
+
+@pytest.mark.parametrize("case", CHUNK_DAMAGE)
+def test_damaged_overflow_chunk_is_reported(tmp_path, case):
+    """Sets of 1000 sids in chunks of 128: any damaged chunk fails verify()."""
+    path = tmp_path / "index"
+    with pbtree.create(path, node_bytes=256) as ix:
+        ix.subscribe_many([(n, "a = 1 and b > 2") for n in range(1000)])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        chunks = env.open_db(b"chunks", txn=txn)
+        key, old = list(txn.cursor(db=chunks))[2]
+        new = CHUNK_DAMAGE[case](bytes(old))
+        if new is None:
+            txn.delete(key, db=chunks)
+        else:
+            txn.put(key, new, db=chunks)
+    env.close()
+    with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError):
+        ix.verify()
+
+
+def test_orphan_overflow_chunk_is_reported(tmp_path):
+    path = tmp_path / "index"
+    with pbtree.create(path, node_bytes=256) as ix:
+        ix.subscribe_many([(n, "a = 1") for n in range(300)])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.put(struct.pack(">II", 77, 5), struct.pack("<I", 5),
+                db=env.open_db(b"chunks", txn=txn))
+    env.close()
+    with pbtree.open(path, readonly=True) as ix, \
+            pytest.raises(pbtree.CorruptIndexError, match="chunks exist"):
         ix.verify()
 
 

@@ -1,4 +1,4 @@
-"""Per-sid columns stored in fixed-size chunks: one LMDB record per 2^bits sids.
+"""Per-sid columns stored in fixed-size chunks: one LMDB record per ``size`` sids.
 
 A write touches one small record; matching reads a whole column once per
 read snapshot and then maps thousands of sids with one numpy fancy-index.
@@ -11,11 +11,10 @@ import numpy as np
 
 
 class Column:
-    """A column's database name, element type and chunk size."""
+    """A column's database name, element type and chunk size (elements per record)."""
 
-    def __init__(self, db: str, dtype: str, bits: int) -> None:
-        self.db, self.dtype, self.bits = db, np.dtype(dtype), bits
-        self.size = 1 << bits
+    def __init__(self, db: str, dtype: str, size: int) -> None:
+        self.db, self.dtype, self.size = db, np.dtype(dtype), size
 
     def chunk_key(self, number: int) -> bytes:
         return number.to_bytes(4, "big")
@@ -51,22 +50,25 @@ class ColumnWriter:
 
     def set(self, sid: int, value: int) -> None:
         col = self.column
-        number = sid >> col.bits
+        number, at = divmod(sid, col.size)
         chunk = self.dirty.get(number)
         if chunk is None:
             raw = self.txn.get(col.chunk_key(number), db=self.db)
             chunk = (np.frombuffer(raw, col.dtype).copy() if raw is not None
                      else np.zeros(col.size, col.dtype))
             self.dirty[number] = chunk
-        chunk[sid & (col.size - 1)] = value
+        chunk[at] = value
 
     def flush(self) -> None:
         for number, chunk in self.dirty.items():
             self.txn.put(self.column.chunk_key(number), chunk.tobytes(), db=self.db)
 
 
+#: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB
+#: pages (8 KiB would take three), and a write copies two
+CHUNK_BYTES = 8176
 #: predicates per subscription (0 for a free sid)
-NEEDED = Column("needed", "<u2", 12)
+NEEDED = Column("needed", "<u2", CHUNK_BYTES // 2)
 #: integer id per sid, or STRING_ID when the id is a string (then in the names db)
-INT_IDS = Column("intids", "<i8", 10)
+INT_IDS = Column("intids", "<i8", CHUNK_BYTES // 8)
 STRING_ID = -(2**63)

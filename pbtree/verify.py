@@ -233,11 +233,11 @@ class _Checker:
                 self.fail(f"sid {sid}: id hashes to another shard")
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")
-            chunk = needed.get(sid >> NEEDED.bits)
+            chunk = needed.get(sid // NEEDED.size)
             if chunk is None or chunk[sid % NEEDED.size] != len(preds):
                 self.fail(f"sid {sid}: predicate count disagrees with {len(preds)}")
             sub_id = decode_id(idkey)
-            chunk = int_ids.get(sid >> INT_IDS.bits)
+            chunk = int_ids.get(sid // INT_IDS.size)
             if chunk is None or chunk[sid % INT_IDS.size] != (
                     sub_id if isinstance(sub_id, int) else STRING_ID):
                 self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")

@@ -388,7 +388,8 @@ def fixed_rows(data: np.ndarray, width: int) -> pa.Array:
 
 
 def _packed(cols: Columns) -> list[bytes]:
-    """The MessagePack predicate list of each subscription, as ``Shard.subscribe`` stores it.
+    """The subs value of each subscription (id, MessagePack predicate list), as
+    ``pbtree.shard.sub_record`` makes it.
 
     Each distinct predicate is packed once; a list is its array header and their bytes.
     """
@@ -407,7 +408,9 @@ def _packed(cols: Columns) -> list[bytes]:
     counts, where = np.unique(cols.counts, return_inverse=True)
     headers = pa.array([msgpack.packb([None] * n)[:-n or None] for n in counts.tolist()],
                        pa.binary()).take(pa.array(where.reshape(-1)))
-    return pc.binary_join_element_wise(headers, bodies, b"").to_pylist()
+    keys = pa.array(cols.keys, pa.binary())
+    lengths = fixed_rows(pc.binary_length(keys).to_numpy().astype("<u2"), 2).cast(pa.binary())
+    return pc.binary_join_element_wise(lengths, keys, headers, bodies, b"").to_pylist()
 
 
 def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
@@ -436,7 +439,6 @@ def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
     sid_keys = fixed_rows(np.arange(len(cols), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _packed(cols), strict=True)))
     out.add("ids", list(zip(cols.keys, sid_keys, strict=True)))
-    out.add("names", list(zip(sid_keys, cols.keys, strict=True)))
     out.add(NEEDED.db, _column(NEEDED, cols.counts))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
         [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))

@@ -1,8 +1,8 @@
 """One shard: a complete PB+tree index over some subscriptions in one LMDB environment.
 
 Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow and
-chunks (big SidSets), subs (sid -> predicates), ids (id -> sid), names (sid -> id),
-needed and intids (per-sid columns, in chunks).
+chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
+and intids (per-sid columns, in chunks).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import const_payload, tree_prefix
 
-DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "names",
-            "needed", "intids", "chunks")
+DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
+            "intids", "chunks")
 FORMAT = b"pbtree-shard"
 VERSION = 2  # 2: overflow SidSets stored in chunks
 _PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
@@ -48,6 +48,23 @@ def postings(preds: list) -> Iterator[Posting]:
 
 def sid_key(sid: int) -> bytes:
     return sid.to_bytes(4, "big")
+
+
+_ID_LEN = struct.Struct("<H")
+
+
+def sub_record(idkey: bytes, packed: bytes) -> bytes:
+    """A subs value: id length (u16 LE), id bytes, MessagePack predicates. One record
+    for both, so a subscribe writes one B-tree path where a sid -> id one took another."""
+    return _ID_LEN.pack(len(idkey)) + idkey + packed
+
+
+def split_sub(raw: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """(id bytes, MessagePack predicates) of a subs value."""
+    end = _ID_LEN.size + (_ID_LEN.unpack_from(raw)[0] if len(raw) >= _ID_LEN.size else len(raw))
+    if len(raw) < end:
+        raise CorruptIndexError("a subscription record is truncated")
+    return bytes(raw[_ID_LEN.size:end]), raw[end:]
 
 
 class Shard:
@@ -152,9 +169,8 @@ class Shard:
                     places.setdefault(posting, []).append(sid)
                 w.set_sid(sid, len(preds), sub_id if isinstance(sub_id, int) else STRING_ID)
                 key = sid_key(sid)
-                txn.put(key, msgpack.packb(preds), db=dbs["subs"])
+                txn.put(key, sub_record(idkey, msgpack.packb(preds)), db=dbs["subs"])
                 txn.put(idkey, key, db=dbs["ids"])
-                txn.put(key, idkey, db=dbs["names"])
             self._apply(w, gone, adding=False)
             self._apply(w, places, adding=True)
             w.flush()
@@ -207,12 +223,12 @@ class Shard:
         raw = txn.get(key, db=dbs["subs"])
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
-        for posting in set(postings(msgpack.unpackb(raw))):
+        idkey, packed = split_sub(raw)
+        for posting in set(postings(msgpack.unpackb(packed))):
             gone.setdefault(posting, []).append(sid)
         w.set_sid(sid, 0, 0)
-        txn.delete(txn.get(key, db=dbs["names"]), db=dbs["ids"])
+        txn.delete(idkey, db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
-        txn.delete(key, db=dbs["names"])
 
     # --- reads ----------------------------------------------------------------------
     def _attr(self, txn, name: bytes) -> int | None:
@@ -246,10 +262,10 @@ class Shard:
         if not strings.any():
             return ints, []
         keys = [sid_key(s) for s in sids[strings].tolist()]
-        pairs = txn.cursor(db=self.dbs["names"]).getmulti(keys)
+        pairs = txn.cursor(db=self.dbs["subs"]).getmulti(keys)
         if len(pairs) != len(keys):
             raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
-        return ints[~strings], [decode_id(v) for _, v in pairs]
+        return ints[~strings], [decode_id(split_sub(v)[0]) for _, v in pairs]
 
     def get(self, idkey: bytes) -> list | None:
         with self.env.read() as txn:
@@ -257,7 +273,7 @@ class Shard:
             if sid is None:
                 return None
             raw = txn.get(bytes(sid), db=self.dbs["subs"])
-            return None if raw is None else msgpack.unpackb(raw)
+            return None if raw is None else msgpack.unpackb(split_sub(raw)[1])
 
     def __len__(self) -> int:
         with self.env.read() as txn:

@@ -14,7 +14,7 @@ from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity
-from pbtree.shard import postings
+from pbtree.shard import postings, split_sub
 from pbtree.tree import read_counter, tree_sentinels
 from storage import sidset
 from storage.keys import tree_prefix
@@ -225,9 +225,9 @@ class _Checker:
         live = 0
         for skey, raw in txn.cursor(db=dbs["subs"]):
             sid = int.from_bytes(skey, "big")
-            preds = msgpack.unpackb(raw)
-            idkey = txn.get(bytes(skey), db=dbs["names"])
-            if idkey is None or bytes(txn.get(bytes(idkey), db=dbs["ids"]) or b"") != skey:
+            idkey, packed = split_sub(raw)
+            preds = msgpack.unpackb(packed)
+            if bytes(txn.get(idkey, db=dbs["ids"]) or b"") != skey:
                 self.fail(f"sid {sid}: id records disagree")
             if shard_of(bytes(idkey), self.shards) != self.number:
                 self.fail(f"sid {sid}: id hashes to another shard")
@@ -248,9 +248,8 @@ class _Checker:
                 expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
             self.fail("predicate counts exist for removed subscriptions")
-        for db in ("ids", "names"):
-            if txn.stat(dbs[db])["entries"] != live:
-                self.fail(f"{db} database has a different number of records than subs")
+        if txn.stat(dbs["ids"])["entries"] != live:
+            self.fail("ids database has a different number of records than subs")
         return expected
 
     def run(self) -> None:

@@ -323,6 +323,14 @@ def test_orphan_overflow_chunk_is_reported(tmp_path):
         ix.verify()
 
 
+def test_truncated_subscription_record_is_reported(damaged):
+    path, _, _ = damaged
+    _lmdb_record(path, b"subs", 3, b"\x05")
+    with pbtree.open(path, readonly=True) as ix, \
+            pytest.raises(pbtree.CorruptIndexError, match="truncated"):
+        ix.verify()
+
+
 def _as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 

@@ -114,12 +114,6 @@ class Store:
             self.txn.put(set_id + SET_ID.pack(int(piece[0])), sidset.encode(piece),
                          db=self.chunks)
 
-    def read(self, key: bytes) -> np.ndarray:
-        """The whole set ``key``."""
-        set_id = self._set_id(key)
-        parts = [sidset.decode(self.txn.get(k, db=self.chunks)) for k in self._chunk_keys(set_id)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
     def put(self, key: bytes, sids: np.ndarray) -> None:
         """Store ``sids`` (too big to be inline) as the set ``key``, new or replaced."""
         set_id = self.txn.get(key, db=self.heads)

@@ -141,7 +141,7 @@ class Shard:
                 self._snapshot = snap
             try:
                 yield snap, self._cache
-            except lmdb.Error:
+            except BaseException:  # a failed match may leave the caches half-updated
                 self._release()
                 raise
 

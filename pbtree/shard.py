@@ -100,6 +100,10 @@ class Shard:
             raise FormatVersionError(
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads version {VERSION}); rebuild the index with this pbtree")
+        if self.env.missing:
+            self.env.close()
+            raise CorruptIndexError(f"{path}: databases of the shard are missing: "
+                                    f"{', '.join(self.env.missing)}")
         self._attr_ids: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None

@@ -76,18 +76,22 @@ class Environment:
             except lmdb.MapResizedError:  # another process grew the map meanwhile
                 self.env.set_mapsize(0)
                 self._open_dbs(db_names, create, readonly)
-        except lmdb.NotFoundError as exc:
-            raise CorruptIndexError(f"{path}: a database of the shard is missing ({exc})") from None
         except PermissionError as exc:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
         except lmdb.Error as exc:
             raise _storage_error(path, exc) from None
 
     def _open_dbs(self, db_names: tuple[str, ...], create: bool, readonly: bool) -> None:
+        """Open the named databases; an existing environment is never given new ones
+        (the caller checks ``missing`` once it knows the files' format version)."""
         if not create:
             self._check_foreign(db_names[0])
-        self.dbs = {name: self.env.open_db(name.encode(), create=not readonly)
-                    for name in db_names}
+        self.dbs, self.missing = {}, []
+        for name in db_names:
+            try:
+                self.dbs[name] = self.env.open_db(name.encode(), create=create)
+            except lmdb.NotFoundError:
+                self.missing.append(name)
 
     def _check_size(self) -> None:
         """Refuse a data file shorter than its last committed page.

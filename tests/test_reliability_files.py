@@ -112,6 +112,21 @@ def _shard_meta(path: Path, key: bytes, value: bytes) -> None:
     env.close()
 
 
+def _drop_db(path: Path, name: bytes) -> None:
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(name, txn=txn), delete=True)
+    env.close()
+
+
+def _db_names(path: Path) -> list[bytes]:
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32, readonly=True)
+    with env.begin() as txn:
+        names = [bytes(key) for key, _ in txn.cursor()]
+    env.close()
+    return names
+
+
 def _foreign_lmdb(path: Path) -> None:
     shutil.rmtree(path / "shard-0000")
     env = lmdb.open(str(path / "shard-0000"))
@@ -163,6 +178,8 @@ DAMAGE = {
                            "FormatVersionError", "rebuild"),
     "shard format record foreign": (lambda p: _shard_meta(p, b"format", b"other"),
                                     "CorruptIndexError", "not a pbtree shard"),
+    "shard database missing": (lambda p: _drop_db(p, b"chunks"), "CorruptIndexError",
+                               "missing: chunks"),
 }
 
 
@@ -179,6 +196,18 @@ def test_damage_gives_a_specific_error(damaged, case, readonly):
     after = sorted((p.relative_to(path), p.stat().st_size) for p in path.rglob("*.mdb"))
     assert [f for f in after if f[0].name == "data.mdb"] == \
         [f for f in before if f[0].name == "data.mdb"], "a failed open changed the data file"
+
+
+def test_older_shard_is_refused_without_gaining_databases(damaged):
+    """A version-1 shard has no chunks database; refusing it must not add one."""
+    path, _, _ = damaged
+    _drop_db(path, b"chunks")
+    _shard_meta(path, b"version", (1).to_bytes(4, "little"))
+    before = _db_names(path)
+    for readonly in (True, False):
+        with pytest.raises(pbtree.FormatVersionError, match="rebuild"):
+            pbtree.open(path, readonly=readonly)
+    assert _db_names(path) == before and b"chunks" not in before
 
 
 def test_another_programs_lmdb_is_left_untouched(damaged):

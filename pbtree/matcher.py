@@ -180,8 +180,9 @@ class Search:
 class Snapshot:
     """What matching caches for one read snapshot of a shard (dropped when it is renewed).
 
-    Besides flattened trees, the per-sid columns as whole arrays (12 bytes
-    per sid with the counter's copy), so counting and id lookup are vectorised.
+    Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
+    sid with the counter's copy and int32 ids, 12 with 64-bit ids), so counting and id
+    lookup are vectorised.
     """
 
     __slots__ = ("trees", "flat", "counter", "int_ids")
@@ -201,9 +202,14 @@ class Snapshot:
         return self.counter
 
     def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
-        """Integer id (or STRING_ID) of all sids."""
+        """Integer id (or STRING_ID) of all sids; as int32 when every one fits (no string
+        ids, ids below 2^31), which halves the matcher's largest table."""
         if self.int_ids is None:
-            self.int_ids = INT_IDS.table(txn, dbs)
+            table = INT_IDS.table(txn, dbs)
+            small = np.iinfo(np.int32)
+            if table.size and table.min() > small.min and table.max() <= small.max:
+                table = table.astype(np.int32)
+            self.int_ids = table
         return self.int_ids
 
 

@@ -46,7 +46,8 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data,
                 assert ix.subscribe_many(pairs) == len(pairs)
                 model.update((i, parse(s)) for i, s in pairs)
             elif action == "one":
-                sub_id = data.draw(st.integers(-50, 50) | st.text(max_size=3), label="id")
+                sub_id = data.draw(st.integers(-50, 50) | st.text(max_size=3)
+                                   | st.integers(-2**63 + 1, 2**63 - 1), label="id")
                 sub = data.draw(subscriptions, label="sub")
                 if sub_id in model:
                     try:

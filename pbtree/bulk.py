@@ -27,7 +27,7 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
 from pbtree.leaf import HEADER as LEAF
 from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
-from pbtree.overflow import NEXT_SET, SET_ID, capacity, pieces
+from pbtree.overflow import NEXT_SET, SET_ID, capacity, inline_max, pieces
 from pbtree.shard import Shard, postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -268,7 +268,7 @@ class _TreeBuilder:
     """Turns the sorted places of one (attribute, family) tree into leaf, node, overflow records."""
 
     def __init__(self, node_bytes: int, out: _Records) -> None:
-        self.node_bytes, self.inline_max, self.out = node_bytes, node_bytes // 4, out
+        self.node_bytes, self.inline_max, self.out = node_bytes, inline_max(node_bytes), out
         self.next_node = 1
 
     def build(self, prefix: bytes, payloads: list[bytes],

@@ -10,6 +10,7 @@ few pages instead of the whole set. Layout and invariants: docs/FORMAT.md §3.5.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 import lmdb
 import numpy as np
@@ -52,6 +53,28 @@ def pieces(sids: np.ndarray, cap: int) -> list[np.ndarray]:
     return out
 
 
+def inline_max(node_bytes: int) -> int:
+    """Bytes of sids an item keeps inline; a bigger set is an overflow set."""
+    return node_bytes // 4
+
+
+def set_id_of(txn: lmdb.Transaction, heads, key: bytes) -> bytes:
+    """The set id the head record ``key`` names; CorruptIndexError when it is missing."""
+    head = txn.get(key, db=heads)
+    if head is None:
+        raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
+    return bytes(head)
+
+
+def chunk_records(cur: lmdb.Cursor, set_id: bytes) -> Iterator[tuple[bytes, memoryview]]:
+    """(key, value) of each chunk of the set ``set_id``, in sid order."""
+    if cur.set_range(set_id):
+        for ckey, value in cur:
+            if ckey[:4] != set_id:
+                return
+            yield ckey, value
+
+
 class Reader:
     """Reads overflow sets inside one transaction, as zero-copy arrays per chunk."""
 
@@ -63,19 +86,12 @@ class Reader:
 
     def arrays(self, key: bytes) -> list[np.ndarray]:
         """The chunks of the set ``key`` in sid order; CorruptIndexError when missing."""
-        head = self.txn.get(key, db=self.heads)
-        if head is None:
-            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
-        set_id = bytes(head)
+        set_id = set_id_of(self.txn, self.heads, key)
         cur = self.cursor
         if cur is None:
             cur = self.cursor = self.txn.cursor(db=self.chunks)
-        out, dtype = [], sidset.DTYPE
-        if cur.set_range(set_id):
-            for ckey, value in cur:
-                if ckey[:4] != set_id:
-                    break
-                out.append(np.frombuffer(value, dtype))
+        dtype = sidset.DTYPE
+        out = [np.frombuffer(value, dtype) for _, value in chunk_records(cur, set_id)]
         if not out:
             raise CorruptIndexError(f"overflow SidSet {key.hex()} has no chunks")
         return out
@@ -88,23 +104,14 @@ class Store:
         self.txn, self.heads, self.chunks, self.meta = (txn, dbs["overflow"], dbs["chunks"],
                                                         dbs["meta"])
         self.cap = capacity(node_bytes)
-        self.inline_max = node_bytes // 4  # bytes of a set kept inline in its item
+        self.inline_max = inline_max(node_bytes)
         self.next_set: int | None = None  # read on the first new set
 
     def _set_id(self, key: bytes) -> bytes:
-        head = self.txn.get(key, db=self.heads)
-        if head is None:
-            raise CorruptIndexError(f"overflow SidSet {key.hex()} is missing")
-        return head
+        return set_id_of(self.txn, self.heads, key)
 
     def _chunk_keys(self, set_id: bytes) -> list[bytes]:
-        cur = self.txn.cursor(db=self.chunks)
-        keys = []
-        if cur.set_range(set_id):
-            for ckey in cur.iternext(keys=True, values=False):
-                if ckey[:4] != set_id:
-                    break
-                keys.append(ckey)
+        keys = [ckey for ckey, _ in chunk_records(self.txn.cursor(db=self.chunks), set_id)]
         if not keys:
             raise CorruptIndexError(f"overflow set {set_id.hex()} has no chunks")
         return keys

@@ -18,7 +18,7 @@ from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
-from pbtree.overflow import Store
+from pbtree.overflow import Store, inline_max
 from storage import sidset
 from storage.keys import split_key
 
@@ -45,7 +45,7 @@ class Writer:
     def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int) -> None:
         self.txn, self.dbs = txn, dbs
         self.node_bytes = node_bytes
-        self.inline_max = node_bytes // 4
+        self.inline_max = inline_max(node_bytes)
         self.leaves: dict[bytes, Leaf] = {}
         self.nodes: dict[int, Node] = {}
         # sids for existing items of nodes not decoded: spliced into the record at flush

@@ -13,7 +13,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
-from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity
+from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from pbtree.shard import postings, split_sub
 from pbtree.tree import read_counter, tree_sentinels
 from storage import sidset
@@ -54,7 +54,7 @@ class _Checker:
     def __init__(self, shard, number: int, shards: int, txn) -> None:
         self.shard, self.number, self.shards, self.txn = shard, number, shards, txn
         self.dbs = shard.dbs
-        self.inline_max = shard.node_bytes // 4
+        self.inline_max = inline_max(shard.node_bytes)
         self.actual: dict[tuple, np.ndarray] = {}
         self.nodes_seen: set[int] = set()
         self.overflow_seen: set[bytes] = set()
@@ -91,25 +91,21 @@ class _Checker:
         """The chunks of one set joined, checked against docs/FORMAT.md §3.5."""
         cap = capacity(self.shard.node_bytes)
         parts: list[np.ndarray] = []
-        cur = self.txn.cursor(db=self.dbs["chunks"])
-        if cur.set_range(set_id):
-            for key, value in cur:
-                key, value = bytes(key), bytes(value)
-                if key[:4] != set_id:
-                    break
-                first = CHUNK_KEY.unpack(key)[1] if len(key) == CHUNK_KEY.size else -1
-                if not value or len(value) % 4:
-                    self.fail(f"{what}: chunk {key.hex()} is empty or not whole sids")
-                arr = sidset.decode(value)
-                if int(arr[0]) != first or not sidset.is_sorted(arr):
-                    self.fail(f"{what}: chunk {key.hex()} is unsorted or misnamed")
-                if arr.size > cap and arr[0] != arr[-1]:
-                    self.fail(f"{what}: chunk {key.hex()} holds {arr.size} sids, over {cap}")
-                if parts and parts[-1][-1] >= arr[0]:
-                    self.fail(f"{what}: chunk {key.hex()} overlaps the one before")
-                if parts and parts[-1].size + arr.size <= cap:
-                    self.fail(f"{what}: chunk {key.hex()} and the one before fit in one")
-                parts.append(arr)
+        for key, value in chunk_records(self.txn.cursor(db=self.dbs["chunks"]), set_id):
+            key, value = bytes(key), bytes(value)
+            first = CHUNK_KEY.unpack(key)[1] if len(key) == CHUNK_KEY.size else -1
+            if not value or len(value) % 4:
+                self.fail(f"{what}: chunk {key.hex()} is empty or not whole sids")
+            arr = sidset.decode(value)
+            if int(arr[0]) != first or not sidset.is_sorted(arr):
+                self.fail(f"{what}: chunk {key.hex()} is unsorted or misnamed")
+            if arr.size > cap and arr[0] != arr[-1]:
+                self.fail(f"{what}: chunk {key.hex()} holds {arr.size} sids, over {cap}")
+            if parts and parts[-1][-1] >= arr[0]:
+                self.fail(f"{what}: chunk {key.hex()} overlaps the one before")
+            if parts and parts[-1].size + arr.size <= cap:
+                self.fail(f"{what}: chunk {key.hex()} and the one before fit in one")
+            parts.append(arr)
         if not parts:
             self.fail(f"{what}: no chunks")
         self.chunks_seen += len(parts)

@@ -20,7 +20,8 @@ from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.leaf import EQ, GT, INEQ, LT
-from pbtree.matcher import Search, Snapshot, count
+from pbtree.matcher import Search
+from pbtree.snapshot import Snapshot, count
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import const_payload, tree_prefix
@@ -129,7 +130,7 @@ class Shard:
         """The pinned read snapshot and its caches, renewed after any commit.
 
         Keeping the snapshot between calls keeps flattened trees and the per-sid
-        tables (``matcher.Snapshot``) across events; it is replaced as soon as
+        tables (``snapshot.Snapshot``) across events; it is replaced as soon as
         LMDB's last committed transaction id moves on (from this or another process).
         """
         with self._lock:

@@ -1,4 +1,4 @@
-"""matcher.Counter against a brute-force count, on its sparse and dense paths."""
+"""counter.Counter against a brute-force count, on its sparse and dense paths."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbtree import matcher
-from pbtree.matcher import Counter, Snapshot, count
+from pbtree import counter as counting
+from pbtree.counter import Counter
+from pbtree.snapshot import Snapshot, count
 
 
 def brute(arrays: list[np.ndarray], needed: np.ndarray) -> np.ndarray:
@@ -39,8 +40,8 @@ def needed_and_hits(draw):
 def test_matches_brute_force_and_restores_counts(case, dense_hits):
     """From all hits dense (counted in runs of one hit) to all sparse."""
     needed, arrays = case
-    saved = matcher.DENSE_HITS, matcher.MIN_BUFFER
-    matcher.DENSE_HITS, matcher.MIN_BUFFER = dense_hits, 1
+    saved = counting.DENSE_HITS, counting.MIN_BUFFER
+    counting.DENSE_HITS, counting.MIN_BUFFER = dense_hits, 1
     try:
         counter = Counter(needed)
         for _ in range(2):  # a second call sees the counts the first one restored
@@ -48,7 +49,7 @@ def test_matches_brute_force_and_restores_counts(case, dense_hits):
             assert got.tolist() == brute(arrays, needed).tolist()
             assert counter.remaining.tolist() == needed.tolist()
     finally:
-        matcher.DENSE_HITS, matcher.MIN_BUFFER = saved
+        counting.DENSE_HITS, counting.MIN_BUFFER = saved
 
 
 def test_more_matching_hits_than_marks():

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pbtree.matcher import Counter
+from pbtree.counter import Counter
 
 NUMBER, STRING, BOOL = 0, 1, 2
 EQ, NE, GT, GE, LT, LE = range(6)

@@ -5,7 +5,7 @@ int64 *composite* array, so each ``(attribute, operator class)`` is a sorted run
 value v the satisfied entries of a run are one or two contiguous slices (``= v``, ``!= v``,
 ``c < v`` ...), found for all of the event's attributes at once by two vectorised binary
 searches: one for v's rank among the segment's distinct codes, one for the slice bounds in the
-composite array. The sid slices are counted by pbtree's own ``matcher.Counter``, a
+composite array. The sid slices are counted by pbtree's own ``counter.Counter``, a
 subscription matching when its count equals its number of predicates. No Python loop
 runs per predicate or per sid; the Python work per event is one loop over its attributes.
 """

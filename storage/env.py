@@ -52,6 +52,7 @@ class Environment:
     ) -> None:
         self.path = path
         self.readonly = readonly
+        self.remaps = 0  # times this process mapped the file anew (views into the map moved)
         if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
             raise NotAnIndexError(f"{path}: no {DATA_FILE} here; not a pbtree shard")
         if not create and os.path.getsize(os.path.join(path, DATA_FILE)) == 0:
@@ -74,7 +75,7 @@ class Environment:
             try:
                 self._open_dbs(db_names, create, readonly)
             except lmdb.MapResizedError:  # another process grew the map meanwhile
-                self.env.set_mapsize(0)
+                self.remap(0)
                 self._open_dbs(db_names, create, readonly)
         except PermissionError as exc:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
@@ -122,7 +123,7 @@ class Environment:
         try:
             txn = self.env.begin(buffers=True)
         except lmdb.MapResizedError:
-            self.env.set_mapsize(0)
+            self.remap(0)
             txn = self.env.begin(buffers=True)
         except lmdb.Error as exc:
             raise _storage_error(self.path, exc) from None
@@ -133,15 +134,27 @@ class Environment:
         finally:
             txn.abort()
 
-    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
-        """Run ``fn(txn)`` in one write transaction and commit; all or nothing."""
+    def remap(self, size: int) -> None:
+        """Set the map size (0: the size another process grew it to); LMDB maps the file
+        anew, so addresses into the old map mean nothing any more (counted in ``remaps``)."""
+        self.env.set_mapsize(size)
+        self.remaps += 1
+
+    def write(self, fn: Callable[[lmdb.Transaction], T],
+              release: Callable[[], None] = lambda: None) -> T:
+        """Run ``fn(txn)`` in one write transaction and commit; all or nothing.
+
+        ``release`` ends the process's read transactions before the map is grown (LMDB
+        remaps only with no transaction open in the process).
+        """
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the index is open read-only")
         while True:
             try:
                 txn = self.env.begin(write=True)
             except lmdb.MapResizedError:
-                self.env.set_mapsize(0)
+                release()
+                self.remap(0)
                 continue
             except lmdb.Error as exc:
                 raise _storage_error(self.path, exc) from None
@@ -151,7 +164,8 @@ class Environment:
                 return result
             except lmdb.MapFullError:
                 txn.abort()
-                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+                release()
+                self.remap(self.env.info()["map_size"] * 2)
             except lmdb.Error as exc:
                 txn.abort()
                 raise _storage_error(self.path, exc) from None

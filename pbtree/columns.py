@@ -1,7 +1,8 @@
 """Per-sid columns stored in fixed-size chunks: one LMDB record per ``size`` sids.
 
-A write touches one small record; matching reads a whole column once per
-read snapshot and then maps thousands of sids with one numpy fancy-index.
+A write touches one small record; matching reads a whole column once, then on
+each newer snapshot only the chunks that changed, and maps thousands of sids with
+one numpy fancy-index.
 """
 
 from __future__ import annotations
@@ -19,21 +20,52 @@ class Column:
     def chunk_key(self, number: int) -> bytes:
         return number.to_bytes(4, "big")
 
-    def table(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
-        """The whole column as one array indexed by sid (missing chunks read as zeros)."""
-        cursor = txn.cursor(db=dbs[self.db])
-        count = txn.stat(dbs[self.db])["entries"]
-        if cursor.last() and int.from_bytes(cursor.key(), "big") == count - 1:
-            # chunks 0 .. count-1 all present (the usual case): one join, one copy
-            cursor.first()
-            raw = bytearray().join(cursor.iternext(keys=False, values=True))
-            if len(raw) == count * self.size * self.dtype.itemsize:
-                return np.frombuffer(raw, self.dtype)
+    def read(self, txn: lmdb.Transaction,
+             dbs: dict) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        """The whole column as one array indexed by sid (missing chunks read as zeros), and
+        its chunks' ``views`` when there are any."""
+        views = self.views(txn, dbs)
+        if views:  # one join, one copy
+            return np.frombuffer(bytearray().join(views), self.dtype), views
         records = [(int.from_bytes(k, "big"), v) for k, v in txn.cursor(db=dbs[self.db])]
         out = np.zeros(self.size * (records[-1][0] + 1 if records else 0), self.dtype)
         for number, raw in records:
             out[number * self.size:(number + 1) * self.size] = np.frombuffer(raw, self.dtype)
-        return out
+        return out, None
+
+    def views(self, txn: lmdb.Transaction, dbs: dict) -> list[np.ndarray] | None:
+        """Every chunk as a read-only view into the map (valid while ``txn`` lasts), when
+        chunks 0 .. n-1 are all present and full (the usual case); None otherwise."""
+        db = dbs[self.db]
+        count = txn.stat(db)["entries"]
+        cursor = txn.cursor(db=db)
+        if count and (not cursor.last() or int.from_bytes(cursor.key(), "big") != count - 1):
+            return None
+        nbytes = self.size * self.dtype.itemsize
+        values = list(cursor.iternext(keys=False, values=True)) if cursor.first() else []
+        if set(map(len, values)) - {nbytes}:
+            return None
+        return [np.frombuffer(v, self.dtype) for v in values]
+
+    def changed(self, txn: lmdb.Transaction, dbs: dict,
+                old: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]] | None:
+        """The chunks in ``txn`` as views, and the numbers of those that may differ from
+        ``old`` (new ones included); None when not all full or fewer than before (then read
+        the column anew).
+
+        ``old`` are views read in an older snapshot that is still open, into the same
+        mapping of the file. LMDB never writes a page an open snapshot reaches (copy-on-
+        write; freed pages are reused only once no reader reaches them), and each chunk
+        (8,176 bytes) fills overflow pages of its own. So a chunk in ``txn`` lies on pages
+        written since, which overlap no page ``old`` reaches, or is a record of the old
+        snapshot, unchanged: if its memory overlaps its old view, it is that record.
+        """
+        views = self.views(txn, dbs)
+        if views is None or len(views) < len(old):
+            return None
+        overlap = np.may_share_memory
+        changed = [n for n, was in enumerate(old) if not overlap(views[n], was)]
+        return views, changed + list(range(len(old), len(views)))
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
         """Every stored chunk by number (for verify and stats)."""

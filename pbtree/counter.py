@@ -27,7 +27,7 @@ class Counter:
 
     def __init__(self, needed: np.ndarray) -> None:
         dtype = np.uint16 if needed.size == 0 or int(needed.max()) <= 0xFFFF else np.uint32
-        self.needed = needed.astype(dtype, copy=False)  # never written
+        self.needed = needed.astype(dtype, copy=False)  # written by ``assign`` only
         self.remaining = self.needed.copy()  # equal to ``needed`` between calls
         self.one = np.ones(1, dtype)  # ufunc.at takes its fast path only without casts
         self.dense = math.ceil(DENSE_HITS * needed.size)  # hits from which a call is dense
@@ -37,6 +37,12 @@ class Counter:
     @property
     def nbytes(self) -> int:
         return self.needed.nbytes + self.remaining.nbytes + self.buffer.nbytes
+
+    def assign(self, start: int, needed: np.ndarray) -> None:
+        """Set the counts of sids ``start ..`` in both copies (a newer snapshot's counts)."""
+        end = start + needed.size
+        self.needed[start:end] = needed
+        self.remaining[start:end] = needed
 
     def matches(self, arrays: list[np.ndarray]) -> np.ndarray:
         """Sorted sids occurring in ``arrays`` (together) exactly ``needed[sid]`` times.

@@ -134,21 +134,38 @@ class Shard:
         LMDB's last committed transaction id moves on (from this or another process).
         """
         with self._lock:
-            env = self.env.env
-            snap = self._snapshot
-            if snap is None or env.info()["last_txnid"] != snap.id():
-                self._release()
-                try:
-                    snap = env.begin(buffers=True)
-                except lmdb.MapResizedError:
-                    env.set_mapsize(0)
-                    snap = env.begin(buffers=True)
-                self._snapshot = snap
+            if self._stale():
+                self._renew()
             try:
-                yield snap, self._cache
+                yield self._snapshot, self._cache
             except BaseException:  # a failed match may leave the caches half-updated
                 self._release()
                 raise
+
+    def _stale(self) -> bool:
+        """Whether no snapshot is pinned or a commit followed the pinned one."""
+        return self._snapshot is None or self.env.env.info()["last_txnid"] != self._snapshot.id()
+
+    def _renew(self) -> None:
+        """Pin a snapshot of the last commit, its caches renewed from the pinned one's.
+
+        The new snapshot begins before the old one ends, so no page the old one reaches
+        can be written while ``Snapshot.renewed`` compares the two (``Column.changed``).
+        """
+        try:
+            txn = self.env.env.begin(buffers=True)
+        except lmdb.MapResizedError:  # another process grew the map: remap with none open
+            self._release()
+            self.env.remap(0)
+            txn = self.env.env.begin(buffers=True)
+        try:
+            cache = self._cache.renewed(txn, self.dbs, self.env.remaps)
+        except BaseException:
+            txn.abort()
+            self._release()
+            raise
+        self._release()
+        self._snapshot, self._cache = txn, cache
 
     # --- writes ---------------------------------------------------------------------
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
@@ -203,11 +220,15 @@ class Shard:
         return self._write(apply)
 
     def _write(self, apply):
-        """Run a write with the pinned snapshot released: LMDB can only grow the map
-        when this process has no transaction open, and freed pages get reused sooner."""
+        """Run a write, keeping the pinned snapshot if it is of the last commit, so that the
+        next match renews its caches chunk by chunk. That pins no page the write could
+        reuse (LMDB reuses only pages freed before the last commit, which its readers do
+        not reach); an older snapshot would, and is released, and so is any before the map
+        is grown (LMDB remaps only with no transaction open in the process)."""
         with self._lock:
-            self._release()
-            return self.env.write(apply)
+            if self._stale():
+                self._release()
+            return self.env.write(apply, self._release)
 
     def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
         """Add or remove grouped postings, in key order (one visit per place)."""

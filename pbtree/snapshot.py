@@ -5,33 +5,39 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree.columns import INT_IDS, NEEDED
+from pbtree.columns import INT_IDS, NEEDED, Column
 from pbtree.counter import Counter
 from pbtree.flat import Flat
 from storage import sidset
 
+#: predicate count of a free sid in the counter: one no event reaches
+FREE = np.iinfo(NEEDED.dtype).max
+
 
 class Snapshot:
-    """What matching caches for one read snapshot of a shard (dropped when it is renewed).
+    """What matching caches for one read snapshot of a shard (``renewed`` for the next).
 
     Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
     sid with the counter's copy and int32 ids, 12 with 64-bit ids), so counting and id
-    lookup are vectorised.
+    lookup are vectorised; and each column's chunks as views into the map (about 0.4
+    bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "counter", "int_ids")
+    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps")
 
-    def __init__(self) -> None:
+    def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.counter: Counter | None = None
         self.int_ids: np.ndarray | None = None
+        self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
+        self.remaps = remaps  # the environment's remap count when this snapshot began
 
     def counter_of(self, txn: lmdb.Transaction, dbs: dict) -> Counter:
         """The counter over all sids' predicate counts (free sids: a count no event reaches)."""
         if self.counter is None:
-            table = NEEDED.table(txn, dbs)
-            table[table == 0] = np.iinfo(NEEDED.dtype).max
+            table = self._read(NEEDED, txn, dbs)
+            table[table == 0] = FREE
             self.counter = Counter(table)
         return self.counter
 
@@ -39,12 +45,71 @@ class Snapshot:
         """Integer id (or STRING_ID) of all sids; as int32 when every one fits (no string
         ids, ids below 2^31), which halves the matcher's largest table."""
         if self.int_ids is None:
-            table = INT_IDS.table(txn, dbs)
-            small = np.iinfo(np.int32)
-            if table.size and table.min() > small.min and table.max() <= small.max:
-                table = table.astype(np.int32)
-            self.int_ids = table
+            table = self._read(INT_IDS, txn, dbs)
+            self.int_ids = table.astype(np.int32) if _fits_int32(table) else table
         return self.int_ids
+
+    def _read(self, column: Column, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
+        table, views = column.read(txn, dbs)
+        if views is None:
+            self.views.pop(column.db, None)
+        else:
+            self.views[column.db] = views
+        return table
+
+    def renewed(self, txn: lmdb.Transaction, dbs: dict, remaps: int) -> Snapshot:
+        """The caches for ``txn``, a newer snapshot begun while this one's is still open.
+
+        Per-sid tables are updated in the chunks that changed or were added
+        (``Column.changed``), in place unless they grow, or dropped when that cannot tell
+        (the map was remapped, or chunks are missing). Trees are dropped. Updates are in
+        place, so after an exception here neither snapshot's caches may be used.
+        """
+        new = Snapshot(remaps)
+        if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
+            return new
+        found = self._changed(NEEDED, txn, dbs) if self.counter is not None else None
+        if found is not None:
+            views, changed = found
+            counter = self.counter
+            if len(views) * NEEDED.size > counter.needed.size:  # its sizes depend on the sids
+                counter = Counter(_grown(counter.needed, len(views) * NEEDED.size))
+            for number in changed:  # counts are u2 in the column, so they fit the counter
+                counts = views[number]
+                counter.assign(number * NEEDED.size, np.where(counts == 0, FREE, counts))
+            new.counter, new.views[NEEDED.db] = counter, views
+        found = self._changed(INT_IDS, txn, dbs) if self.int_ids is not None else None
+        if found is not None:
+            views, changed = found
+            table = _grown(self.int_ids, len(views) * INT_IDS.size)
+            for number in changed:
+                ids = views[number]
+                if table.dtype != ids.dtype and not _fits_int32(ids):
+                    table = table.astype(ids.dtype)
+                table[number * INT_IDS.size:(number + 1) * INT_IDS.size] = ids
+            new.int_ids, new.views[INT_IDS.db] = table, views
+        return new
+
+    def _changed(self, column: Column, txn: lmdb.Transaction,
+                 dbs: dict) -> tuple[list[np.ndarray], list[int]] | None:
+        """``Column.changed`` against this snapshot's views of the column, if it has any."""
+        old = self.views.get(column.db)
+        return None if old is None else column.changed(txn, dbs, old)
+
+
+def _grown(table: np.ndarray, size: int) -> np.ndarray:
+    """``table`` itself, or a copy extended to ``size`` elements (the rest left to assign)."""
+    if size <= table.size:
+        return table
+    out = np.empty(size, table.dtype)
+    out[:table.size] = table
+    return out
+
+
+def _fits_int32(values: np.ndarray) -> bool:
+    """Whether every value fits an int32 above its minimum (so none is STRING_ID)."""
+    small = np.iinfo(np.int32)
+    return bool(values.size and values.min() > small.min and values.max() <= small.max)
 
 
 def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,

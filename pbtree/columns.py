@@ -7,6 +7,8 @@ one numpy fancy-index.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import lmdb
 import numpy as np
 
@@ -45,7 +47,7 @@ class Column:
         values = list(cursor.iternext(keys=False, values=True)) if cursor.first() else []
         if set(map(len, values)) - {nbytes}:
             return None
-        return [np.frombuffer(v, self.dtype) for v in values]
+        return list(map(np.frombuffer, values, repeat(self.dtype)))
 
     def changed(self, txn: lmdb.Transaction, dbs: dict,
                 old: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]] | None:
@@ -63,9 +65,8 @@ class Column:
         views = self.views(txn, dbs)
         if views is None or len(views) < len(old):
             return None
-        overlap = np.may_share_memory
-        changed = [n for n, was in enumerate(old) if not overlap(views[n], was)]
-        return views, changed + list(range(len(old), len(views)))
+        same = np.fromiter(map(np.may_share_memory, views, old), bool, len(old))
+        return views, [*np.flatnonzero(~same).tolist(), *range(len(old), len(views))]
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
         """Every stored chunk by number (for verify and stats)."""

@@ -36,6 +36,18 @@ FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
 
 
+#: little-endian u32 arrays of each length in use (struct's own cache holds only 100 formats)
+_U32S: dict[int, struct.Struct] = {}
+
+
+def _u32s(n: int) -> struct.Struct:
+    """The struct of ``n`` little-endian u32."""
+    found = _U32S.get(n)
+    if found is None:
+        found = _U32S[n] = struct.Struct(f"<{n}I")
+    return found
+
+
 def node_key(node_id: int) -> bytes:
     return node_id.to_bytes(4, "big")
 
@@ -106,26 +118,38 @@ class View:
     def count_below(self, target: bytes, inclusive: bool) -> int:
         """Number of items whose key is < target (<= when inclusive).
 
-        A binary search on the record's key bytes: big-endian fixed-width keys
-        order as their bytes do, and one probe needs no list of all keys.
+        A binary search on the record's key bytes (copied once): big-endian
+        fixed-width keys order as their bytes do; string keys are cut at their
+        ``key_end`` offsets, read in one struct call.
         """
         lo, hi, buf, at = 0, self.n, self.buf, self.keys_at
         width = FIXED_WIDTH.get(self.family)
         if width:
             blob = bytes(buf[at:at + width * hi])
-            while lo < hi:
-                mid = (lo + hi) // 2
-                key = blob[width * mid:width * mid + width]
-                if key < target or (inclusive and key == target):
-                    lo = mid + 1
-                else:
-                    hi = mid
+            if inclusive:
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    pos = width * mid
+                    if blob[pos:pos + width] <= target:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+            else:
+                while lo < hi:
+                    mid = (lo + hi) >> 1
+                    pos = width * mid
+                    if blob[pos:pos + width] < target:
+                        lo = mid + 1
+                    else:
+                        hi = mid
             return lo
-        ends = HEADER.size
+        if not hi:
+            return 0
+        ends = _u32s(hi).unpack_from(buf, HEADER.size)
+        blob = bytes(buf[at:at + ends[-1]])
         while lo < hi:
-            mid = (lo + hi) // 2
-            start = _U32.unpack_from(buf, ends + 4 * mid - 4)[0] if mid else 0
-            key = bytes(buf[at + start:at + _U32.unpack_from(buf, ends + 4 * mid)[0]])
+            mid = (lo + hi) >> 1
+            key = blob[ends[mid - 1] if mid else 0:ends[mid]]
             if key < target or (inclusive and key == target):
                 lo = mid + 1
             else:
@@ -139,6 +163,8 @@ class View:
         """Concatenated inline sids of items [lo, hi) as one zero-copy array."""
         buf, ends = self.buf, self.ends_at - 4  # sid_end[i - 1] is at ends + 4 i
         start = _U32.unpack_from(buf, ends + 4 * lo)[0] if lo else 0
+        if hi and hi == self.n:  # the sids of the last item end the record
+            return np.frombuffer(buf, _U4, -1, self.sids_at + 4 * start)
         stop = _U32.unpack_from(buf, ends + 4 * hi)[0] if hi else 0
         return np.frombuffer(buf, _U4, stop - start, self.sids_at + 4 * start)
 

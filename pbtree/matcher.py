@@ -11,8 +11,8 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
-from pbtree.leaf import EQ, EQ_OVERFLOW, HEADER, overflow_key
-from pbtree.lists import View, node_key
+from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
+from pbtree.lists import SPILLED, View
 from pbtree.overflow import Reader
 from pbtree.snapshot import Snapshot
 from pbtree.tree import TREE, tree_sentinels
@@ -24,6 +24,7 @@ FLATTEN_AFTER = 8
 #: bound on the trees a snapshot flattens, so the matcher's own memory stays a small
 #: fraction of the index (nodes of trees walked are parsed afresh: a header is cheap)
 MAX_FLAT = 1024
+HAS_INEQ = HAS[INEQ]
 
 
 class Search:
@@ -43,7 +44,7 @@ class Search:
         self.budget = txn.stat(self.nodes_db)["entries"]
 
     def view(self, node_id: int) -> View:
-        raw = self.txn.get(node_key(node_id), db=self.nodes_db)
+        raw = self.txn.get(node_id.to_bytes(4, "big"), db=self.nodes_db)
         if raw is None:
             raise CorruptIndexError(f"list node {node_id} is referenced but missing")
         return View(raw, node_id)
@@ -62,9 +63,9 @@ class Search:
         if lo >= hi:
             return
         self.out.append(view.inline(lo, hi))
-        for i in view.overflowed(lo, hi):
-            key = overflow_key(view.kind, prefix + view.key(i))
-            self.out += self.overflow(key)
+        if view.flags & SPILLED:
+            for i in view.overflowed(lo, hi):
+                self.out += self.overflow(overflow_key(view.kind, prefix + view.key(i)))
 
     def attribute(self, prefix: bytes, payload: bytes, exact: bool) -> None:
         """Collect everything one event value satisfies in the tree ``prefix``.
@@ -104,13 +105,15 @@ class Search:
         hit = pred = succ = None
         if cur.set_range(target):
             key = cur.key()
-            if key == target and exact:
-                hit = HEADER.unpack_from(cur.value())
-                self._eq(cur.value(), target, hit[3])
-            elif key == target:
-                pred = HEADER.unpack_from(cur.value())
-                if cur.next() and cur.key()[:5] == prefix:
-                    succ = HEADER.unpack_from(cur.value())
+            if key == target:
+                value = cur.value()
+                if exact:
+                    hit = HEADER.unpack_from(value)
+                    self._eq(value, target, hit[3])
+                else:
+                    pred = HEADER.unpack_from(value)
+                    if cur.next() and cur.key()[:5] == prefix:
+                        succ = HEADER.unpack_from(cur.value())
             else:
                 if key[:5] == prefix:
                     succ = HEADER.unpack_from(cur.value())
@@ -119,13 +122,15 @@ class Search:
         elif cur.last() and cur.key()[:5] == prefix:
             pred = HEADER.unpack_from(cur.value())
         low, high = hit or pred, hit or succ
-        if low is not None:
+        if low is not None and low[0] != ends[0]:
             self._greater(prefix, low[0], ends[0], payload, not exact)
-        if high is not None:
+        if high is not None and high[1] != ends[3]:
             self._less(prefix, high[1], ends[3], payload)
         anchor = low or high
         if anchor is not None:
-            self._unequal(prefix, anchor[2], ends[4], ends[5], payload if hit else None)
+            # the event value's own INEQ item, skipped, exists only when its leaf says so
+            skip = payload if hit is not None and hit[3] & HAS_INEQ else None
+            self._unequal(prefix, anchor[2], ends[4], ends[5], skip)
 
     def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
         if flags & EQ_OVERFLOW:
@@ -145,23 +150,21 @@ class Search:
     def _greater(self, prefix: bytes, node_id: int, head: int, payload: bytes,
                  inclusive: bool) -> None:
         """GT items with key below the event value: this node's prefix, then all before."""
-        if node_id == head:
-            return
         view = self.view(node_id)
         self._take(view, prefix, 0, view.count_below(payload, inclusive))
-        self._run(prefix, view.prev, head, False)
+        if view.prev != head:
+            self._run(prefix, view.prev, head, False)
 
     def _less(self, prefix: bytes, node_id: int, tail: int, payload: bytes) -> None:
         """LT items with key above the event value: this node's suffix, then all after."""
-        if node_id == tail:
-            return
         view = self.view(node_id)
         self._take(view, prefix, view.count_below(payload, True), view.n)
-        self._run(prefix, view.next, tail, True)
+        if view.next != tail:
+            self._run(prefix, view.next, tail, True)
 
     def _unequal(self, prefix: bytes, node_id: int, head: int, tail: int,
                  skip: bytes | None) -> None:
-        """Every INEQ item but the one keyed by the event value (when it exists)."""
+        """Every INEQ item but the one keyed by ``skip`` (given only when it exists)."""
         start = self.view(node_id)
         if node_id != head:
             i = start.count_below(skip, False) if skip is not None else start.n
@@ -170,5 +173,7 @@ class Search:
                 self._take(start, prefix, i + 1, start.n)
             else:
                 self._take(start, prefix, 0, start.n)
-            self._run(prefix, start.prev, head, False)
-        self._run(prefix, start.next, tail, True)
+            if start.prev != head:
+                self._run(prefix, start.prev, head, False)
+        if start.next != tail:
+            self._run(prefix, start.next, tail, True)

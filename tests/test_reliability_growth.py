@@ -12,9 +12,6 @@ from pbtree.expr import parse
 
 SMALL_MAP = 64 << 10
 ATTRS = ["a", "b", "c"]
-# Reported to the engine owner: Shard.matching() keeps a read snapshot pinned between
-# calls; growing the map (set_mapsize) invalidates it, and the next match raises a raw
-# lmdb.Error "Attempt to operate on closed/deleted/dropped object".
 
 
 def map_sizes(ix: pbtree.Index) -> list[int]:

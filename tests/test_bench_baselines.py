@@ -5,6 +5,7 @@ Speed targets are never asserted here; the harness measures them.
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 
@@ -217,5 +218,8 @@ def test_bench_harness_runs_small(tmp_path):
     # measured in a fresh process: a number, not an error (it may be ~0 at this size)
     assert isinstance(ours["matcher_rss_bytes"], int)
     assert report["results"][3]["cold_first_event_ms"] > 0
+    # the workload was frozen out of the GC's reach while systems ran, and released after
+    assert report["settings"]["gc"] == bench.GC_NOTE
+    assert gc.get_freeze_count() == 0
     assert (tmp_path / "equality-small.json").exists()
     assert "| system |" in (tmp_path / "equality-small.md").read_text()

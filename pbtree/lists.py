@@ -120,28 +120,22 @@ class View:
 
         A binary search on the record's key bytes (copied once): big-endian
         fixed-width keys order as their bytes do; string keys are cut at their
-        ``key_end`` offsets, read in one struct call.
+        ``key_end`` offsets, read in one struct call. A key is <= target exactly
+        when it is < target + b"\\x00", so both bounds run the same loop.
         """
+        if inclusive:
+            target += b"\x00"
         lo, hi, buf, at = 0, self.n, self.buf, self.keys_at
         width = FIXED_WIDTH.get(self.family)
         if width:
             blob = bytes(buf[at:at + width * hi])
-            if inclusive:
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    pos = width * mid
-                    if blob[pos:pos + width] <= target:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-            else:
-                while lo < hi:
-                    mid = (lo + hi) >> 1
-                    pos = width * mid
-                    if blob[pos:pos + width] < target:
-                        lo = mid + 1
-                    else:
-                        hi = mid
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                pos = width * mid
+                if blob[pos:pos + width] < target:
+                    lo = mid + 1
+                else:
+                    hi = mid
             return lo
         if not hi:
             return 0
@@ -149,8 +143,7 @@ class View:
         blob = bytes(buf[at:at + ends[-1]])
         while lo < hi:
             mid = (lo + hi) >> 1
-            key = blob[ends[mid - 1] if mid else 0:ends[mid]]
-            if key < target or (inclusive and key == target):
+            if blob[ends[mid - 1] if mid else 0:ends[mid]] < target:
                 lo = mid + 1
             else:
                 hi = mid

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbtree.lists import ITEM_OVERFLOW, Node, appended, pack
-from storage.keys import NUMBER
+from pbtree.lists import ITEM_OVERFLOW, Node, View, appended, pack
+from storage.keys import BOOL, NUMBER, STRING
 
 NODE_BYTES, INLINE_MAX = 1024, 256
 
@@ -50,3 +50,25 @@ def test_splice_equals_decode_append_encode(case):
             node.overflow[node.find(key)] for key in adds)
     else:
         assert got == expected and not spilled and node.size <= max(NODE_BYTES, len(got))
+
+
+#: keys of each family as stored: 8 bytes big-endian, one byte, or any bytes (NULs too)
+FAMILY_KEYS = {
+    NUMBER: st.binary(min_size=8, max_size=8),
+    BOOL: st.sampled_from([b"\x00", b"\x01"]),
+    STRING: st.binary(max_size=4),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(FAMILY_KEYS)).flatmap(
+    lambda family: st.tuples(st.just(family), st.sets(FAMILY_KEYS[family], max_size=12),
+                             FAMILY_KEYS[family] | st.binary(max_size=9))))
+def test_count_below_agrees_with_a_sorted_key_list(case):
+    family, keys, target = case
+    keys = sorted(keys)
+    raw = pack(1, 0, 7, 9, 3, family, keys, bytearray(len(keys)), [1] * len(keys),
+               [np.zeros(1, "<u4")])
+    view = View(raw, 5)
+    assert view.count_below(target, False) == sum(k < target for k in keys)
+    assert view.count_below(target, True) == sum(k <= target for k in keys)

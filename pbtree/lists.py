@@ -314,17 +314,17 @@ class Node:
                     self.keys, flags, sid_end, parts)
 
 
-def appended(raw: bytes, node_id: int, adds: dict[bytes, list[int]], inline_max: int,
+def appended(view: View, node_id: int, adds: dict[bytes, list[int]], inline_max: int,
              node_bytes: int) -> bytes | None:
-    """The node ``raw`` with sids appended to existing inline items, spliced in place.
+    """The node record ``view`` reads, with sids appended to existing inline items,
+    spliced in place.
 
     ``adds`` maps item keys to sorted sids larger than any stored. None when an
     item is in (or would move to) the overflow database or the node would need
     a split: the caller then takes the decoding path.
     """
-    view = View(raw, node_id)
-    n, spilled = view.n, view.flags & SPILLED
-    ends = list(struct.unpack_from(f"<{n}I", raw, view.ends_at))
+    raw, n, spilled = view.buf, view.n, view.flags & SPILLED
+    ends = list(_u32s(n).unpack_from(raw, view.ends_at))
     found = []
     for key, sids in adds.items():
         i = view.count_below(key, False)
@@ -350,7 +350,7 @@ def appended(raw: bytes, node_id: int, adds: dict[bytes, list[int]], inline_max:
         if i in grow:
             shift += len(grow[i])
         ends[i] += shift
-    return b"".join((raw[:view.ends_at], struct.pack(f"<{n}I", *ends), *parts))
+    return b"".join((raw[:view.ends_at], _u32s(n).pack(*ends), *parts))
 
 
 def pack(kind: int, flags: int, prev: int, nxt: int, attr: int, family: int,

@@ -20,7 +20,7 @@ from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
 from storage import sidset
-from storage.keys import split_key
+from storage.keys import split_key, tree_prefix
 
 #: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
 TREE = struct.Struct("<6I")
@@ -333,10 +333,11 @@ class Writer:
         """Splice pending appends into their records; decode (and split) where that fails."""
         for node_id in list(self.appends):
             raw = self._record(node_id)
-            if not self._append_spilled(node_id, raw):
+            view = View(raw, node_id)
+            if not self._append_spilled(node_id, view):
                 del self.appends[node_id]
                 continue
-            new = appended(raw, node_id, self.appends[node_id], self.inline_max,
+            new = appended(view, node_id, self.appends[node_id], self.inline_max,
                            self.node_bytes)
             if new is None:
                 self._decoded(node_id, raw)
@@ -346,19 +347,19 @@ class Writer:
         for node_id in sorted(self.unsplit):
             node = self.nodes.get(node_id)
             if node is not None:
-                self._split(struct.pack(">IB", node.attr, node.family), node)
+                self._split(tree_prefix(node.attr, node.family), node)
         self.unsplit.clear()
 
-    def _append_spilled(self, node_id: int, raw: bytes) -> bool:
+    def _append_spilled(self, node_id: int, view: View) -> bool:
         """Store the pending appends of a node's overflow items in their sets (the node
-        record stays as it is); False when no appends remain for the node itself."""
+        record ``view`` reads stays as it is); False when no appends remain for the node
+        itself."""
         pending = self.appends[node_id]
-        view = View(raw, node_id)
         if view.flags & SPILLED:
-            prefix = struct.pack(">IB", view.attr, view.family)
+            prefix = tree_prefix(view.attr, view.family)
             for payload in list(pending):
                 i = view.count_below(payload, False)
-                if i < view.n and raw[view.flags_at + i] & ITEM_OVERFLOW \
+                if i < view.n and view.buf[view.flags_at + i] & ITEM_OVERFLOW \
                         and view.key(i) == payload:
                     self.over.append(overflow_key(view.kind, prefix + payload),
                                      pending.pop(payload))
@@ -384,7 +385,7 @@ class Writer:
             if value != leaf.raw:
                 txn.put(key, value, db=dbs["leaf"])
         for node_id, node in self.nodes.items():
-            prefix = struct.pack(">IB", node.attr, node.family)
+            prefix = tree_prefix(node.attr, node.family)
             for i, sids in enumerate(node.sets):
                 if sids is None and node.adds[i]:
                     self.over.append(overflow_key(node.kind, prefix + node.keys[i]),
@@ -404,7 +405,7 @@ class Writer:
         self.over.flush()
 
     def _spiller(self, node: Node):
-        prefix = struct.pack(">IB", node.attr, node.family)
+        prefix = tree_prefix(node.attr, node.family)
 
         def spill(i: int, sids: np.ndarray | None) -> None:
             key = overflow_key(node.kind, prefix + node.keys[i])

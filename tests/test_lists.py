@@ -44,7 +44,7 @@ def test_splice_equals_decode_append_encode(case):
         node.add_sids(node.find(key), sids)
     spilled = {}
     expected = node.encode(INLINE_MAX, lambda i, sids: spilled.__setitem__(i, sids))
-    got = appended(raw, 5, adds, INLINE_MAX, NODE_BYTES)
+    got = appended(View(raw, 5), 5, adds, INLINE_MAX, NODE_BYTES)
     if got is None:  # refused: an item is or becomes an overflow set, or it needs a split
         assert spilled or node.size > NODE_BYTES or any(
             node.overflow[node.find(key)] for key in adds)

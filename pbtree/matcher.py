@@ -12,7 +12,7 @@ import numpy as np
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
-from pbtree.lists import SPILLED, View
+from pbtree.lists import SPILLED, View, node_key
 from pbtree.overflow import Reader
 from pbtree.snapshot import Snapshot
 from pbtree.tree import TREE, tree_sentinels
@@ -44,7 +44,7 @@ class Search:
         self.budget = txn.stat(self.nodes_db)["entries"]
 
     def view(self, node_id: int) -> View:
-        raw = self.txn.get(node_id.to_bytes(4, "big"), db=self.nodes_db)
+        raw = self.txn.get(node_key(node_id), db=self.nodes_db)
         if raw is None:
             raise CorruptIndexError(f"list node {node_id} is referenced but missing")
         return View(raw, node_id)

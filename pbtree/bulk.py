@@ -27,7 +27,7 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
 from pbtree.leaf import HEADER as LEAF
 from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
-from pbtree.overflow import NEXT_SET, SET_ID, capacity, inline_max, pieces
+from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard, postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -368,8 +368,7 @@ def _spilled(sets: list[Spilled], node_bytes: int) -> tuple[list[Record], list[R
     for number, (key, sids) in enumerate(sets):
         set_id = SET_ID.pack(number)
         heads.append((key, set_id))
-        chunks += [(set_id + SET_ID.pack(int(piece[0])), sidset.encode(piece))
-                   for piece in pieces(sids, cap)]
+        chunks += chunk_items(set_id, sids, cap)
     return heads, chunks
 
 

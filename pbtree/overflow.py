@@ -53,6 +53,12 @@ def pieces(sids: np.ndarray, cap: int) -> list[np.ndarray]:
     return out
 
 
+def chunk_items(set_id: bytes, sids: np.ndarray, cap: int) -> list[tuple[bytes, bytes]]:
+    """(key, value) records of the set ``set_id`` holding ``sids``, in chunks of ``cap``."""
+    return [(set_id + SET_ID.pack(int(piece[0])), sidset.encode(piece))
+            for piece in pieces(sids, cap)]
+
+
 def inline_max(node_bytes: int) -> int:
     """Bytes of sids an item keeps inline; a bigger set is an overflow set."""
     return node_bytes // 4
@@ -117,9 +123,8 @@ class Store:
         return keys
 
     def _write(self, set_id: bytes, sids: np.ndarray) -> None:
-        for piece in pieces(sids, self.cap):
-            self.txn.put(set_id + SET_ID.pack(int(piece[0])), sidset.encode(piece),
-                         db=self.chunks)
+        for ckey, value in chunk_items(set_id, sids, self.cap):
+            self.txn.put(ckey, value, db=self.chunks)
 
     def put(self, key: bytes, sids: np.ndarray) -> None:
         """Store ``sids`` (too big to be inline) as the set ``key``, new or replaced."""

@@ -36,9 +36,7 @@ class Snapshot:
     def counter_of(self, txn: lmdb.Transaction, dbs: dict) -> Counter:
         """The counter over all sids' predicate counts (free sids: a count no event reaches)."""
         if self.counter is None:
-            table = self._read(NEEDED, txn, dbs)
-            table[table == 0] = FREE
-            self.counter = Counter(table)
+            self.counter = Counter(_counts(self._read(NEEDED, txn, dbs)))
         return self.counter
 
     def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
@@ -75,8 +73,7 @@ class Snapshot:
             if len(views) * NEEDED.size > counter.needed.size:  # its sizes depend on the sids
                 counter = Counter(_grown(counter.needed, len(views) * NEEDED.size))
             for number in changed:  # counts are u2 in the column, so they fit the counter
-                counts = views[number]
-                counter.assign(number * NEEDED.size, np.where(counts == 0, FREE, counts))
+                counter.assign(number * NEEDED.size, _counts(views[number]))
             new.counter, new.views[NEEDED.db] = counter, views
         found = self._changed(INT_IDS, txn, dbs) if self.int_ids is not None else None
         if found is not None:
@@ -95,6 +92,11 @@ class Snapshot:
         """``Column.changed`` against this snapshot's views of the column, if it has any."""
         old = self.views.get(column.db)
         return None if old is None else column.changed(txn, dbs, old)
+
+
+def _counts(needed: np.ndarray) -> np.ndarray:
+    """Predicate counts as the counter takes them: a free sid's 0 becomes FREE."""
+    return np.where(needed == 0, FREE, needed)
 
 
 def _grown(table: np.ndarray, size: int) -> np.ndarray:

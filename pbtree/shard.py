@@ -138,8 +138,9 @@ class Shard:
                 self._renew()
             try:
                 yield self._snapshot, self._cache
-            except BaseException:  # a failed match may leave the caches half-updated
+            except BaseException as exc:  # a failed match may leave the caches half-updated
                 self._release()
+                self._locate(exc)
                 raise
 
     def _stale(self) -> bool:
@@ -228,7 +229,17 @@ class Shard:
         with self._lock:
             if self._stale():
                 self._release()
-            return self.env.write(apply, self._release)
+            try:
+                return self.env.write(apply, self._release)
+            except CorruptIndexError as exc:
+                self._locate(exc)
+                raise
+
+    def _locate(self, exc: BaseException) -> None:
+        """Name this shard in a CorruptIndexError raised by a module that does not know
+        which files it read (overflow sets, list nodes, subs records)."""
+        if isinstance(exc, CorruptIndexError) and not str(exc).startswith(self.path):
+            exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 
     def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
         """Add or remove grouped postings, in key order (one visit per place)."""

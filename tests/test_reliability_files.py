@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -485,3 +486,21 @@ def test_list_node_linked_to_itself_does_not_hang(damaged):
     except subprocess.TimeoutExpired:
         pytest.fail("match() hangs on a cyclic list")
     assert json.loads(proc.stdout).get("error") == "CorruptIndexError", proc.stderr
+
+
+def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path):
+    """Errors raised deep in a shard's records say which shard's files are damaged."""
+    path = tmp_path / "index"
+    with pbtree.create(path, node_bytes=256) as ix:
+        ix.subscribe_many([(n, "a = 1") for n in range(300)])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(b"chunks", txn=txn), delete=False)
+    env.close()
+    shard = str(path / "shard-0000")
+    with pbtree.open(path) as ix:
+        with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):
+            ix.match({"a": 1})
+        with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):
+            ix.subscribe(300, "a = 1")
+        assert len(ix) == 300

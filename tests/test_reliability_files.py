@@ -319,35 +319,39 @@ CHUNK_DAMAGE = {
 }
 
 
+def _chunked_index(tmp_path: Path, expr: str, count: int, edit) -> Path:
+    """An index of ``count`` subscriptions ``expr`` in chunks of 128 sids, whose chunk
+    records ``edit(txn, chunks_db)`` then changes behind pbtree's back."""
+    path = tmp_path / "index"
+    with pbtree.create(path, node_bytes=256) as ix:
+        ix.subscribe_many([(n, expr) for n in range(count)])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        edit(txn, env.open_db(b"chunks", txn=txn))
+    env.close()
+    return path
+
+
 @pytest.mark.parametrize("case", CHUNK_DAMAGE)
 def test_damaged_overflow_chunk_is_reported(tmp_path, case):
     """Sets of 1000 sids in chunks of 128: any damaged chunk fails verify()."""
-    path = tmp_path / "index"
-    with pbtree.create(path, node_bytes=256) as ix:
-        ix.subscribe_many([(n, "a = 1 and b > 2") for n in range(1000)])
-    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    with env.begin(write=True) as txn:
-        chunks = env.open_db(b"chunks", txn=txn)
+
+    def damage(txn, chunks) -> None:
         key, old = list(txn.cursor(db=chunks))[2]
         new = CHUNK_DAMAGE[case](bytes(old))
         if new is None:
             txn.delete(key, db=chunks)
         else:
             txn.put(key, new, db=chunks)
-    env.close()
+
+    path = _chunked_index(tmp_path, "a = 1 and b > 2", 1000, damage)
     with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError):
         ix.verify()
 
 
 def test_orphan_overflow_chunk_is_reported(tmp_path):
-    path = tmp_path / "index"
-    with pbtree.create(path, node_bytes=256) as ix:
-        ix.subscribe_many([(n, "a = 1") for n in range(300)])
-    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    with env.begin(write=True) as txn:
-        txn.put(struct.pack(">II", 77, 5), struct.pack("<I", 5),
-                db=env.open_db(b"chunks", txn=txn))
-    env.close()
+    path = _chunked_index(tmp_path, "a = 1", 300, lambda txn, chunks: txn.put(
+        struct.pack(">II", 77, 5), struct.pack("<I", 5), db=chunks))
     with pbtree.open(path, readonly=True) as ix, \
             pytest.raises(pbtree.CorruptIndexError, match="chunks exist"):
         ix.verify()
@@ -490,13 +494,8 @@ def test_list_node_linked_to_itself_does_not_hang(damaged):
 
 def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path):
     """Errors raised deep in a shard's records say which shard's files are damaged."""
-    path = tmp_path / "index"
-    with pbtree.create(path, node_bytes=256) as ix:
-        ix.subscribe_many([(n, "a = 1") for n in range(300)])
-    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    with env.begin(write=True) as txn:
-        txn.drop(env.open_db(b"chunks", txn=txn), delete=False)
-    env.close()
+    path = _chunked_index(tmp_path, "a = 1", 300,
+                          lambda txn, chunks: txn.drop(chunks, delete=False))
     shard = str(path / "shard-0000")
     with pbtree.open(path) as ix:
         with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):

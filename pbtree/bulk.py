@@ -28,7 +28,8 @@ from pbtree.leaf import HEADER as LEAF
 from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
-from pbtree.shard import Shard, postings
+from pbtree.shard import Shard
+from pbtree.subs import postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
 from storage.env import DEFAULT_MAP_SIZE
@@ -55,7 +56,7 @@ class _Records:
 
 
 #: the list kinds each core operator (by its index in OPS_CORE) stores a sid in, as
-#: ``pbtree.shard.postings`` says (an ``in`` stores one ``=`` posting per value); -1: none
+#: ``pbtree.subs.postings`` says (an ``in`` stores one ``=`` posting per value); -1: none
 _KINDS = [[kind for *_, kind in postings([("a", "=" if op == "in" else op, 0)])]
           for op in OPS_CORE]
 _FIRST = np.array([kinds[0] for kinds in _KINDS], dtype=np.int64)
@@ -388,7 +389,7 @@ def fixed_rows(data: np.ndarray, width: int) -> pa.Array:
 
 def _packed(cols: Columns) -> list[bytes]:
     """The subs value of each subscription (id, MessagePack predicate list), as
-    ``pbtree.shard.sub_record`` makes it.
+    ``pbtree.subs.sub_record`` makes it.
 
     Each distinct predicate is packed once; a list is its array header and their bytes.
     """

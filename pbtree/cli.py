@@ -82,7 +82,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 _STAT_ROWS = (
-    ("subscriptions", "subscriptions"), ("predicates", "predicates (core)"),
+    ("subscriptions", "subscriptions"), ("pending", "pending (not yet folded into trees)"),
+    ("predicates", "predicates (core)"),
     ("attributes", "attributes"), ("shards", "shards"), ("node_bytes", "list node size (bytes)"),
     ("leaf_items", "leaf items"), ("gt_nodes", "GT list nodes"), ("gt_items", "GT list items"),
     ("lt_nodes", "LT list nodes"), ("lt_items", "LT list items"),

@@ -28,7 +28,7 @@ from pbtree.errors import (
     PbtreeError,
 )
 from pbtree.ids import encode_id, shard_of
-from pbtree.shard import Shard
+from pbtree.shard import FOLD_AT, Shard
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
 
@@ -99,6 +99,11 @@ def check_layout(shards: int, node_bytes: int) -> None:
         raise PbtreeError(
             f"node_bytes must be an integer from {MIN_NODE_BYTES} to {MAX_NODE_BYTES}, "
             f"not {node_bytes!r}")
+
+
+def check_fold_at(fold_at: int) -> None:
+    if not isinstance(fold_at, int) or isinstance(fold_at, bool) or fold_at < 1:
+        raise PbtreeError(f"fold_at must be a positive integer, not {fold_at!r}")
 
 
 def normalize(expr: Expr) -> list:
@@ -223,6 +228,11 @@ class Index:
         return sum(shard.unsubscribe(keys)
                    for shard, keys in zip(shards, groups, strict=True) if keys)
 
+    def fold(self) -> int:
+        """Fold every pending subscription into the trees now (writes do it on their own
+        whenever a shard has ``fold_at`` pending); returns how many sids were pending."""
+        return sum(shard.fold() for shard in self._live())
+
     # --- reads ----------------------------------------------------------------------
     def match(self, event: Mapping) -> list:
         """Ids of the subscriptions the event satisfies, sorted (ints first, then strings)."""
@@ -302,19 +312,23 @@ class Index:
 
 
 def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
-           map_size: int = DEFAULT_MAP_SIZE, durable: bool = True) -> Index:
+           map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
+           fold_at: int = FOLD_AT) -> Index:
     """Create a new, empty index directory at ``path`` (which must not hold files).
 
     ``durable=False`` skips the fsync of each commit: a killed process still
     loses nothing, but a power loss or OS crash may lose the latest writes.
+    New subscriptions are matched from memory until a shard has ``fold_at`` of them,
+    and the write that reaches that folds them into its trees (1: at once).
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
+    check_fold_at(fold_at)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     os.makedirs(path, exist_ok=True)
     opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size,
-                    durable=durable)
+                    durable=durable, fold_at=fold_at)
               for n in range(shards)]
     manifest = new_manifest(shards, node_bytes, created_by="api")
     write_manifest(path, manifest)
@@ -322,12 +336,14 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
 
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
-         map_size: int = DEFAULT_MAP_SIZE, durable: bool = True) -> Index:
+         map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
+         fold_at: int = FOLD_AT) -> Index:
     """Open an existing index; readonly opens allow many reader processes.
 
-    ``durable`` as for ``create``.
+    ``durable`` and ``fold_at`` as for ``create``.
     """
     path = os.fspath(path)
+    check_fold_at(fold_at)
     manifest = read_manifest(path)
     opened: list[Shard] = []
     try:
@@ -336,7 +352,8 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
             if not os.path.isdir(sdir):
                 raise CorruptIndexError(f"{path}: shard directory {os.path.basename(sdir)} "
                                         f"is missing")
-            opened.append(Shard(sdir, readonly=readonly, map_size=map_size, durable=durable))
+            opened.append(Shard(sdir, readonly=readonly, map_size=map_size, durable=durable,
+                                fold_at=fold_at))
     except BaseException:
         for shard in opened:
             shard.close()

@@ -3,6 +3,10 @@
 Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow and
 chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
 and intids (per-sid columns, in chunks).
+
+A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
+``fold_at`` sids are, and the write that reaches that folds them all into the trees
+at once, where a batch costs a fraction per subscription of one at a time.
 """
 
 from __future__ import annotations
@@ -19,53 +23,21 @@ import numpy as np
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
-from pbtree.leaf import EQ, GT, INEQ, LT
 from pbtree.matcher import Search
 from pbtree.snapshot import Snapshot, count
+from pbtree.subs import Posting, postings, sid_key, split_sub, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
-from storage.keys import const_payload, tree_prefix
+from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
             "intids", "chunks")
 FORMAT = b"pbtree-shard"
-VERSION = 2  # 2: overflow SidSets stored in chunks
-_PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
-           "!=": (INEQ,)}
-
-Predicate = tuple[str, str, object]
-Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
-
-
-def postings(preds: list) -> Iterator[Posting]:
-    """Where each core predicate is stored (DESIGN §3): one posting per place."""
-    for attr, op, value in preds:
-        name = attr.encode("utf-8")
-        for v in value if op == "in" else (value,):
-            family, payload = const_payload(v)
-            for kind in _PLACES[op]:
-                yield name, family, payload, kind
-
-
-def sid_key(sid: int) -> bytes:
-    return sid.to_bytes(4, "big")
-
-
-_ID_LEN = struct.Struct("<H")
-
-
-def sub_record(idkey: bytes, packed: bytes) -> bytes:
-    """A subs value: id length (u16 LE), id bytes, MessagePack predicates. One record
-    for both, so a subscribe writes one B-tree path where a sid -> id one took another."""
-    return _ID_LEN.pack(len(idkey)) + idkey + packed
-
-
-def split_sub(raw: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
-    """(id bytes, MessagePack predicates) of a subs value."""
-    end = _ID_LEN.size + (_ID_LEN.unpack_from(raw)[0] if len(raw) >= _ID_LEN.size else len(raw))
-    if len(raw) < end:
-        raise CorruptIndexError("a subscription record is truncated")
-    return bytes(raw[_ID_LEN.size:end]), raw[end:]
+VERSION = 3  # 2: overflow SidSets stored in chunks; 3: pending subscriptions
+#: older versions this one reads, and upgrades on opening for writes
+UPGRADES = (2,)
+#: pending sids from which a write folds them into the trees
+FOLD_AT = 10_000
 
 
 class Shard:
@@ -73,8 +45,9 @@ class Shard:
 
     def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
                  node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE,
-                 durable: bool = True) -> None:
+                 durable: bool = True, fold_at: int = FOLD_AT) -> None:
         self.path = path
+        self.fold_at = fold_at
         self.env = Environment(path, DB_NAMES, readonly=readonly, create=create,
                                map_size=map_size, sync=durable)
         self.dbs = self.env.dbs
@@ -92,7 +65,7 @@ class Shard:
                 raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
             version = int.from_bytes(ver, "little")
             self.node_bytes = int.from_bytes(nb, "little")
-        if version != VERSION:
+        if version != VERSION and version not in UPGRADES:
             self.env.close()
             if version > VERSION:
                 raise FormatVersionError(
@@ -100,11 +73,15 @@ class Shard:
                     f"(reads version {VERSION}); upgrade pbtree")
             raise FormatVersionError(
                 f"{path}: shard format version {version} is older than this pbtree "
-                f"(reads version {VERSION}); rebuild the index with this pbtree")
+                f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
+                f"index with this pbtree")
         if self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
+        if version != VERSION and not readonly:  # older readers must not see pending sids
+            self.env.write(lambda txn: txn.put(b"version", VERSION.to_bytes(4, "little"),
+                                               db=meta))
         self._attr_ids: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
@@ -119,11 +96,15 @@ class Shard:
             self._release()
         self.env.close()
 
-    def _release(self) -> None:
+    def _release(self, keep: bool = True) -> None:
+        """End the pinned snapshot. Its pending postings are kept (``keep``) for the next
+        one to extend: they do not point into the map, and rereading them is costly."""
         if self._snapshot is not None:
             self._snapshot.abort()
             self._snapshot = None
+            pending = self._cache.pending if keep else None
             self._cache = Snapshot()
+            self._cache.pending = pending
 
     @contextmanager
     def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:
@@ -139,7 +120,7 @@ class Shard:
             try:
                 yield self._snapshot, self._cache
             except BaseException as exc:  # a failed match may leave the caches half-updated
-                self._release()
+                self._release(keep=False)
                 self._locate(exc)
                 raise
 
@@ -163,7 +144,7 @@ class Shard:
             cache = self._cache.renewed(txn, self.dbs, self.env.remaps)
         except BaseException:
             txn.abort()
-            self._release()
+            self._release(keep=False)
             raise
         self._release()
         self._snapshot, self._cache = txn, cache
@@ -172,14 +153,13 @@ class Shard:
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
 
-        Ids must be distinct within ``items``. Postings are grouped by place first,
-        so each leaf item and list item is touched once per batch.
+        Ids must be distinct within ``items``. The new sids are pending; when they
+        bring the pending sids to ``fold_at``, the same transaction folds them all.
         """
         dbs = self.dbs
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
-            places: dict[Posting, list[int]] = {}
             gone: dict[Posting, list[int]] = {}
             for sub_id, idkey, preds in items:
                 old = txn.get(idkey, db=dbs["ids"])
@@ -188,18 +168,43 @@ class Shard:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     self._forget(w, txn, int.from_bytes(old, "big"), gone)
                 sid = w.new_sid()
-                for posting in postings(preds):
-                    places.setdefault(posting, []).append(sid)
                 w.set_sid(sid, len(preds), sub_id if isinstance(sub_id, int) else STRING_ID)
                 key = sid_key(sid)
                 txn.put(key, sub_record(idkey, msgpack.packb(preds)), db=dbs["subs"])
                 txn.put(idkey, key, db=dbs["ids"])
             self._apply(w, gone, adding=False)
-            self._apply(w, places, adding=True)
+            if w.next_sid - w.folded >= self.fold_at:
+                self._fold(w, txn)
             w.flush()
             return len(items)
 
         return self._write(apply)
+
+    def fold(self) -> int:
+        """Fold every pending subscription into the trees now; returns how many sids were
+        pending (removed ones included)."""
+        def apply(txn) -> int:
+            w = Writer(txn, self.dbs, self.node_bytes)
+            count = w.next_sid - w.folded
+            if count:
+                self._fold(w, txn)
+                w.flush()
+            return count
+
+        return self._write(apply)
+
+    def _fold(self, w: Writer, txn) -> None:
+        """Add the postings of every pending subscription to the trees, grouped by place
+        and in sid order (as ``Writer.add`` requires: each sid above those stored)."""
+        places: dict[Posting, list[int]] = {}
+        cur = txn.cursor(db=self.dbs["subs"])
+        if cur.set_range(sid_key(w.folded)):
+            for key, raw in cur:
+                sid = int.from_bytes(key, "big")
+                for posting in postings(msgpack.unpackb(split_sub(raw)[1])):
+                    places.setdefault(posting, []).append(sid)
+        self._apply(w, places, adding=True)
+        w.folded = w.next_sid
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""
@@ -261,8 +266,9 @@ class Shard:
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
         idkey, packed = split_sub(raw)
-        for posting in set(postings(msgpack.unpackb(packed))):
-            gone.setdefault(posting, []).append(sid)
+        if sid < w.folded:  # a pending one has no postings
+            for posting in set(postings(msgpack.unpackb(packed))):
+                gone.setdefault(posting, []).append(sid)
         w.set_sid(sid, 0, 0)
         txn.delete(idkey, db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
@@ -282,10 +288,13 @@ class Shard:
         """Sids of the subscriptions that a prepared event satisfies."""
         search = Search(txn, self.dbs, cache)
         try:
+            pending = cache.pending_of(txn, self.dbs)
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)
                 if aid is not None:
                     search.attribute(tree_prefix(aid, family), payload, exact)
+                if pending.places:
+                    pending.search(name, family, payload, exact, search.out)
             return count(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):

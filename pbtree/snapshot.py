@@ -8,6 +8,7 @@ import numpy as np
 from pbtree.columns import INT_IDS, NEEDED, Column
 from pbtree.counter import Counter
 from pbtree.flat import Flat
+from pbtree.pending import Pending
 from storage import sidset
 
 #: predicate count of a free sid in the counter: one no event reaches
@@ -23,7 +24,7 @@ class Snapshot:
     bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps")
+    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps", "pending", "current")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
@@ -32,6 +33,15 @@ class Snapshot:
         self.int_ids: np.ndarray | None = None
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
+        self.pending: Pending | None = None  # of this snapshot once ``current``, else older
+        self.current = False
+
+    def pending_of(self, txn: lmdb.Transaction, dbs: dict) -> Pending:
+        """The pending subscriptions' postings, brought up to this snapshot on first use."""
+        if not self.current:
+            self.pending = Pending.of(self.pending, txn, dbs)
+            self.current = True
+        return self.pending
 
     def counter_of(self, txn: lmdb.Transaction, dbs: dict) -> Counter:
         """The counter over all sids' predicate counts (free sids: a count no event reaches)."""
@@ -64,6 +74,7 @@ class Snapshot:
         place, so after an exception here neither snapshot's caches may be used.
         """
         new = Snapshot(remaps)
+        new.pending = self.pending  # extended by the sids since, unless they were folded
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
         found = self._changed(NEEDED, txn, dbs) if self.counter is not None else None

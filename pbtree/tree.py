@@ -33,6 +33,13 @@ def read_counter(txn: lmdb.Transaction, db, name: bytes) -> int:
     return COUNTER.unpack(raw)[0] if raw is not None else 0
 
 
+def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
+    """The first pending sid (sids below it have their postings in the trees). A shard
+    without the record (bulk-built, or last written at version 2) has none pending."""
+    raw = txn.get(b"folded", db=meta)
+    return next_sid if raw is None else COUNTER.unpack(raw)[0]
+
+
 def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:
     """{kind: (head id, tail id)} of a trees record."""
     ids = TREE.unpack(raw)
@@ -58,6 +65,7 @@ class Writer:
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         meta = dbs["meta"]
         self.next_sid = read_counter(txn, meta, b"next_sid")
+        self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
         self.next_node = read_counter(txn, meta, b"next_node") or 1
         self.next_attr = read_counter(txn, meta, b"next_attr")
 
@@ -400,6 +408,7 @@ class Writer:
         self.int_ids.flush()
         meta = dbs["meta"]
         txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
+        txn.put(b"folded", COUNTER.pack(self.folded), db=meta)
         txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
         txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
         self.over.flush()

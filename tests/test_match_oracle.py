@@ -32,13 +32,16 @@ def flatten_after(request):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
-@given(data=st.data(), shards=st.sampled_from([1, 3]))
-def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data, shards):
+@given(data=st.data(), shards=st.sampled_from([1, 3]), fold_at=st.sampled_from([1, 5, 10**6]))
+def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data, shards, fold_at):
+    """Writes go to the trees at once (fold_at 1), in folds every few subscriptions, or stay
+    pending until an explicit fold."""
     path = tmp_path_factory.mktemp("ix") / "index"
     model: dict = {}
-    with pbtree.create(path, shards=shards, node_bytes=256) as ix:
+    with pbtree.create(path, shards=shards, node_bytes=256, fold_at=fold_at) as ix:
         for _ in range(data.draw(st.integers(2, 6), label="steps")):
-            action = data.draw(st.sampled_from(["batch", "one", "unsubscribe", "replace"]))
+            action = data.draw(st.sampled_from(["batch", "one", "unsubscribe", "replace",
+                                                "fold"]))
             if action == "batch":
                 subs = data.draw(st.lists(subscriptions, min_size=1, max_size=25), label="batch")
                 base = len(model) + 1000 * _
@@ -70,6 +73,9 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data,
                 sub = data.draw(subscriptions)
                 ix.subscribe(sub_id, sub, replace=True)
                 model[sub_id] = parse(sub)
+            elif action == "fold":
+                ix.fold()
+                assert ix.stats()["pending"] == 0
             ix.verify()
             assert len(ix) == len(model)
             batch = data.draw(st.lists(events, min_size=1, max_size=6), label="events")
@@ -78,12 +84,14 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data,
             assert ix.match_many(batch) == expected  # later uses of each tree
 
 
-def test_many_events_many_subscriptions(tmp_path):
-    """Ten thousand events against thousands of subscriptions, with churn."""
+@pytest.mark.parametrize("fold_at", [1, 700])
+def test_many_events_many_subscriptions(tmp_path, fold_at):
+    """Ten thousand events against thousands of subscriptions, with churn; folds of 700
+    come at varying points of the rounds, leaving some subscriptions pending in each."""
     rng = random.Random(20261125)
     attrs = [f"attr{i}" for i in range(8)]
     model: dict = {}
-    with pbtree.create(tmp_path / "ix", shards=2, node_bytes=256) as ix:
+    with pbtree.create(tmp_path / "ix", shards=2, node_bytes=256, fold_at=fold_at) as ix:
         next_id = 0
         for round_no in range(4):
             batch = [(next_id + n, random_subscription(rng, attrs, 6)) for n in range(900)]
@@ -101,24 +109,28 @@ def test_many_events_many_subscriptions(tmp_path):
                 del model[i]
             report = ix.verify()
             assert report["subscriptions"] == len(model)
-            assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
+            if fold_at == 1 or round_no:  # the first round stays pending with folds of 700
+                assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
             evs = [random_event(rng, attrs, 6) for _ in range(2500)]
             got = ix.match_many(evs)
             for event, ids in zip(evs, got, strict=True):
                 assert ids == oracle_match(model, event), (round_no, event)
 
 
-def test_shared_constants_overflow_and_delete(tmp_path):
-    """Thousands of subscriptions on the same constants: overflow SidSets everywhere."""
+@pytest.mark.parametrize("fold_at", [1, 10**6])
+def test_shared_constants_overflow_and_delete(tmp_path, fold_at):
+    """Thousands of subscriptions on the same constants: overflow SidSets everywhere, or
+    thousands of pending postings on each constant."""
     rng = random.Random(7)
     shapes = ["a >= 5", "a > 5", "a != 3", "a < 7", "a <= 7", "a = 1", "a in (1, 5, 9)",
               "a between 2 and 8", "b prefix 'x'"]
     model: dict = {}
-    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=fold_at) as ix:
         pairs = [(n, " and ".join(rng.sample(shapes, rng.randint(1, 3)))) for n in range(3000)]
         ix.subscribe_many(pairs)
         model.update((i, parse(e)) for i, e in pairs)
-        assert ix.verify()["overflow_sidsets"] >= 8
+        report = ix.verify()
+        assert report["overflow_sidsets"] >= 8 if fold_at == 1 else report["pending"] == 3000
         for sub_id in rng.sample(range(3000), 200):
             assert ix.unsubscribe(sub_id)
             del model[sub_id]

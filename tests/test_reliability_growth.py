@@ -11,6 +11,8 @@ import pbtree
 from pbtree.expr import parse
 
 SMALL_MAP = 64 << 10
+#: each batch of 400 brings a shard about 200 pending: every other one folds them
+FOLD_AT = 300
 ATTRS = ["a", "b", "c"]
 
 
@@ -42,12 +44,12 @@ def test_map_grows_many_times_in_one_session_and_across_reopenings(tmp_path):
             event = random_event(rng, ATTRS, 500)
             assert ix.match(event) == oracle_match(model, event)
 
-    with pbtree.create(path, shards=2, node_bytes=512, map_size=SMALL_MAP) as ix:
+    with pbtree.create(path, shards=2, node_bytes=512, map_size=SMALL_MAP, fold_at=FOLD_AT) as ix:
         grow(ix, 8)
         assert min(map_sizes(ix)) >= 16 * SMALL_MAP, "the map did not grow several times"
         check(ix)
     for session in range(2):
-        with pbtree.open(path, map_size=SMALL_MAP) as ix:
+        with pbtree.open(path, map_size=SMALL_MAP, fold_at=FOLD_AT) as ix:
             check(ix)
             before = map_sizes(ix)
             grow(ix, 6)

@@ -92,6 +92,9 @@ class PbtreeSystem:
     def flush(self) -> None:
         pass
 
+    def fold(self) -> int:
+        return self.ix.fold()
+
     def stats(self) -> dict[str, Any]:
         return dict(self.ix.stats()) if self.ix is not None else {}
 

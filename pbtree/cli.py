@@ -24,6 +24,7 @@ from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
 from pbtree.errors import EventError, PbtreeError
 from pbtree.ids import encode_id
 from pbtree.progress import Progress
+from pbtree.shard import FOLD_AT
 
 PROG = "pbtree"
 SUB_BATCH = 10_000
@@ -128,6 +129,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         print(f"OK {args.index}: {plural(report.get('subscriptions', 0), 'subscription')} in "
               f"{plural(report.get('shards', 1), 'shard')}; every invariant holds")
+    return 0
+
+
+def cmd_fold(args: argparse.Namespace) -> int:
+    with pbtree.open(args.index) as index:
+        folded = index.fold()
+    note(args, f"{args.index}: folded {plural(folded, 'pending subscription')} into the trees")
     return 0
 
 
@@ -536,6 +544,11 @@ def build_parser() -> Parser:
                  "pbtree verify alerts.pbt")
     p.add_argument("index", metavar="INDEX")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = _command(sub, "fold", cmd_fold,
+                 "move pending subscriptions into the trees now (writes do it every "
+                 f"{FOLD_AT:,} per shard)", "pbtree fold alerts.pbt")
+    p.add_argument("index", metavar="INDEX")
 
     p = _command(sub, "generate", cmd_generate,
                  "write sample or synthetic subscriptions and events",

@@ -208,8 +208,9 @@ class Index:
         else:
             seen: set[bytes] = set()
             for shard, items in zip(self.shards, groups, strict=True):
+                stored = shard.existing([idkey for _, idkey, _ in items]) if items else set()
                 for sub_id, idkey, _ in items:
-                    if idkey in seen or shard.contains(idkey):
+                    if idkey in seen or idkey in stored:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     seen.add(idkey)
         return sum(shard.subscribe(items, replace)

@@ -240,6 +240,16 @@ class Shard:
                 self._locate(exc)
                 raise
 
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read transaction of the last commit, whose corruption errors name this shard."""
+        try:
+            with self.env.read() as txn:
+                yield txn
+        except CorruptIndexError as exc:
+            self._locate(exc)
+            raise
+
     def _locate(self, exc: BaseException) -> None:
         """Name this shard in a CorruptIndexError raised by a module that does not know
         which files it read (overflow sets, list nodes, subs records)."""
@@ -328,6 +338,12 @@ class Shard:
     def contains(self, idkey: bytes) -> bool:
         with self.env.read() as txn:
             return txn.get(idkey, db=self.dbs["ids"]) is not None
+
+    def existing(self, idkeys: list[bytes]) -> set[bytes]:
+        """Those of ``idkeys`` that are stored ids, all read in one snapshot (a batch's
+        duplicate check; a transaction per id cost more than the lookup itself)."""
+        with self.env.read() as txn:
+            return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
 
     def ids(self) -> list:
         with self.env.read() as txn:

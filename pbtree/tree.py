@@ -37,7 +37,11 @@ def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
     """The first pending sid (sids below it have their postings in the trees). A shard
     without the record (bulk-built, or last written at version 2) has none pending."""
     raw = txn.get(b"folded", db=meta)
-    return next_sid if raw is None else COUNTER.unpack(raw)[0]
+    folded = next_sid if raw is None else COUNTER.unpack(raw)[0]
+    if folded > next_sid:
+        raise CorruptIndexError(f"the first pending sid {folded} is above the sid counter "
+                                f"{next_sid}")
+    return folded
 
 
 def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:

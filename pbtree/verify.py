@@ -25,7 +25,7 @@ LIST_KINDS = (GT, LT, INEQ)
 def shard_stats(shard) -> dict:
     """Counts over one shard, read in one snapshot."""
     dbs = shard.dbs
-    with shard.env.read() as txn:
+    with shard.read() as txn:
         names = {int.from_bytes(v, "little"): bytes(k).decode("utf-8")
                  for k, v in txn.cursor(db=dbs["attrs"])}
         used = {names[int.from_bytes(bytes(k)[:4], "big")]
@@ -224,8 +224,6 @@ class _Checker:
         attrs = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=dbs["attrs"])}
         next_sid = read_counter(txn, dbs["meta"], b"next_sid")
         folded = read_folded(txn, dbs["meta"], next_sid)
-        if folded > next_sid:
-            self.fail(f"the first pending sid {folded} is above the sid counter {next_sid}")
         needed = NEEDED.chunks(txn, dbs)
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
@@ -288,5 +286,5 @@ class _Checker:
 
 
 def verify_shard(shard, number: int, shards: int) -> None:
-    with shard.env.read() as txn:
+    with shard.read() as txn:
         _Checker(shard, number, shards, txn).run()

@@ -178,6 +178,9 @@ DAMAGE = {
                            "FormatVersionError", "upgrade"),
     "shard format older": (lambda p: _shard_meta(p, b"version", (1).to_bytes(4, "little")),
                            "FormatVersionError", "rebuild"),
+    "first pending sid above the counter": (
+        lambda p: _shard_meta(p, b"folded", (1 << 40).to_bytes(8, "little")),
+        "CorruptIndexError", "first pending sid"),
     "shard format record foreign": (lambda p: _shard_meta(p, b"format", b"other"),
                                     "CorruptIndexError", "not a pbtree shard"),
     "shard database missing": (lambda p: _drop_db(p, b"chunks"), "CorruptIndexError",
@@ -210,6 +213,35 @@ def test_older_shard_is_refused_without_gaining_databases(damaged):
         with pytest.raises(pbtree.FormatVersionError, match="rebuild"):
             pbtree.open(path, readonly=readonly)
     assert _db_names(path) == before and b"chunks" not in before
+
+
+def _shard_version(path: Path) -> int:
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32, readonly=True)
+    with env.begin() as txn:
+        version = int.from_bytes(txn.get(b"version", db=env.open_db(b"meta", txn=txn)), "little")
+    env.close()
+    return version
+
+
+def test_version_2_shard_is_read_and_upgraded_when_opened_for_writing(damaged):
+    """Version 2 had no pending sids (no folded record): it is read as it is, and marked
+    version 3 on opening for writes, before any write can leave sids pending."""
+    path, events, answers = damaged
+    _shard_meta(path, b"version", (2).to_bytes(4, "little"))
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        assert txn.delete(b"folded", db=env.open_db(b"meta", txn=txn))
+    env.close()
+    assert probe(path, events) == {"answers": answers}
+    assert _shard_version(path) == 2
+    with pbtree.open(path) as ix:
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            assert bytes(txn.get(b"version", db=shard.dbs["meta"])) == (3).to_bytes(4, "little")
+        ix.subscribe("new", "a >= 0")
+        assert ix.stats()["pending"] == 1
+        assert "new" in ix.match({"a": 1})
+    assert "new" in probe(path, [{"a": 1}])["answers"][0]  # another process reads it pending
 
 
 def test_another_programs_lmdb_is_left_untouched(damaged):

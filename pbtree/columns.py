@@ -82,15 +82,29 @@ class ColumnWriter:
         self.dirty: dict[int, np.ndarray] = {}
 
     def set(self, sid: int, value: int) -> None:
-        col = self.column
-        number, at = divmod(sid, col.size)
+        number, at = divmod(sid, self.column.size)
+        self._chunk(number)[at] = value
+
+    def set_run(self, first: int, values: list[int]) -> None:
+        """set() of the sids from ``first`` on to ``values``: one slice per chunk, where
+        a batch of new sids took a call per sid."""
+        size, done = self.column.size, 0
+        while done < len(values):
+            number, at = divmod(first + done, size)
+            n = min(size - at, len(values) - done)
+            self._chunk(number)[at:at + n] = values[done:done + n]
+            done += n
+
+    def _chunk(self, number: int) -> np.ndarray:
+        """The dirty copy of a chunk, read (or zeros) on first use."""
         chunk = self.dirty.get(number)
         if chunk is None:
+            col = self.column
             raw = self.txn.get(col.chunk_key(number), db=self.db)
             chunk = (np.frombuffer(raw, col.dtype).copy() if raw is not None
                      else np.zeros(col.size, col.dtype))
             self.dirty[number] = chunk
-        chunk[at] = value
+        return chunk
 
     def flush(self) -> None:
         for number, chunk in self.dirty.items():

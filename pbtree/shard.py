@@ -161,17 +161,26 @@ class Shard:
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
             gone: dict[Posting, list[int]] = {}
+            stored = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
+            pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
+            first = w.next_sid
+            subs, ids, needed, int_ids = [], [], [], []
             for sub_id, idkey, preds in items:
-                old = txn.get(idkey, db=dbs["ids"])
+                old = stored.get(idkey)
                 if old is not None:
                     if not replace:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     self._forget(w, txn, int.from_bytes(old, "big"), gone)
-                sid = w.new_sid()
-                w.set_sid(sid, len(preds), sub_id if isinstance(sub_id, int) else STRING_ID)
-                key = sid_key(sid)
-                txn.put(key, sub_record(idkey, msgpack.packb(preds)), db=dbs["subs"])
-                txn.put(idkey, key, db=dbs["ids"])
+                key = sid_key(w.new_sid())
+                subs.append((key, sub_record(idkey, pack(preds))))
+                ids.append((idkey, key))
+                needed.append(len(preds))
+                int_ids.append(sub_id if isinstance(sub_id, int) else STRING_ID)
+            # Writer.set_sid for the new sids, which are consecutive
+            w.needed.set_run(first, needed)
+            w.int_ids.set_run(first, int_ids)
+            txn.cursor(db=dbs["subs"]).putmulti(subs)
+            txn.cursor(db=dbs["ids"]).putmulti(ids)
             self._apply(w, gone, adding=False)
             if w.next_sid - w.folded >= self.fold_at:
                 self._fold(w, txn)

@@ -1,11 +1,15 @@
-"""Batched subscribe: the duplicate check reads each shard once, and names the same id the
-one-by-one check did (the first duplicate in shard order, then batch order)."""
+"""Batched subscribe: the duplicate check reads each shard once and names the same id the
+one-by-one check did (the first duplicate in shard order, then batch order); the new sids'
+columns are written a chunk slice at a time."""
 
 from __future__ import annotations
 
+import lmdb
+import numpy as np
 import pytest
 
 import pbtree
+from pbtree.columns import INT_IDS, STRING_ID, ColumnWriter
 from pbtree.ids import encode_id, shard_of
 
 SHARDS = 3
@@ -43,3 +47,36 @@ def test_first_duplicate_in_shard_order_is_named_and_nothing_is_written(index):
     assert sorted(index) == before
     assert index.subscribe_many([(fresh, "b = 3"), ("s", "b = 4")]) == 2
     assert fresh in index and "s" in index
+
+
+def test_batches_across_column_chunks_with_replace(tmp_path):
+    """New sids' columns are written a chunk slice at a time (INT_IDS.size sids a chunk):
+    batches that start and end inside chunks, string ids and replaced ones all verify."""
+    with pbtree.create(tmp_path / "ix", shards=1, fold_at=10**6) as ix:
+        ids = [n if n % 3 else f"s{n}" for n in range(2 * INT_IDS.size + 300)]
+        for start in range(0, len(ids), 700):
+            ix.subscribe_many([(i, [("a", "=", n), ("b", "<", 7)])
+                               for n, i in enumerate(ids[start:start + 700], start)])
+        ix.subscribe_many([(i, "c = 1") for i in ids[::5]], replace=True)
+        assert ix.verify()["subscriptions"] == len(ids)
+        assert ix.match({"c": 1}) == sorted(ids[::5], key=lambda i: (isinstance(i, str), i))
+        assert ix.match({"a": 1, "b": 0}) == [1]
+
+
+def test_set_run_equals_set(tmp_path):
+    env = lmdb.open(str(tmp_path), max_dbs=1)
+    db = {INT_IDS.db: env.open_db(INT_IDS.db.encode())}
+    size = INT_IDS.size
+    stored = np.arange(size, dtype=INT_IDS.dtype).tobytes()
+    with env.begin(write=True) as txn:
+        txn.put(INT_IDS.chunk_key(1), stored, db=db[INT_IDS.db])
+        runs, ones = ColumnWriter(INT_IDS, txn, db), ColumnWriter(INT_IDS, txn, db)
+        for first, values in [(size - 3, list(range(-5, 5))), (2 * size + 7, [STRING_ID] * size),
+                              (5, [9])]:
+            runs.set_run(first, values)
+            for sid, value in enumerate(values, first):
+                ones.set(sid, value)
+        assert runs.dirty.keys() == ones.dirty.keys() == {0, 1, 2, 3}
+        for number, chunk in runs.dirty.items():
+            assert np.array_equal(chunk, ones.dirty[number])
+    env.close()

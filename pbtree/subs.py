@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from functools import lru_cache
 
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, LT
@@ -24,9 +25,16 @@ def postings(preds: list) -> Iterator[Posting]:
     for attr, op, value in preds:
         name = attr.encode("utf-8")
         for v in value if op == "in" else (value,):
-            family, payload = const_payload(v)
+            family, payload = _payload(v)
             for kind in _PLACES[op]:
                 yield name, family, payload, kind
+
+
+@lru_cache(maxsize=1 << 16, typed=True)
+def _payload(value: object) -> tuple[int, bytes]:
+    """``const_payload``, remembered: folds and pending reads meet the same constants
+    over and over (typed: 1, 1.0 and True are different keys)."""
+    return const_payload(value)
 
 
 def sid_key(sid: int) -> bytes:

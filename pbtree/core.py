@@ -117,10 +117,11 @@ def normalize(expr: Expr) -> list:
         raise ExpressionError(
             f"subscription has {len(preds)} predicates; the limit is {MAX_PREDICATES}")
     for attr, _, _ in preds:
-        size = len(attr.encode("utf-8", "surrogatepass"))
-        if not 0 < size <= MAX_ATTR_BYTES:
-            raise ExpressionError(
-                f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")
+        if not 0 < len(attr) <= MAX_ATTR_BYTES // 4:  # else UTF-8 may take over the limit
+            size = len(attr.encode("utf-8", "surrogatepass"))
+            if not 0 < size <= MAX_ATTR_BYTES:
+                raise ExpressionError(
+                    f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")
     return preds
 
 

@@ -1,8 +1,10 @@
 """Batched subscribe: the duplicate check reads each shard once and names the same id the
 one-by-one check did (the first duplicate in shard order, then batch order); the new sids'
-columns are written a chunk slice at a time."""
+columns are written a chunk slice at a time; the attribute name limit is checked as before."""
 
 from __future__ import annotations
+
+import re
 
 import lmdb
 import numpy as np
@@ -10,6 +12,7 @@ import pytest
 
 import pbtree
 from pbtree.columns import INT_IDS, STRING_ID, ColumnWriter
+from pbtree.core import MAX_ATTR_BYTES, normalize
 from pbtree.ids import encode_id, shard_of
 
 SHARDS = 3
@@ -80,3 +83,16 @@ def test_set_run_equals_set(tmp_path):
         for number, chunk in runs.dirty.items():
             assert np.array_equal(chunk, ones.dirty[number])
     env.close()
+
+
+@pytest.mark.parametrize("char", ["a", "é", "€", "\U0001f600"])
+def test_attribute_name_limit_counts_utf8_bytes(char):
+    """normalize() counts a name's UTF-8 bytes only when its length leaves it in doubt."""
+    for length in range(1, MAX_ATTR_BYTES + 2):
+        name = char * length
+        if len(name.encode("utf-8")) <= MAX_ATTR_BYTES:
+            assert (name, "=", 1) in normalize([(name, "=", 1), ("b", "<", 2)])
+        else:
+            with pytest.raises(pbtree.ExpressionError, match=re.escape(
+                    f"attribute name {name[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")):
+                normalize([("b", "<", 2), (name, "=", 1)])

@@ -120,13 +120,14 @@ class Environment:
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
         """A read-only snapshot; values are zero-copy buffers valid inside the block."""
-        try:
-            txn = self.env.begin(buffers=True)
-        except lmdb.MapResizedError:
-            self.remap(0)
-            txn = self.env.begin(buffers=True)
-        except lmdb.Error as exc:
-            raise _storage_error(self.path, exc) from None
+        while True:  # another process may grow the map again between remap and begin
+            try:
+                txn = self.env.begin(buffers=True)
+                break
+            except lmdb.MapResizedError:
+                self.remap(0)
+            except lmdb.Error as exc:
+                raise _storage_error(self.path, exc) from None
         try:
             yield txn
         except lmdb.Error as exc:

@@ -66,7 +66,7 @@ def effect(op: dict) -> dict:
 
 
 def run_writer(path: str, ops_file: str) -> None:
-    with pbtree.open(path, map_size=64 << 10) as ix:
+    with pbtree.open(path, map_size=64 << 10, fold_at=25) as ix:  # readers meet folds too
         for op in json.loads(Path(ops_file).read_text()):
             if op["kind"] == "unsub":
                 assert ix.unsubscribe_many(op["ids"]) == len(op["ids"])

@@ -32,12 +32,14 @@ ATTRS = ["a", "b", "c", "d"]
 DOMAIN = 20
 POPULATION = 250
 TRIALS = int(os.environ.get("PBTREE_STRESS_TRIALS", "16"))
+FOLD_AT = 25
 
 
 def writer(path: str, log_path: str, seed: int, first_id: int) -> None:
     """Subscribe, replace and unsubscribe forever, logging begin/ack around each call."""
     rng = random.Random(seed)
-    ix = pbtree.open(path, map_size=64 << 10)
+    # folds every few writes, so that kills land in folds too
+    ix = pbtree.open(path, map_size=64 << 10, fold_at=FOLD_AT)
     present = list(ix)
     next_id = first_id
     with open(log_path, "a", encoding="utf-8") as log:

@@ -93,15 +93,17 @@ def assert_tables_fresh(ix: pbtree.Index) -> None:
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32), base=st.sampled_from([0, 1000, 4080]),
-       shards=st.sampled_from([1, 2]),
+       shards=st.sampled_from([1, 2]), fold_at=st.sampled_from([1, 7, 10**6]),
        steps=st.lists(st.lists(st.sampled_from(["subscribe", "batch", "unsubscribe",
                                                 "replace"]), max_size=3),
                       min_size=4, max_size=12))
-def test_writes_between_matches_match_oracle(tmp_path_factory, seed, base, shards, steps):
-    """Renewed tables answer like the oracle and equal tables read anew."""
+def test_writes_between_matches_match_oracle(tmp_path_factory, seed, base, shards, fold_at,
+                                             steps):
+    """Renewed tables and pending postings answer like the oracle, and the tables equal
+    tables read anew, whether writes go to the trees, fold now and then, or stay pending."""
     rng = random.Random(seed)
     path = tmp_path_factory.mktemp("ix") / "index"
-    with pbtree.create(path, shards=shards, node_bytes=512) as ix:
+    with pbtree.create(path, shards=shards, node_bytes=512, fold_at=fold_at) as ix:
         writes = Writes(ix, rng)
         writes.subscribe_many(base)
         for kinds in steps:
@@ -118,8 +120,8 @@ def test_reader_process_and_growing_map_match_oracle(tmp_path):
     grows (is mapped anew) under both."""
     rng = random.Random(7)
     path = tmp_path / "index"
-    with pbtree.create(path, shards=1, node_bytes=512, map_size=64 << 10) as ix:
-        writes = Writes(ix, rng)
+    with pbtree.create(path, shards=1, node_bytes=512, map_size=64 << 10, fold_at=40) as ix:
+        writes = Writes(ix, rng)  # folds every few steps: the reader rebuilds its pending
         writes.subscribe_many(3000)
         reader = subprocess.Popen([sys.executable, "-c", READER, str(path)], text=True,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -22,8 +22,10 @@ def row(report: dict) -> str:
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"
     single = ours.get("subscribe_p50_ms")
+    folded = ours.get("subscribe_many_folded_per_s")
     updates = (f"{single:.2f}" if single is not None else "—",
-               f"{ours['subscribe_many_per_s']:,.0f}")
+               f"{ours['subscribe_many_per_s']:,.0f}",
+               f"{folded:,.0f}" if folded is not None else "—")
     return (f"| {workload['profile']} | {scale} | {rate:,.0f} | {ours['p50_ms']:.2f} | "
             f"{ours['p99_ms']:.2f} | {ratios} | {ours['index_bytes'] / 2**20:,.0f} | "
             f"{growth:.1f} % | {' | '.join(updates)} | "
@@ -34,8 +36,8 @@ def main(directory: str = "bench/results") -> int:
     reports = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
           "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | subscribe p50 ms "
-          "| subscribe_many /s | engine commit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| subscribe_many /s | with its fold /s | engine commit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for report in sorted(reports, key=lambda r: (r["workload"]["subscriptions"],
                                                  r["workload"]["profile"])):
         print(row(report))

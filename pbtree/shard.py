@@ -191,30 +191,33 @@ class Shard:
         return self._write(apply)
 
     def fold(self) -> int:
-        """Fold every pending subscription into the trees now; returns how many sids were
-        pending (removed ones included)."""
+        """Fold every pending subscription into the trees now; returns how many."""
         def apply(txn) -> int:
             w = Writer(txn, self.dbs, self.node_bytes)
-            count = w.next_sid - w.folded
-            if count:
-                self._fold(w, txn)
-                w.flush()
-            return count
+            if w.next_sid == w.folded:
+                return 0
+            folded = self._fold(w, txn)
+            w.flush()
+            return folded
 
         return self._write(apply)
 
-    def _fold(self, w: Writer, txn) -> None:
+    def _fold(self, w: Writer, txn) -> int:
         """Add the postings of every pending subscription to the trees, grouped by place
-        and in sid order (as ``Writer.add`` requires: each sid above those stored)."""
+        and in sid order (as ``Writer.add`` requires: each sid above those stored);
+        returns how many subscriptions that was."""
         places: dict[Posting, list[int]] = {}
+        count = 0
         cur = txn.cursor(db=self.dbs["subs"])
         if cur.set_range(sid_key(w.folded)):
             for key, raw in cur:
                 sid = int.from_bytes(key, "big")
+                count += 1
                 for posting in postings(msgpack.unpackb(split_sub(raw)[1])):
                     places.setdefault(posting, []).append(sid)
         self._apply(w, places, adding=True)
         w.folded = w.next_sid
+        return count
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""

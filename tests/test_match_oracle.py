@@ -74,7 +74,8 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data,
                 ix.subscribe(sub_id, sub, replace=True)
                 model[sub_id] = parse(sub)
             elif action == "fold":
-                ix.fold()
+                pending = ix.stats()["pending"]
+                assert ix.fold() == pending
                 assert ix.stats()["pending"] == 0
             ix.verify()
             assert len(ix) == len(model)

@@ -217,6 +217,7 @@ def test_bench_harness_runs_small(tmp_path):
     ours = report["results"][0]
     # pbtree's 5 + 20 new subscriptions were pending, matched, then folded into the trees
     assert ours["pending_subs"] == 25 and ours["pending_events_per_s"] > 0
+    assert ours["pending_first_ms"] > 0
     assert 0 < ours["subscribe_many_folded_per_s"] < ours["subscribe_many_per_s"]
     # measured in a fresh process: a number, not an error (it may be ~0 at this size)
     assert isinstance(ours["matcher_rss_bytes"], int)

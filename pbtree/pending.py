@@ -24,9 +24,10 @@ class Place:
 
     __slots__ = ("keys", "sids")
 
-    def __init__(self) -> None:
-        self.keys: list[bytes] = []
-        self.sids = np.zeros(0, np.uint32)
+    def __init__(self, added: list[tuple[bytes, int]]) -> None:
+        """From (key, sid) pairs sorted by key."""
+        self.keys = [key for key, _ in added]
+        self.sids = np.array([sid for _, sid in added], np.uint32)
 
     def merge(self, added: list[tuple[bytes, int]]) -> None:
         """Add (key, sid) pairs, sorted by key, after any equal key already held."""
@@ -73,7 +74,11 @@ class Pending:
             places = self.places.setdefault(group, {})
             for kind, pairs in kinds.items():
                 pairs.sort(key=_first)
-                places.setdefault(kind, Place()).merge(pairs)
+                place = places.get(kind)
+                if place is None:
+                    places[kind] = Place(pairs)
+                else:
+                    place.merge(pairs)
         self.next = next_sid
 
     def search(self, name: bytes, family: int, payload: bytes, exact: bool,

@@ -271,6 +271,8 @@ class Shard:
 
     def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
         """Add or remove grouped postings, in key order (one visit per place)."""
+        if places:
+            w.trees_changed = True
         change = w.add if adding else w.remove
         attr_ids: dict[bytes, int] = {}
         for (name, family, payload, kind), sids in sorted(places.items()):

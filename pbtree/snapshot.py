@@ -9,6 +9,7 @@ from pbtree.columns import INT_IDS, NEEDED, Column
 from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.pending import Pending
+from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
 #: predicate count of a free sid in the counter: one no event reaches
@@ -24,7 +25,8 @@ class Snapshot:
     bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps", "pending", "current")
+    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps", "pending", "current",
+                 "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
@@ -34,6 +36,7 @@ class Snapshot:
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``current``, else older
+        self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
         self.current = False
 
     def pending_of(self, txn: lmdb.Transaction, dbs: dict) -> Pending:
@@ -70,13 +73,18 @@ class Snapshot:
 
         Per-sid tables are updated in the chunks that changed or were added
         (``Column.changed``), in place unless they grow, or dropped when that cannot tell
-        (the map was remapped, or chunks are missing). Trees are dropped. Updates are in
-        place, so after an exception here neither snapshot's caches may be used.
+        (the map was remapped, or chunks are missing). Flattened trees are kept when no
+        commit in between changed a tree record: their pages are then the same pages in
+        ``txn``, which LMDB cannot reuse while it is open. Updates are in place, so after
+        an exception here neither snapshot's caches may be used.
         """
         new = Snapshot(remaps)
         new.pending = self.pending  # extended by the sids since, unless they were folded
+        new.tree_gen = read_counter(txn, dbs["meta"], TREE_GEN)
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
+        if new.tree_gen == self.tree_gen:
+            new.trees, new.flat = self.trees, self.flat
         found = self._changed(NEEDED, txn, dbs) if self.counter is not None else None
         if found is not None:
             views, changed = found

@@ -25,6 +25,8 @@ from storage.keys import split_key, tree_prefix
 #: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
 TREE = struct.Struct("<6I")
 COUNTER = struct.Struct("<Q")
+#: meta counter of the transactions that changed a tree record (docs/FORMAT.md §2.1)
+TREE_GEN = b"tree_gen"
 MAX_SID = 2**32 - 1
 
 
@@ -65,6 +67,7 @@ class Writer:
         self.dropped: set[int] = set()
         self.raw: dict[int, bytes] = {}  # node records as decoded: unchanged ones are not put
         self.over = Store(txn, dbs, node_bytes)
+        self.trees_changed = False  # set by whoever adds or removes postings
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         meta = dbs["meta"]
@@ -415,6 +418,8 @@ class Writer:
         txn.put(b"folded", COUNTER.pack(self.folded), db=meta)
         txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
         txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
+        if self.trees_changed:  # readers keep what they read of the trees until this moves
+            txn.put(TREE_GEN, COUNTER.pack(read_counter(txn, meta, TREE_GEN) + 1), db=meta)
         self.over.flush()
 
     def _spiller(self, node: Node):

@@ -11,11 +11,10 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 
 import lmdb
-import msgpack
 import numpy as np
 
 from pbtree.leaf import EQ, GT, LT
-from pbtree.subs import postings, sid_key, split_sub
+from pbtree.subs import stored
 from pbtree.tree import read_counter, read_folded
 
 
@@ -61,15 +60,9 @@ class Pending:
     def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int) -> None:
         """Read the subscriptions of sids ``self.next .. next_sid`` (removed ones are absent)."""
         added: dict[tuple[bytes, int], dict[int, list[tuple[bytes, int]]]] = {}
-        cur = txn.cursor(db=dbs["subs"])
-        if cur.set_range(sid_key(self.next)):
-            for key, raw in cur:
-                sid = int.from_bytes(key, "big")
-                if sid >= next_sid:
-                    break
-                for name, family, payload, kind in postings(msgpack.unpackb(split_sub(raw)[1])):
-                    added.setdefault((name, family), {}).setdefault(kind, []).append(
-                        (payload, sid))
+        for sid, _, _, found in stored(txn, dbs["subs"], self.next, next_sid):
+            for name, family, payload, kind in found:
+                added.setdefault((name, family), {}).setdefault(kind, []).append((payload, sid))
         for group, kinds in added.items():
             places = self.places.setdefault(group, {})
             for kind, pairs in kinds.items():

@@ -25,7 +25,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, postings, sid_key, split_sub, sub_record
+from pbtree.subs import Posting, postings, sid_key, split_sub, stored, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
@@ -208,13 +208,10 @@ class Shard:
         returns how many subscriptions that was."""
         places: dict[Posting, list[int]] = {}
         count = 0
-        cur = txn.cursor(db=self.dbs["subs"])
-        if cur.set_range(sid_key(w.folded)):
-            for key, raw in cur:
-                sid = int.from_bytes(key, "big")
-                count += 1
-                for posting in postings(msgpack.unpackb(split_sub(raw)[1])):
-                    places.setdefault(posting, []).append(sid)
+        for sid, _, _, found in stored(txn, self.dbs["subs"], w.folded):
+            count += 1
+            for posting in found:
+                places.setdefault(posting, []).append(sid)
         self._apply(w, places, adding=True)
         w.folded = w.next_sid
         return count

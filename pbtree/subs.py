@@ -10,6 +10,9 @@ import struct
 from collections.abc import Iterator
 from functools import lru_cache
 
+import lmdb
+import msgpack
+
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import const_payload
@@ -30,11 +33,37 @@ def postings(preds: list) -> Iterator[Posting]:
                 yield name, family, payload, kind
 
 
-@lru_cache(maxsize=1 << 16, typed=True)
 def _payload(value: object) -> tuple[int, bytes]:
-    """``const_payload``, remembered: folds and pending reads meet the same constants
-    over and over (typed: 1, 1.0 and True are different keys)."""
+    """``const_payload``, numbers remembered: folds and pending reads meet the same ones
+    over and over (a string's payload is its encoding, as cheap to make as to look up)."""
+    return const_payload(value) if isinstance(value, str) else _number_payload(value)
+
+
+@lru_cache(maxsize=1 << 14, typed=True)  # typed: 1, 1.0 and True stay apart
+def _number_payload(value: object) -> tuple[int, bytes]:
     return const_payload(value)
+
+
+def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
+           ) -> Iterator[tuple[int, bytes, list, list[Posting]]]:
+    """(sid, id bytes, predicates, postings) of the subs records of sids ``first`` up to
+    ``end``, in sid order; a record that does not decode to predicates is a
+    CorruptIndexError (a pending subscription has nothing else to be matched by)."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(sid_key(first)):
+        return
+    for key, raw in cur:
+        sid = int.from_bytes(key, "big")
+        if end is not None and sid >= end:
+            return
+        idkey, packed = split_sub(raw)
+        try:
+            preds = msgpack.unpackb(packed)
+            found = list(postings(preds))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
+                                    f"({type(exc).__name__}: {exc})") from None
+        yield sid, idkey, preds, found
 
 
 def sid_key(sid: int) -> bytes:

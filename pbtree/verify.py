@@ -5,7 +5,6 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
 
-import msgpack
 import numpy as np
 
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID
@@ -14,7 +13,7 @@ from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
-from pbtree.subs import postings, sid_key, split_sub
+from pbtree.subs import sid_key, stored
 from pbtree.tree import read_counter, read_folded, tree_sentinels
 from storage import sidset
 from storage.keys import tree_prefix
@@ -31,12 +30,11 @@ def shard_stats(shard) -> dict:
         used = {names[int.from_bytes(bytes(k)[:4], "big")]
                 for k in txn.cursor(db=dbs["trees"]).iternext(values=False)}
         pending = 0
-        cur = txn.cursor(db=dbs["subs"])
         meta = dbs["meta"]
-        if cur.set_range(sid_key(read_folded(txn, meta, read_counter(txn, meta, b"next_sid")))):
-            for raw in cur.iternext(keys=False):
-                pending += 1
-                used.update(attr for attr, _, _ in msgpack.unpackb(split_sub(raw)[1]))
+        first = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
+        for _, _, preds, _ in stored(txn, dbs["subs"], first):
+            pending += 1
+            used.update(attr for attr, _, _ in preds)
         stats = {
             "subscriptions": txn.stat(dbs["ids"])["entries"],
             "pending": pending,
@@ -228,10 +226,8 @@ class _Checker:
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
         live = 0
-        for skey, raw in txn.cursor(db=dbs["subs"]):
-            sid = int.from_bytes(skey, "big")
-            idkey, packed = split_sub(raw)
-            preds = msgpack.unpackb(packed)
+        for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
+            skey = sid_key(sid)
             if bytes(txn.get(idkey, db=dbs["ids"]) or b"") != skey:
                 self.fail(f"sid {sid}: id records disagree")
             if shard_of(bytes(idkey), self.shards) != self.number:
@@ -249,7 +245,7 @@ class _Checker:
             live += 1
             if sid >= folded:  # pending: its postings are not in the trees yet
                 continue
-            for name, family, payload, kind in postings(preds):
+            for name, family, payload, kind in found:
                 if name not in attrs:
                     self.fail(f"sid {sid}: attribute {name!r} has no id")
                 expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import lmdb
+import msgpack
 import pytest
 from oracle import oracle_match
 from strategies import random_event, random_subscription
@@ -537,3 +538,27 @@ def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_pa
         with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):
             ix.subscribe(300, "a = 1")
         assert len(ix) == 300
+
+
+@pytest.mark.parametrize("preds", [[["a", "~", 1]], [[5, "=", 1]], [["a", "="]], "text"],
+                         ids=["unknown operator", "attribute not a string", "no value",
+                              "not a list"])
+def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
+    """A pending subscription is matched from its record alone: verify, match and fold
+    must each name the damage (and the shard), and the failed fold must change nothing."""
+    path = tmp_path / "index"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(n, "a = 1 and b < 5") for n in range(10)])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        subs = env.open_db(b"subs", txn=txn)
+        key, raw = list(txn.cursor(db=subs))[4]
+        id_len = struct.unpack_from("<H", raw)[0]
+        txn.put(key, bytes(raw[:2 + id_len]) + msgpack.packb(preds), db=subs)
+    env.close()
+    shard = re.escape(str(path / "shard-0000"))
+    with pbtree.open(path) as ix:
+        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
+            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
+                call()
+        assert len(ix) == 10 and 7 in ix

@@ -38,7 +38,9 @@ FORMAT_VERSION = 1
 MIN_NODE_BYTES = 256
 MAX_NODE_BYTES = 1 << 20
 MAX_ATTR_BYTES = 400
-MAX_PREDICATES = 65535
+#: one below the count that marks a free sid in the counter (snapshot.FREE), which the
+#: stale pending postings of a removed subscription must never reach
+MAX_PREDICATES = 65534
 
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]

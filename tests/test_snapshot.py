@@ -19,7 +19,9 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
+from pbtree import matcher
 from pbtree.expr import parse
+from pbtree.flat import Flat
 from pbtree.snapshot import Snapshot
 
 ATTRS = ["a", "b", "c"]
@@ -162,3 +164,28 @@ def test_renewal_in_place_widens_int32_ids_and_frees_sids(tmp_path):
         assert ix.match({"a": 1, "b": 2})[-2:] == [2**40, "x"]
         assert_tables_fresh(ix)
 
+
+
+def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypatch):
+    """A pending subscribe writes no tree record, so the next snapshot keeps the same
+    flattened trees; removing a folded subscription changes trees, and they go."""
+    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    model = {n: parse(f"a > {n % 7} and b != {n % 3}") for n in range(200)}
+    event = {"a": 5, "b": 1}
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        ix.subscribe_many([(n, f"a > {n % 7} and b != {n % 3}") for n in range(200)])
+        ix.fold()
+        for _ in range(3):
+            assert ix.match(event) == oracle_match(model, event)
+        cache = ix.shards[0]._cache
+        flat = {k: v for k, v in cache.trees.items() if isinstance(v, Flat)}
+        assert len(flat) == 2
+        ix.subscribe(1000, "a > 0 and b = 1")  # pending
+        model[1000] = parse("a > 0 and b = 1")
+        assert ix.match(event) == oracle_match(model, event)
+        assert ix.shards[0]._cache is not cache
+        assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
+        assert ix.unsubscribe(3)  # folded: its postings leave the trees
+        del model[3]
+        assert ix.match(event) == oracle_match(model, event)
+        assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())

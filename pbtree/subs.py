@@ -21,6 +21,7 @@ _PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), 
            "!=": (INEQ,)}
 
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
+CACHED_CHARS = 64
 
 
 def postings(preds: list) -> Iterator[Posting]:
@@ -28,19 +29,16 @@ def postings(preds: list) -> Iterator[Posting]:
     for attr, op, value in preds:
         name = attr.encode("utf-8")
         for v in value if op == "in" else (value,):
-            family, payload = _payload(v)
+            long = type(v) is str and len(v) > CACHED_CHARS
+            family, payload = const_payload(v) if long else _cached_payload(v)
             for kind in _PLACES[op]:
                 yield name, family, payload, kind
 
 
-def _payload(value: object) -> tuple[int, bytes]:
-    """``const_payload``, numbers remembered: folds and pending reads meet the same ones
-    over and over (a string's payload is its encoding, as cheap to make as to look up)."""
-    return const_payload(value) if isinstance(value, str) else _number_payload(value)
-
-
 @lru_cache(maxsize=1 << 14, typed=True)  # typed: 1, 1.0 and True stay apart
-def _number_payload(value: object) -> tuple[int, bytes]:
+def _cached_payload(value: object) -> tuple[int, bytes]:
+    """``const_payload``, remembered: folds and pending reads meet the same constants over
+    and over (strings up to CACHED_CHARS only, so the cache stays a few MB)."""
     return const_payload(value)
 
 

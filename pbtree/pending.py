@@ -1,4 +1,4 @@
-"""Subscriptions not yet folded into the trees, searched in memory (docs/FORMAT.md §2.1).
+"""Subscriptions not yet folded into the trees, searched in memory (docs/FORMAT.md §2.2).
 
 A subscribe writes its records and columns but no postings: sids from the shard's
 ``folded`` counter up are pending. Each read snapshot evaluates them here, with the
@@ -58,7 +58,11 @@ class Pending:
         return pending
 
     def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int) -> None:
-        """Read the subscriptions of sids ``self.next .. next_sid`` (removed ones are absent)."""
+        """Read the subscriptions of sids ``self.next .. next_sid`` that still exist.
+
+        Postings read earlier stay when their subscription is removed: its count in the
+        counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
+        """
         added: dict[tuple[bytes, int], dict[int, list[tuple[bytes, int]]]] = {}
         for sid, _, _, found in stored(txn, dbs["subs"], self.next, next_sid):
             for name, family, payload, kind in found:

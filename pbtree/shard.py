@@ -25,7 +25,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, postings, sid_key, split_sub, stored, sub_record
+from pbtree.subs import Posting, decoded, sid_key, split_sub, stored, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
@@ -162,12 +162,12 @@ class Shard:
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
             gone: dict[Posting, list[int]] = {}
-            stored = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
+            old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
             first = w.next_sid
             subs, ids, needed, int_ids = [], [], [], []
             for sub_id, idkey, preds in items:
-                old = stored.get(idkey)
+                old = old_sids.get(idkey)
                 if old is not None:
                     if not replace:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
@@ -287,9 +287,9 @@ class Shard:
         raw = txn.get(key, db=dbs["subs"])
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
-        idkey, packed = split_sub(raw)
+        idkey, _, found = decoded(sid, raw)
         if sid < w.folded:  # a pending one has no postings
-            for posting in set(postings(msgpack.unpackb(packed))):
+            for posting in set(found):
                 gone.setdefault(posting, []).append(sid)
         w.set_sid(sid, 0, 0)
         txn.delete(idkey, db=dbs["ids"])
@@ -336,12 +336,12 @@ class Shard:
         return ints[~strings], [decode_id(split_sub(v)[0]) for _, v in pairs]
 
     def get(self, idkey: bytes) -> list | None:
-        with self.env.read() as txn:
+        with self.read() as txn:
             sid = txn.get(idkey, db=self.dbs["ids"])
             if sid is None:
                 return None
             raw = txn.get(bytes(sid), db=self.dbs["subs"])
-            return None if raw is None else msgpack.unpackb(split_sub(raw)[1])
+            return None if raw is None else decoded(int.from_bytes(sid, "big"), raw)[1]
 
     def __len__(self) -> int:
         with self.env.read() as txn:

@@ -54,14 +54,19 @@ def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
         sid = int.from_bytes(key, "big")
         if end is not None and sid >= end:
             return
-        idkey, packed = split_sub(raw)
-        try:
-            preds = msgpack.unpackb(packed)
-            found = list(postings(preds))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
-                                    f"({type(exc).__name__}: {exc})") from None
-        yield sid, idkey, preds, found
+        yield sid, *decoded(sid, raw)
+
+
+def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Posting]]:
+    """(id bytes, predicates, postings) of the subs record of ``sid``; a record that does
+    not decode to predicates is a CorruptIndexError naming the sid."""
+    idkey, packed = split_sub(raw)
+    try:
+        preds = msgpack.unpackb(packed)
+        return idkey, preds, list(postings(preds))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
+                                f"({type(exc).__name__}: {exc})") from None
 
 
 def sid_key(sid: int) -> bytes:

@@ -546,9 +546,36 @@ def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_pa
 def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
     """A pending subscription is matched from its record alone: verify, match and fold
     must each name the damage (and the shard), and the failed fold must change nothing."""
+    path = _damaged_subs_record(tmp_path, preds, fold=False)
+    shard = re.escape(str(path / "shard-0000"))
+    with pbtree.open(path) as ix:
+        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
+            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
+                call()
+        assert len(ix) == 10 and 7 in ix
+
+
+def test_damaged_folded_subscription_is_named_by_get_and_unsubscribe(tmp_path):
+    """Removing a folded subscription reads its postings from its record: a damaged one
+    refuses the removal, naming the sid and shard, and leaves the index as it was."""
+    path = _damaged_subs_record(tmp_path, [["a", "~", 1]], fold=True)
+    shard = re.escape(str(path / "shard-0000"))
+    with pbtree.open(path) as ix:
+        for call in (lambda: ix.get(4), lambda: ix.unsubscribe(4),
+                     lambda: ix.subscribe(4, "a = 2", replace=True)):
+            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
+                call()
+        assert len(ix) == 10 and ix.match({"a": 1, "b": 2}) == list(range(10))
+
+
+def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool) -> Path:
+    """An index of 10 subscriptions (pending, or folded) whose 5th subs record's
+    predicates are then replaced by ``preds`` behind pbtree's back."""
     path = tmp_path / "index"
     with pbtree.create(path) as ix:
         ix.subscribe_many([(n, "a = 1 and b < 5") for n in range(10)])
+        if fold:
+            ix.fold()
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:
         subs = env.open_db(b"subs", txn=txn)
@@ -556,9 +583,4 @@ def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
         id_len = struct.unpack_from("<H", raw)[0]
         txn.put(key, bytes(raw[:2 + id_len]) + msgpack.packb(preds), db=subs)
     env.close()
-    shard = re.escape(str(path / "shard-0000"))
-    with pbtree.open(path) as ix:
-        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
-            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
-                call()
-        assert len(ix) == 10 and 7 in ix
+    return path

@@ -134,13 +134,7 @@ class Shard:
         The new snapshot begins before the old one ends, so no page the old one reaches
         can be written while ``Snapshot.renewed`` compares the two (``Column.changed``).
         """
-        while True:
-            try:
-                txn = self.env.env.begin(buffers=True)
-                break
-            except lmdb.MapResizedError:  # another process grew the map: remap with none open
-                self._release()
-                self.env.remap(0)
+        txn = self.env.begin_read(self._release)  # a remap needs no transaction open
         try:
             cache = self._cache.renewed(txn, self.dbs, self.env.remaps)
         except BaseException:

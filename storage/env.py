@@ -117,17 +117,23 @@ class Environment:
                 f"{self.path}: an LMDB environment without a {first_db!r} database; "
                 f"not a pbtree shard") from None
 
-    @contextmanager
-    def read(self) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot; values are zero-copy buffers valid inside the block."""
-        while True:  # another process may grow the map again between remap and begin
+    def begin_read(self, release: Callable[[], None] = lambda: None) -> lmdb.Transaction:
+        """A read-only transaction (zero-copy buffers); when another process has grown the
+        map, ``release`` ends this process's transactions and the map is mapped anew, as
+        often as it grows again in between."""
+        while True:
             try:
-                txn = self.env.begin(buffers=True)
-                break
+                return self.env.begin(buffers=True)
             except lmdb.MapResizedError:
+                release()
                 self.remap(0)
             except lmdb.Error as exc:
                 raise _storage_error(self.path, exc) from None
+
+    @contextmanager
+    def read(self) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot; values are zero-copy buffers valid inside the block."""
+        txn = self.begin_read()
         try:
             yield txn
         except lmdb.Error as exc:

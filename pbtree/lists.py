@@ -36,18 +36,6 @@ FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
 
 
-#: little-endian u32 arrays of each length in use (struct's own cache holds only 100 formats)
-_U32S: dict[int, struct.Struct] = {}
-
-
-def _u32s(n: int) -> struct.Struct:
-    """The struct of ``n`` little-endian u32."""
-    found = _U32S.get(n)
-    if found is None:
-        found = _U32S[n] = struct.Struct(f"<{n}I")
-    return found
-
-
 def node_key(node_id: int) -> bytes:
     return node_id.to_bytes(4, "big")
 
@@ -139,7 +127,7 @@ class View:
             return lo
         if not hi:
             return 0
-        ends = _u32s(hi).unpack_from(buf, HEADER.size)
+        ends = sidset.u32s(hi).unpack_from(buf, HEADER.size)
         blob = bytes(buf[at:at + ends[-1]])
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -324,7 +312,7 @@ def appended(view: View, node_id: int, adds: dict[bytes, list[int]], inline_max:
     a split: the caller then takes the decoding path.
     """
     raw, n, spilled = view.buf, view.n, view.flags & SPILLED
-    ends = list(_u32s(n).unpack_from(raw, view.ends_at))
+    ends = list(sidset.u32s(n).unpack_from(raw, view.ends_at))
     found = []
     for key, sids in adds.items():
         i = view.count_below(key, False)
@@ -339,18 +327,17 @@ def appended(view: View, node_id: int, adds: dict[bytes, list[int]], inline_max:
     added = sum(len(sids) for _, sids in found)
     if n > 1 and len(raw) + 4 * added > node_bytes:
         return None
-    base, parts, done, shift = view.sids_at, [], 0, 0
+    base, parts, done = view.sids_at, [], 0
     for i, sids in found:
         parts.append(raw[base + 4 * done:base + 4 * ends[i]])
-        parts.append(struct.pack(f"<{len(sids)}I", *sids))
+        parts.append(sidset.packed(sids))
         done = ends[i]
     parts.append(raw[base + 4 * done:])
-    grow = dict(found)
-    for i in range(found[0][0], n):
-        if i in grow:
-            shift += len(grow[i])
-        ends[i] += shift
-    return b"".join((raw[:view.ends_at], _u32s(n).pack(*ends), *parts))
+    shift, stops = 0, [i for i, _ in found[1:]] + [n]
+    for (i, sids), stop in zip(found, stops, strict=True):  # items i .. stop move together
+        shift += len(sids)
+        ends[i:stop] = [end + shift for end in ends[i:stop]]
+    return b"".join((raw[:view.ends_at], sidset.u32s(n).pack(*ends), *parts))
 
 
 def pack(kind: int, flags: int, prev: int, nxt: int, attr: int, family: int,

@@ -3,7 +3,8 @@
 A Writer caches decoded leaf items and list nodes for the length of one API
 call, so a batch touches each record once, and writes them all back in
 flush(). Leaf keys are put immediately when created so cursor walks over the
-leaf level (for re-pointing) see them.
+leaf level (for re-pointing) see them. Sids added to places that already
+exist decode neither: they are appended to the records as they were read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.errors import CorruptIndexError
-from pbtree.leaf import EQ, GT, HAS, INEQ, LT, Leaf, overflow_key
+from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
 from storage import sidset
@@ -60,6 +61,9 @@ class Writer:
         self.node_bytes = node_bytes
         self.inline_max = inline_max(node_bytes)
         self.leaves: dict[bytes, Leaf] = {}
+        # eq sids for inline sets of leaf items not decoded (the record as read, sids):
+        # appended to the record at flush
+        self.eq_appends: dict[bytes, tuple[bytes, list[int]]] = {}
         self.nodes: dict[int, Node] = {}
         # sids for existing items of nodes not decoded: spliced into the record at flush
         self.appends: dict[int, dict[bytes, list[int]]] = {}
@@ -143,6 +147,9 @@ class Writer:
             if raw is None:
                 return None
             leaf = self.leaves[key] = Leaf.decode(raw)
+            stash = self.eq_appends.pop(key, None)
+            if stash is not None:
+                leaf.adds += stash[1]
         return leaf
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
@@ -238,18 +245,15 @@ class Writer:
     def add(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
         """Add sorted sids at one posting place; each must exceed every sid stored."""
         key = prefix + payload
+        if key not in self.leaves and self._add_stored(prefix, key, kind, payload, sids):
+            return
         leaf = self._ensure_leaf(prefix, key)
         if kind == EQ:
             leaf.adds += sids
             return
         start = leaf.ptr[kind]
         if leaf.has(kind):
-            node = self.nodes.get(start)
-            if node is None:
-                self.appends.setdefault(start, {}).setdefault(payload, []).extend(sids)
-                return
-            node.add_sids(node.find(payload), sids)
-            self._split(prefix, node)
+            self._add_to_item(prefix, start, payload, sids)
             return
         node = self.node(start)
         if node.flags & HEAD:
@@ -270,6 +274,38 @@ class Writer:
             else:
                 hi = node.keys[i + 1] if i + 1 < len(node.keys) else self._first_key(node.next)
                 self._repoint(prefix, kind, payload, True, hi, False, node.id)
+        self._split(prefix, node)
+
+    def _add_stored(self, prefix: bytes, key: bytes, kind: int, payload: bytes,
+                    sids: list[int]) -> bool:
+        """Add sids to a place that exists, reading only its leaf item's header (a fold
+        meets tens of thousands of leaf items once each); False when the place is new or
+        its eq set is in the overflow database: the caller takes the general path."""
+        stash = self.eq_appends.get(key)
+        raw = stash[0] if stash is not None else self.txn.get(key, db=self.dbs["leaf"])
+        if raw is None:
+            return False
+        ptrs = HEADER.unpack_from(raw)
+        flags = ptrs[3]
+        if kind == EQ:
+            if flags & EQ_OVERFLOW:
+                return False
+            self.eq_appends[key] = (raw, [*stash[1], *sids] if stash else list(sids))
+            return True
+        if not flags & HAS[kind]:
+            return False
+        self._add_to_item(prefix, ptrs[kind - 1], payload, sids)
+        return True
+
+    def _add_to_item(self, prefix: bytes, node_id: int, payload: bytes,
+                     sids: list[int]) -> None:
+        """Add sids to the existing item ``payload`` of the node ``node_id``: spliced into
+        the record at flush when the node is not decoded."""
+        node = self.nodes.get(node_id)
+        if node is None:
+            self.appends.setdefault(node_id, {}).setdefault(payload, []).extend(sids)
+            return
+        node.add_sids(node.find(payload), sids)
         self._split(prefix, node)
 
     def remove(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
@@ -380,8 +416,20 @@ class Writer:
                                      pending.pop(payload))
         return bool(pending)
 
+    def _flush_eq_appends(self) -> None:
+        """Append stashed eq sids to their leaf records; decode those whose set no longer
+        fits inline (written with the decoded leaves, the set moved to overflow)."""
+        room = self.inline_max + HEADER.size
+        for key, (raw, sids) in list(self.eq_appends.items()):
+            if len(raw) + 4 * len(sids) <= room:
+                self.txn.put(key, raw + sidset.packed(sids), db=self.dbs["leaf"])
+            else:
+                self.leaf(key)
+        self.eq_appends.clear()
+
     def flush(self) -> None:
         self._flush_appends()
+        self._flush_eq_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
         for key, leaf in self.leaves.items():
             if leaf.eq is None:

@@ -7,6 +7,8 @@ so counting stays exact. Decoding is zero-copy over LMDB's buffers.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 DTYPE = np.dtype("<u4")
@@ -20,6 +22,23 @@ def decode(buf: bytes | memoryview, offset: int = 0, count: int = -1) -> np.ndar
 
 def encode(sids: np.ndarray) -> bytes:
     return np.asarray(sids, dtype=DTYPE).tobytes()
+
+
+#: little-endian u32 arrays of each length in use (struct's own cache holds only 100 formats)
+_U32S: dict[int, struct.Struct] = {}
+
+
+def u32s(n: int) -> struct.Struct:
+    """The struct of ``n`` little-endian u32."""
+    found = _U32S.get(n)
+    if found is None:
+        found = _U32S[n] = struct.Struct(f"<{n}I")
+    return found
+
+
+def packed(sids: list[int]) -> bytes:
+    """``encode`` of a short list, without building an array."""
+    return u32s(len(sids)).pack(*sids)
 
 
 def append(sids: np.ndarray, more: list[int]) -> np.ndarray:

@@ -38,6 +38,8 @@ VERSION = 3  # 2: overflow SidSets stored in chunks; 3: pending subscriptions
 UPGRADES = (2,)
 #: pending sids from which a write folds them into the trees
 FOLD_AT = 10_000
+#: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_apply``
+_KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
 
 class Shard:
@@ -261,18 +263,23 @@ class Shard:
             exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 
     def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
-        """Add or remove grouped postings, in key order (one visit per place)."""
+        """Add or remove grouped postings (one visit per place), in leaf key order: each
+        leaf and node page is then met in one run. Sorted as one bytes key per place,
+        which sorts several times faster than the posting tuples."""
         if places:
             w.trees_changed = True
         change = w.add if adding else w.remove
         attr_ids: dict[bytes, int] = {}
-        for (name, family, payload, kind), sids in sorted(places.items()):
+        keyed: dict[bytes, list[int]] = {}
+        for (name, family, payload, kind), sids in places.items():
             aid = attr_ids.get(name)
             if aid is None:
                 aid = attr_ids[name] = w.attr_id(name, adding)
                 if aid is None:
                     raise CorruptIndexError(f"{self.path}: stored attribute {name!r} unknown")
-            change(tree_prefix(aid, family), kind, payload, sids)
+            keyed[tree_prefix(aid, family) + payload + _KIND_BYTE[kind]] = sids
+        for key in sorted(keyed):
+            change(key[:5], key[-1], key[5:-1], keyed[key])
 
     def _forget(self, w: Writer, txn, sid: int, gone: dict[Posting, list[int]]) -> None:
         """Delete a subscription's records and queue its postings for removal."""

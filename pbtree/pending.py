@@ -23,65 +23,63 @@ class Place:
 
     __slots__ = ("keys", "sids")
 
-    def __init__(self, added: list[tuple[bytes, int]]) -> None:
-        """From (key, sid) pairs sorted by key."""
-        self.keys = [key for key, _ in added]
-        self.sids = np.array([sid for _, sid in added], np.uint32)
+    def __init__(self, keys: list[bytes], sids: np.ndarray) -> None:
+        self.keys, self.sids = keys, sids
 
-    def merge(self, added: list[tuple[bytes, int]]) -> None:
-        """Add (key, sid) pairs, sorted by key, after any equal key already held."""
-        keys = [key for key, _ in added]
-        at = [bisect_right(self.keys, key) for key in keys]
-        self.sids = np.insert(self.sids, at, np.array([sid for _, sid in added], np.uint32))
-        self.keys = sorted(self.keys + keys)  # two sorted runs: a linear, stable merge
+    def join(self, newer: Place) -> None:
+        """Take in the postings of a place of later sids, after any equal key held."""
+        keys = self.keys + newer.keys
+        sids = np.concatenate((self.sids, newer.sids))
+        if newer.keys[0] < self.keys[-1]:
+            order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
+            keys, sids = [keys[i] for i in order], sids[order]
+        self.keys, self.sids = keys, sids
 
 
-class Pending:
-    """Postings of the pending sids ``folded .. next`` of one snapshot, by attribute."""
+class Run:
+    """The postings of a range of pending sids, by (attribute, family) and kind."""
 
-    __slots__ = ("folded", "next", "places")
+    __slots__ = ("size", "places")
 
-    def __init__(self, folded: int) -> None:
-        self.folded = self.next = folded
-        self.places: dict[tuple[bytes, int], dict[int, Place]] = {}
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int) -> None:
+        """Read the subscriptions of sids ``first .. end`` that still exist: one sort of
+        all their postings, and one sid array the places slice."""
+        rows = [(name, family, kind, payload, sid)
+                for sid, _, _, found in stored(txn, dbs["subs"], first, end)
+                for name, family, payload, kind in found]
+        rows.sort()  # by place, then key, then sid
+        sids = np.array([row[4] for row in rows], np.uint32)
+        self.size, self.places = len(rows), {}
+        start, n = 0, len(rows)
+        while start < n:
+            name, family, kind = rows[start][:3]
+            stop = start + 1
+            while stop < n and rows[stop][2] == kind and rows[stop][0] == name \
+                    and rows[stop][1] == family:
+                stop += 1
+            self.places.setdefault((name, family), {})[kind] = Place(
+                [row[3] for row in rows[start:stop]], sids[start:stop])
+            start = stop
 
-    @classmethod
-    def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict) -> Pending:
-        """The pending postings of ``txn``: ``old`` extended by the sids subscribed since,
-        or read afresh when a fold has happened in between."""
-        meta = dbs["meta"]
-        next_sid = read_counter(txn, meta, b"next_sid")
-        folded = read_folded(txn, meta, next_sid)
-        pending = old if old is not None and old.folded == folded else cls(folded)
-        if pending.next < next_sid:
-            pending.extend(txn, dbs, next_sid)
-        return pending
-
-    def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int) -> None:
-        """Read the subscriptions of sids ``self.next .. next_sid`` that still exist.
-
-        Postings read earlier stay when their subscription is removed: its count in the
-        counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
-        """
-        added: dict[tuple[bytes, int], dict[int, list[tuple[bytes, int]]]] = {}
-        for sid, _, _, found in stored(txn, dbs["subs"], self.next, next_sid):
-            for name, family, payload, kind in found:
-                added.setdefault((name, family), {}).setdefault(kind, []).append((payload, sid))
-        for group, kinds in added.items():
-            places = self.places.setdefault(group, {})
-            for kind, pairs in kinds.items():
-                pairs.sort(key=_first)
-                place = places.get(kind)
-                if place is None:
-                    places[kind] = Place(pairs)
+    def join(self, newer: Run) -> None:
+        """Take in a run of later sids."""
+        for group, kinds in newer.places.items():
+            mine = self.places.get(group)
+            if mine is None:
+                self.places[group] = kinds
+                continue
+            for kind, place in kinds.items():
+                held = mine.get(kind)
+                if held is None:
+                    mine[kind] = place
                 else:
-                    place.merge(pairs)
-        self.next = next_sid
+                    held.join(place)
+        self.size += newer.size
 
     def search(self, name: bytes, family: int, payload: bytes, exact: bool,
                out: list[np.ndarray]) -> None:
-        """Append the sids of the pending predicates on this attribute that the event
-        value satisfies; ``exact`` as in the tree walk (False: a longer string cut to
+        """Append the sids of this run's predicates on the attribute that the event value
+        satisfies; ``exact`` as in the tree walk (False: a longer string cut to
         ``payload``, which no key equals and which every key up to it lies below)."""
         places = self.places.get((name, family))
         if places is None:
@@ -101,6 +99,52 @@ class Pending:
             out += [part for part in parts if part.size]
 
 
-def _first(pair: tuple[bytes, int]) -> bytes:
-    return pair[0]
+class Pending:
+    """Postings of the pending sids ``folded .. next`` of one snapshot, as runs.
 
+    Each newer snapshot reads only the sids committed since, as a new run, so reading
+    costs what was added, not what is pending. A run is joined into the one before it
+    while that one is at most twice its size: runs grow geometrically, so there are
+    only a few to search and each posting is copied a few times.
+    """
+
+    __slots__ = ("folded", "next", "runs")
+
+    def __init__(self, folded: int) -> None:
+        self.folded = self.next = folded
+        self.runs: list[Run] = []
+
+    @classmethod
+    def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict) -> Pending:
+        """The pending postings of ``txn``: ``old`` extended by the sids subscribed since,
+        or read afresh when a fold has happened in between."""
+        meta = dbs["meta"]
+        next_sid = read_counter(txn, meta, b"next_sid")
+        folded = read_folded(txn, meta, next_sid)
+        pending = old if old is not None and old.folded == folded else cls(folded)
+        if pending.next < next_sid:
+            pending.extend(txn, dbs, next_sid)
+        return pending
+
+    def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int) -> None:
+        """Read the subscriptions of sids ``self.next .. next_sid`` that still exist.
+
+        Postings read earlier stay when their subscription is removed: its count in the
+        counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
+        """
+        run = Run(txn, dbs, self.next, next_sid)
+        self.next = next_sid
+        if not run.size:
+            return
+        runs = self.runs
+        runs.append(run)
+        while len(runs) > 1 and runs[-2].size <= 2 * runs[-1].size:
+            newer = runs.pop()
+            runs[-1].join(newer)
+
+    def search(self, name: bytes, family: int, payload: bytes, exact: bool,
+               out: list[np.ndarray]) -> None:
+        """Append the sids of the pending predicates on this attribute that the event
+        value satisfies (``Run.search``)."""
+        for run in self.runs:
+            run.search(name, family, payload, exact, out)

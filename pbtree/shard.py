@@ -316,7 +316,7 @@ class Shard:
                 aid = self._attr(txn, name)
                 if aid is not None:
                     search.attribute(tree_prefix(aid, family), payload, exact)
-                if pending.places:
+                if pending.runs:
                     pending.search(name, family, payload, exact, search.out)
             return count(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:

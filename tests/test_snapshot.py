@@ -23,6 +23,7 @@ from pbtree import matcher
 from pbtree.expr import parse
 from pbtree.flat import Flat
 from pbtree.snapshot import Snapshot
+from pbtree.subs import postings
 
 ATTRS = ["a", "b", "c"]
 DOMAIN = 20
@@ -189,3 +190,28 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
         del model[3]
         assert ix.match(event) == oracle_match(model, event)
         assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())
+
+
+def test_pending_reads_only_new_sids_in_few_runs(tmp_path):
+    """Each match after a subscribe reads only the sids committed since (one new run);
+    runs join while the older is at most twice the newer, so 200 single subscribes leave
+    a handful of runs, each a contiguous range of sids, and every answer is the oracle's."""
+    rng = random.Random(7)
+    model = {}
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        shard = ix.shards[0]
+        for n in range(200):
+            expr = f"a {rng.choice(['<', '>=', '!=', '='])} {rng.randrange(DOMAIN)}"
+            ix.subscribe(n, expr)
+            model[n] = parse(expr)
+            event = {"a": rng.randrange(DOMAIN)}
+            assert ix.match(event) == oracle_match(model, event)
+            pending = shard._cache.pending
+            assert pending.next == n + 1 and pending.runs[-1].size >= 1
+        sizes = [run.size for run in pending.runs]
+        assert sum(sizes) == sum(len(list(postings(p))) for p in model.values())
+        assert all(a > 2 * b for a, b in zip(sizes, sizes[1:], strict=False))
+        assert len(sizes) <= (sum(sizes) + 1).bit_length() <= 9
+        assert ix.fold() == 200
+        assert ix.match({"a": 3}) == oracle_match(model, {"a": 3})
+        assert ix.shards[0]._cache.pending.runs == []

@@ -205,7 +205,8 @@ def test_bench_harness_runs_small(tmp_path):
         only=["pbtree", "scan", "counting-mem", "sqlite"],
         cold=True,
         out=tmp_path,
-        settings=dict(sample=3, warmup=2, events=10, budget=2.0, single=5, batched=20, batch=10),
+        settings=dict(sample=3, warmup=2, events=10, budget=2.0, single=5, batched=20, batch=10,
+                      live=30, live_events=2),
         n_subs=800,
         log=lambda _m: None,
     )
@@ -214,6 +215,9 @@ def test_bench_harness_runs_small(tmp_path):
     for r in report["results"]:
         assert r["correct"] and r["updates_correct"], r
         assert r["events_per_s"] > 0 and r["subscribe_p50_ms"] > 0
+        # 3 batches of 10 live subscriptions, each followed by 2 events; checked and removed
+        assert r["live_correct"] and (r["live_subs"], r["live_events"]) == (30, 6), r
+        assert r["live_subscribe_per_s"] > 0 and r["live_events_per_s"] > 0
     ours = report["results"][0]
     # pbtree's 5 + 20 new subscriptions were pending, matched, then folded into the trees
     assert ours["pending_subs"] == 25 and ours["pending_events_per_s"] > 0

@@ -43,12 +43,13 @@ SYSTEMS = ("pbtree",) + BASELINES
 DISK_SYSTEMS = ("pbtree", "sqlite", "duckdb")
 
 # per scale: reference sample, warm-up events, timed events at most, seconds at most per phase,
-# single updates, batched updates, batch size
+# single updates, batched updates, batch size, subscriptions of the live phase and the events
+# matched after each of its batches
 SETTINGS = {
     "small": dict(sample=20, warmup=20, events=1000, budget=15.0, single=200, batched=2000,
-                  batch=500),
+                  batch=500, live=4000, live_events=10),
     "full": dict(sample=3, warmup=5, events=1000, budget=60.0, single=200, batched=10000,
-                 batch=1000),
+                 batch=1000, live=20000, live_events=10),
 }
 
 #: how the harness treats Python's cyclic GC, recorded in each report's settings
@@ -245,6 +246,7 @@ def run_system(
 
         res.update(measure_updates(system, core, events, sample, settings))
         res["disk_bytes_after_updates"] = system.disk_bytes()
+        res.update(measure_live(system, core, events, sample, settings))
 
         if cold and name in DISK_SYSTEMS:
             res.update(measure_cold(system, events, warm, settings))
@@ -340,6 +342,45 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     return out
 
 
+def measure_live(system: Any, core: list, events: Sequence[dict], sample,
+                 settings: dict) -> dict[str, Any]:
+    """Subscriptions arriving while events are matched: rounds of one batch of new
+    subscriptions (the workload's shapes, fresh ids), then a few events, until all are in or
+    the phase budget is spent. pbtree runs as an application would: folding whenever
+    its shard reaches the default ``fold_at``, inside the subscribe that reaches it. The
+    subscriptions added are checked on a sample event, then removed (untimed)."""
+    if hasattr(system, "live"):
+        system.live()
+    base, bs, per = 3 * 10**12, settings["batch"], settings["live_events"]
+    subs = [(base + i, core[i % len(core)][1]) for i in range(settings["live"])]
+    warm, clock = settings["warmup"], time.perf_counter
+    writing, lat, added = 0.0, [], 0
+    while added < len(subs) and writing + sum(lat) <= settings["budget"]:
+        t0 = clock()
+        system.subscribe_many(subs[added : added + bs])
+        system.flush()
+        writing += clock() - t0
+        added = min(added + bs, len(subs))
+        for _ in range(per):
+            ev = events[(warm + len(lat)) % len(events)]
+            t0 = clock()
+            system.match(ev)
+            lat.append(clock() - t0)
+    out: dict[str, Any] = {"live_subs": added, "live_events": len(lat)}
+    out["live_subscribe_per_s"] = added / writing
+    out["live_events_per_s"] = len(lat) / sum(lat)
+    out["live_p50_ms"] = percentile(lat, 0.5) * 1e3
+    out["live_p99_ms"] = percentile(lat, 0.99) * 1e3
+    ev, want = sample[0]
+    orig = set(want)
+    copies = [ident for ident, _ in subs[:added] if core[(ident - base) % len(core)][0] in orig]
+    correct = system.match(ev) == sorted(want + copies)
+    removed = system.unsubscribe_many([ident for ident, _ in subs[:added]])
+    system.flush()
+    out["live_correct"] = correct and removed == added and system.match(ev) == want
+    return out
+
+
 def measure_cold(system: Any, events: Sequence[dict], warm: int, settings: dict) -> dict:
     out: dict[str, Any] = {}
     system.close()
@@ -403,6 +444,8 @@ COLUMNS = (
     ("pending_events_per_s", "events/s pending", None),
     ("fold_s", "fold s", None),
     ("subscribe_many_folded_per_s", "sub/s batch + fold", None),
+    ("live_subscribe_per_s", "live sub/s batch", None),
+    ("live_events_per_s", "live events/s", None),
     ("unsubscribe_per_s", "unsub/s", None),
     ("unsubscribe_many_per_s", "unsub/s batch", None),
     ("disk_bytes", "disk MiB", _mb),

@@ -32,15 +32,37 @@ def row(report: dict) -> str:
             f"{report.get('code', {}).get('commit', 'before aec65e1')} |")
 
 
+def live_row(report: dict) -> str:
+    """The live phase (batches of subscribes, each followed by a few events) per system:
+    subscriptions/s and events/s."""
+    by_name = {r["system"].split(" ")[0]: r for r in report["results"]}
+    cells = []
+    for name in ("pbtree", *SYSTEMS):
+        r = by_name.get(name, {})
+        subs, events = r.get("live_subscribe_per_s"), r.get("live_events_per_s")
+        cells.append(f"{subs:,.0f} / {events:,.0f}" if subs and events else "—")
+    return (f"| {report['workload']['profile']} | {' | '.join(cells)} | "
+            f"{report.get('code', {}).get('commit', '?')} |")
+
+
 def main(directory: str = "bench/results") -> int:
-    reports = [json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))]
+    reports = sorted((json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))),
+                     key=lambda r: (r["workload"]["subscriptions"], r["workload"]["profile"]))
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
           "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | subscribe p50 ms "
           "| subscribe_many /s | with its fold /s | engine commit |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for report in sorted(reports, key=lambda r: (r["workload"]["subscriptions"],
-                                                 r["workload"]["profile"])):
+    for report in reports:
         print(row(report))
+    live = [r for r in reports if r["workload"]["scale"] == "full"
+            and r["results"][0].get("live_subscribe_per_s")]
+    if live:
+        print()
+        print("| live, 1M: subscribes/s / events/s | " + " | ".join(("pbtree", *SYSTEMS))
+              + " | engine commit |")
+        print("|---|" + "---|" * (len(SYSTEMS) + 2))
+        for report in live:
+            print(live_row(report))
     return 0
 
 

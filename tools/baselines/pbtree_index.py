@@ -77,6 +77,14 @@ class PbtreeSystem:
 
         self.ix = pbtree.open(self.path, readonly=readonly, fold_at=HOLD_FOLDS)
 
+    def live(self) -> None:
+        """Reopen as an application runs it: folding whenever a shard reaches the default
+        ``fold_at`` (the phases before hold folds back, to time one fold on its own)."""
+        import pbtree
+
+        self.close()
+        self.ix = pbtree.open(self.path)
+
     def match(self, event: dict[str, Any]) -> list:
         return self.ix.match(event)
 

@@ -151,7 +151,11 @@ class Store:
             else cur.last()
         if not found or cur.key()[:4] != set_id:
             raise CorruptIndexError(f"overflow set {set_id.hex()} has no chunks")
-        self._write(set_id, sidset.append(sidset.decode(cur.value()), sids))
+        last = cur.value()
+        if len(last) + 4 * len(sids) <= 4 * self.cap:  # room left: the same chunk, longer
+            self.txn.put(cur.key(), last + sidset.packed(sids), db=self.chunks)
+            return
+        self._write(set_id, sidset.append(sidset.decode(last), sids))
 
     def remove(self, key: bytes, sids: list[int]) -> np.ndarray | None:
         """Remove every occurrence of ``sids`` from the set ``key``.

@@ -41,12 +41,15 @@ def test_capacity_holds_more_than_an_inline_set():
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(["add", "drop", "replace"]),
-                          st.integers(1, 400), st.integers(0, 2**16)), min_size=1, max_size=6))
-def test_big_sets_through_inserts_and_deletes(tmp_path_factory, steps):
+                          st.integers(1, 400), st.integers(0, 2**16)), min_size=1, max_size=6),
+       st.sampled_from([1, 7, 10**6]))
+def test_big_sets_through_inserts_and_deletes(tmp_path_factory, steps, fold_at):
+    """Sets grow into overflow chunks, split and shrink: folded on every write (1), every
+    few (7) or left pending (10^6)."""
     path = tmp_path_factory.mktemp("ix") / "index"
     model: dict = {}
     next_id = 0
-    with pbtree.create(path, node_bytes=256) as ix:
+    with pbtree.create(path, node_bytes=256, fold_at=fold_at) as ix:
         for action, size, seed in steps:
             rng = np.random.default_rng(seed)
             if action == "add" or not model:

@@ -86,7 +86,7 @@ class Search:
         if raw is None:  # no constant of this attribute and family
             return
         ends = TREE.unpack(raw)
-        if state == FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
+        if state >= FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
             self.trees[prefix] = flatten(self, prefix, tree_sentinels(raw))
             self.snapshot.flat += 1
             self.attribute(prefix, payload, exact)

@@ -100,13 +100,14 @@ class Shard:
 
     def _release(self, keep: bool = True) -> None:
         """End the pinned snapshot. Its pending postings are kept (``keep``) for the next
-        one to extend: they do not point into the map, and rereading them is costly."""
+        one to extend: they do not point into the map, and rereading them is costly; and
+        which trees it had flattened, for the next one to flatten on first use."""
         if self._snapshot is not None:
             self._snapshot.abort()
             self._snapshot = None
-            pending = self._cache.pending if keep else None
-            self._cache = Snapshot()
-            self._cache.pending = pending
+            old, self._cache = self._cache, Snapshot()
+            if keep:
+                self._cache.pending, self._cache.trees = old.pending, old.hot()
 
     @contextmanager
     def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:

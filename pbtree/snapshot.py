@@ -14,6 +14,9 @@ from storage import sidset
 
 #: predicate count of a free sid in the counter: one no event reaches
 FREE = np.iinfo(NEEDED.dtype).max
+#: walks a snapshot credits a tree with when the one before had flattened it: more than
+#: ``matcher.FLATTEN_AFTER``, so a tree known to be hot is flattened on its first use
+HOT = 1 << 30
 
 
 class Snapshot:
@@ -81,10 +84,12 @@ class Snapshot:
         new = Snapshot(remaps)
         new.pending = self.pending  # extended by the sids since, unless they were folded
         new.tree_gen = read_counter(txn, dbs["meta"], TREE_GEN)
+        if remaps == self.remaps and new.tree_gen == self.tree_gen:
+            new.trees, new.flat = self.trees, self.flat
+        else:
+            new.trees = self.hot()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
-        if new.tree_gen == self.tree_gen:
-            new.trees, new.flat = self.trees, self.flat
         found = self._changed(NEEDED, txn, dbs) if self.counter is not None else None
         if found is not None:
             views, changed = found
@@ -105,6 +110,13 @@ class Snapshot:
                 table[number * INT_IDS.size:(number + 1) * INT_IDS.size] = ids
             new.int_ids, new.views[INT_IDS.db] = table, views
         return new
+
+    def hot(self) -> dict[bytes, int]:
+        """The trees flattened here (or known hot and not used yet), for a later snapshot
+        that cannot keep them (a tree changed, or the map moved) to flatten again as soon
+        as it uses them."""
+        return dict.fromkeys((prefix for prefix, state in self.trees.items()
+                              if type(state) is Flat or state >= HOT), HOT)
 
     def _changed(self, column: Column, txn: lmdb.Transaction,
                  dbs: dict) -> tuple[list[np.ndarray], list[int]] | None:

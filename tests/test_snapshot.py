@@ -215,3 +215,39 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path):
         assert ix.fold() == 200
         assert ix.match({"a": 3}) == oracle_match(model, {"a": 3})
         assert ix.shards[0]._cache.pending.runs == []
+
+
+def test_hot_trees_are_flattened_on_first_use_after_a_tree_change(tmp_path):
+    """Trees a snapshot had flattened are flattened again on their first use in a snapshot
+    that cannot keep them: after a fold or an unsubscribe changes trees, and after a burst
+    of writes releases the pinned snapshot; trees never flattened still need the walks."""
+    model = {n: parse(f"a > {n % 7} and b != {n % 3}") for n in range(100)}
+    event, cold = {"a": 5, "b": 1}, {"c": 1}
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        ix.subscribe_many([(n, f"a > {n % 7} and b != {n % 3}") for n in range(100)])
+        ix.subscribe(100, "c = 1")
+        model[100] = parse("c = 1")
+        ix.fold()
+        for _ in range(matcher.FLATTEN_AFTER + 1):
+            assert ix.match(event) == oracle_match(model, event)
+        assert ix.match(cold) == [100]
+
+        def flat() -> set[bytes]:
+            return {k for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, Flat)}
+
+        hot = flat()
+        assert len(hot) == 2
+        for change in ("unsubscribe", "burst", "fold"):
+            if change == "unsubscribe":
+                assert ix.unsubscribe(3)
+                del model[3]
+            elif change == "burst":
+                ix.subscribe(200, "a > 1")
+                ix.subscribe(201, "b != 2")
+                model.update({200: parse("a > 1"), 201: parse("b != 2")})
+            else:
+                assert ix.fold() == 2
+            assert ix.match(event) == oracle_match(model, event)
+            assert flat() == hot, change
+            assert ix.match(cold) == [100]
+            assert flat() == hot, change  # the tree of c was walked, never flattened

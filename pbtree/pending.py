@@ -42,24 +42,24 @@ class Run:
     __slots__ = ("size", "places")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int) -> None:
-        """Read the subscriptions of sids ``first .. end`` that still exist: one sort of
-        all their postings, and one sid array the places slice."""
-        rows = [(name, family, kind, payload, sid)
-                for sid, _, _, found in stored(txn, dbs["subs"], first, end)
-                for name, family, payload, kind in found]
-        rows.sort()  # by place, then key, then sid
-        sids = np.array([row[4] for row in rows], np.uint32)
-        self.size, self.places = len(rows), {}
-        start, n = 0, len(rows)
-        while start < n:
-            name, family, kind = rows[start][:3]
-            stop = start + 1
-            while stop < n and rows[stop][2] == kind and rows[stop][0] == name \
-                    and rows[stop][1] == family:
-                stop += 1
+        """Read the subscriptions of sids ``first .. end`` that still exist: postings
+        grouped by place, each place sorted by key (sid order kept among equal keys), and
+        one sid array for all places to slice."""
+        groups: dict[tuple[bytes, int, int], list[tuple[bytes, int]]] = {}
+        for sid, _, _, found in stored(txn, dbs["subs"], first, end):
+            for name, family, payload, kind in found:
+                groups.setdefault((name, family, kind), []).append((payload, sid))
+        order: list[int] = []
+        spans = []
+        for (name, family, kind), pairs in groups.items():
+            pairs.sort(key=_first)  # stable: appended in sid order
+            spans.append((name, family, kind, [key for key, _ in pairs], len(order)))
+            order += [sid for _, sid in pairs]
+        sids = np.array(order, np.uint32)
+        self.size, self.places = len(order), {}
+        for name, family, kind, keys, start in spans:
             self.places.setdefault((name, family), {})[kind] = Place(
-                [row[3] for row in rows[start:stop]], sids[start:stop])
-            start = stop
+                keys, sids[start:start + len(keys)])
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids."""
@@ -148,3 +148,7 @@ class Pending:
         value satisfies (``Run.search``)."""
         for run in self.runs:
             run.search(name, family, payload, exact, out)
+
+
+def _first(pair: tuple[bytes, int]) -> bytes:
+    return pair[0]

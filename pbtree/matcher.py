@@ -14,7 +14,7 @@ from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
 from pbtree.lists import SPILLED, View, node_key
 from pbtree.overflow import Reader
-from pbtree.snapshot import Snapshot
+from pbtree.snapshot import HOT, Snapshot
 from pbtree.tree import TREE, tree_sentinels
 from storage import sidset
 
@@ -71,7 +71,9 @@ class Search:
         """Collect everything one event value satisfies in the tree ``prefix``.
 
         The first uses of a tree in a snapshot walk the PB+tree from its leaf
-        pointers; a tree used often is flattened once and searched directly.
+        pointers; a tree used often is flattened once and searched directly. A tree
+        the snapshot before had flattened (``Snapshot.hot``) is flattened on its second
+        use: hot trees come back at once, and one used once per snapshot stays walked.
         """
         state = self.trees.get(prefix, 0)
         if type(state) is Flat:
@@ -86,7 +88,9 @@ class Search:
         if raw is None:  # no constant of this attribute and family
             return
         ends = TREE.unpack(raw)
-        if state >= FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
+        if state >= HOT:  # flattened in the snapshot before: walked once, then flattened
+            state = FLATTEN_AFTER - 1
+        elif state >= FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
             self.trees[prefix] = flatten(self, prefix, tree_sentinels(raw))
             self.snapshot.flat += 1
             self.attribute(prefix, payload, exact)

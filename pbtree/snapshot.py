@@ -14,8 +14,8 @@ from storage import sidset
 
 #: predicate count of a free sid in the counter: one no event reaches
 FREE = np.iinfo(NEEDED.dtype).max
-#: walks a snapshot credits a tree with when the one before had flattened it: more than
-#: ``matcher.FLATTEN_AFTER``, so a tree known to be hot is flattened on its first use
+#: the state a snapshot gives a tree the one before had flattened (``Search.attribute``
+#: walks it once, then flattens it); above any count of walks
 HOT = 1 << 30
 
 
@@ -112,11 +112,13 @@ class Snapshot:
         return new
 
     def hot(self) -> dict[bytes, int]:
-        """The trees flattened here (or known hot and not used yet), for a later snapshot
-        that cannot keep them (a tree changed, or the map moved) to flatten again as soon
-        as it uses them."""
+        """The trees flattened here, marked HOT for a later snapshot that cannot keep them
+        (a tree changed, or the map moved) to flatten again soon; a snapshot that never
+        matched (``tree_gen`` unread) passes its own marks on. A mark not used again is
+        not carried further, so trees that went cold stop being flattened."""
+        fresh = self.tree_gen is None
         return dict.fromkeys((prefix for prefix, state in self.trees.items()
-                              if type(state) is Flat or state >= HOT), HOT)
+                              if type(state) is Flat or (fresh and state >= HOT)), HOT)
 
     def _changed(self, column: Column, txn: lmdb.Transaction,
                  dbs: dict) -> tuple[list[np.ndarray], list[int]] | None:

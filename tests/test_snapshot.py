@@ -217,10 +217,12 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path):
         assert ix.shards[0]._cache.pending.runs == []
 
 
-def test_hot_trees_are_flattened_on_first_use_after_a_tree_change(tmp_path):
-    """Trees a snapshot had flattened are flattened again on their first use in a snapshot
-    that cannot keep them: after a fold or an unsubscribe changes trees, and after a burst
-    of writes releases the pinned snapshot; trees never flattened still need the walks."""
+def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path):
+    """Trees a snapshot had flattened are flattened again on their second use in a snapshot
+    that cannot keep them (after an unsubscribe or a fold changes trees, and after a burst
+    of writes releases the pinned snapshot), not after FLATTEN_AFTER more walks; trees
+    never flattened still need the walks, and a hot tree used only once in a snapshot is
+    walked and goes cold."""
     model = {n: parse(f"a > {n % 7} and b != {n % 3}") for n in range(100)}
     event, cold = {"a": 5, "b": 1}, {"c": 1}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -237,17 +239,31 @@ def test_hot_trees_are_flattened_on_first_use_after_a_tree_change(tmp_path):
 
         hot = flat()
         assert len(hot) == 2
-        for change in ("unsubscribe", "burst", "fold"):
-            if change == "unsubscribe":
-                assert ix.unsubscribe(3)
-                del model[3]
-            elif change == "burst":
-                ix.subscribe(200, "a > 1")
-                ix.subscribe(201, "b != 2")
-                model.update({200: parse("a > 1"), 201: parse("b != 2")})
+
+        def change(kind: str, n: int) -> None:
+            if kind == "unsubscribe":
+                assert ix.unsubscribe(n)
+                del model[n]
+            elif kind == "burst":
+                ix.subscribe(200 + n, "a > 1")
+                ix.subscribe(300 + n, "b != 2")
+                model.update({200 + n: parse("a > 1"), 300 + n: parse("b != 2")})
             else:
-                assert ix.fold() == 2
+                assert ix.fold() > 0
+
+        for n, kind in enumerate(("unsubscribe", "burst", "fold")):
+            change(kind, n)
             assert ix.match(event) == oracle_match(model, event)
-            assert flat() == hot, change
+            assert flat() == set(), kind  # walked once
+            assert ix.match(event) == oracle_match(model, event)
+            assert flat() == hot, kind
             assert ix.match(cold) == [100]
-            assert flat() == hot, change  # the tree of c was walked, never flattened
+            assert flat() == hot, kind  # the tree of c was walked, never flattened
+        change("unsubscribe", 4)  # a snapshot that uses the hot trees once: they go cold
+        assert ix.match(event) == oracle_match(model, event)
+        change("unsubscribe", 5)
+        for _ in range(matcher.FLATTEN_AFTER):
+            assert ix.match(event) == oracle_match(model, event)
+            assert flat() == set()
+        assert ix.match(event) == oracle_match(model, event)
+        assert flat() == hot

@@ -285,6 +285,13 @@ def measure_fold(system: Any, events: Sequence[dict], settings: dict, n1: int, n
     return out
 
 
+def with_copies(want: list, copies: list[tuple[Any, Any]]) -> list:
+    """The answer ``want`` once (new id, original id) copies are subscribed: sorted, with
+    each copy whose original is in it."""
+    orig = set(want)
+    return sorted(want + [new for new, old in copies if old in orig])
+
+
 def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
                     settings: dict) -> dict[str, Any]:
     """Subscribe/unsubscribe rates with fresh ids (same shapes as the workload's subs)."""
@@ -320,12 +327,8 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     # the copies must now match wherever their originals do
     ev, want = sample[0]
     got = system.match(ev)
-    orig = set(want)
-    expect = sorted(
-        want
-        + [i for i, _ in single if core[i - base][0] in orig]
-        + [i for i, _ in batched if core[-1 - (i - 2 * base)][0] in orig]
-    )
+    expect = with_copies(want, [(i, core[i - base][0]) for i, _ in single]
+                         + [(i, core[-1 - (i - 2 * base)][0]) for i, _ in batched])
     out["updates_correct"] = got == expect
 
     t0 = clock()
@@ -373,9 +376,8 @@ def measure_live(system: Any, core: list, events: Sequence[dict], sample,
     out["live_p50_ms"] = percentile(lat, 0.5) * 1e3
     out["live_p99_ms"] = percentile(lat, 0.99) * 1e3
     ev, want = sample[0]
-    orig = set(want)
-    copies = [ident for ident, _ in subs[:added] if core[(ident - base) % len(core)][0] in orig]
-    correct = system.match(ev) == sorted(want + copies)
+    copies = [(ident, core[(ident - base) % len(core)][0]) for ident, _ in subs[:added]]
+    correct = system.match(ev) == with_copies(want, copies)
     removed = system.unsubscribe_many([ident for ident, _ in subs[:added]])
     system.flush()
     out["live_correct"] = correct and removed == added and system.match(ev) == want

@@ -231,3 +231,15 @@ def test_bench_harness_runs_small(tmp_path):
     assert gc.get_freeze_count() == 0
     assert (tmp_path / "equality-small.json").exists()
     assert "| system |" in (tmp_path / "equality-small.md").read_text()
+    assert (tmp_path / "equality-small.png").stat().st_size > 0
+
+
+def test_held_bytes_prefers_the_matcher_process():
+    """Plots and the README's table report pbtree's memory from its fresh matcher
+    process, and fall back to the harness process's growth when that is unmeasured."""
+    from tools.bench import held_bytes
+
+    assert held_bytes({"matcher_rss_bytes": 5, "rss_anon_bytes": 900}) == 5
+    assert held_bytes({"matcher_rss_bytes": None, "rss_anon_bytes": 900}) == 900
+    assert held_bytes({"rss_anon_bytes": 900}) == 900
+    assert held_bytes({}) == 0

@@ -128,6 +128,13 @@ def matcher_rss(path: str, events: list) -> int | None:
         child.join()
 
 
+def held_bytes(result: dict[str, Any]) -> int:
+    """The RssAnon a system holds for matching: for pbtree its fresh matcher process's
+    growth when measured (this process also keeps what the build left behind), else this
+    process's growth over the system's phases."""
+    return result.get("matcher_rss_bytes") or result.get("rss_anon_bytes") or 0
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -568,10 +575,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax = axes[2]
     ax.bar([i - 0.2 for i in x], [(r.get("disk_bytes") or 0) / 2**20 for r in rows], width=0.4,
            label="disk")
-    # pbtree's own is the matcher's, measured in a fresh process: the harness process
-    # also keeps what the build left behind (its heap fragments), which a matcher does not
-    held = [r.get("matcher_rss_bytes") or r.get("rss_anon_bytes") or 0 for r in rows]
-    ax.bar([i + 0.2 for i in x], [max(0, b) / 2**20 for b in held],
+    ax.bar([i + 0.2 for i in x], [max(0, held_bytes(r)) / 2**20 for r in rows],
            width=0.4, label="RssAnon growth\n(pbtree: matcher process)")
     ax.set_xticks(list(x), names)
     ax.set_title("MiB")

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from tools.bench import held_bytes
+
 SYSTEMS = ("counting-mem", "scan", "sqlite", "duckdb")
 
 
@@ -18,7 +20,7 @@ def row(report: dict) -> str:
     rate = ours["events_per_s"]
     ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" if s in by_name else "—"
                         for s in SYSTEMS)
-    growth = ours.get("matcher_rss_bytes", ours["rss_anon_bytes"]) / ours["index_bytes"] * 100
+    growth = held_bytes(ours) / ours["index_bytes"] * 100
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"
     single = ours.get("subscribe_p50_ms")

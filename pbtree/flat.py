@@ -1,10 +1,12 @@
 """A tree's three lists flattened for one read snapshot.
 
 The PB+tree walk re-reads list nodes for every event. A tree used more than
-once in a snapshot is flattened once: its keys gathered into one sorted
-array and its nodes' SidSets kept as zero-copy views, so each event value
-costs three binary searches and a few list slices. Only keys and small
-Python objects are held in anonymous memory; the sids stay on the map.
+once in a snapshot is flattened once: a list of one node (most lists) is kept
+as that node's record, searched in place; a longer list as one sorted key
+array with its nodes' SidSets as zero-copy views. Each event value then costs
+three binary searches and a few slices, and a flattened tree holds little
+more than a few small Python objects in anonymous memory: the sids, and the
+keys of single-node lists, stay on the map.
 """
 
 from __future__ import annotations
@@ -14,20 +16,47 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 from pbtree.leaf import GT, INEQ, LT, overflow_key
-from pbtree.lists import FIXED_DTYPE, TAIL, View
+from pbtree.lists import FIXED_DTYPE, SPILLED, TAIL, View
 from storage.keys import STRING
 
 _NO_ENDS = np.zeros(0, dtype="<u4")
 
 
+class One:
+    """A list of one node without overflowed items: the node's View, and for a fixed-width
+    family its keys as a zero-copy array (a numpy search beats a Python one)."""
+
+    __slots__ = ("view", "keys", "n")
+
+    def __init__(self, view: View, fixed: np.dtype | None) -> None:
+        self.view, self.n = view, view.n
+        self.keys = None if fixed is None else np.frombuffer(view.buf, fixed, view.n,
+                                                             view.keys_at)
+
+    def rank(self, key, inclusive: bool) -> int:
+        """Number of keys below ``key`` (at most ``key`` when ``inclusive``); ``key`` is
+        the payload, or for a fixed-width family the payload as a numpy scalar."""
+        if self.keys is None:
+            return self.view.count_below(key, inclusive)
+        return int(self.keys.searchsorted(key, "right" if inclusive else "left"))
+
+    def holds(self, i: int, key) -> bool:
+        """Whether item ``i`` exists and has the key ``key``."""
+        if i >= self.n:
+            return False
+        return (self.view.key(i) if self.keys is None else self.keys[i]) == key
+
+    def take(self, lo: int, hi: int, out: list[np.ndarray]) -> None:
+        """Collect the sids of items [lo, hi)."""
+        if lo < hi:
+            out.append(self.view.inline(lo, hi))
+
+
 class FlatList:
-    """One list: sorted keys, per-node sid arrays, and the overflowed items' sets.
+    """A list of several nodes, or with overflowed items: sorted keys, per-node sid
+    arrays, and the overflowed items' sets."""
 
-    Keys and sid offsets are numpy arrays (a few bytes per item, not Python objects),
-    so many trees can stay flattened within a small memory budget.
-    """
-
-    __slots__ = ("keys", "starts", "arrays", "ends", "over_at", "over")
+    __slots__ = ("keys", "starts", "arrays", "ends", "over_at", "over", "n")
 
     def __init__(self) -> None:
         self.keys: np.ndarray | list[bytes] = []  # big-endian ints, or bytes for strings
@@ -36,6 +65,17 @@ class FlatList:
         self.ends: np.ndarray = _NO_ENDS  # per item: end of its sids within its node
         self.over_at: list[int] = []  # per overflow chunk: the index of its item
         self.over: list[np.ndarray] = []
+        self.n = 0
+
+    def rank(self, key, inclusive: bool) -> int:
+        """As ``One.rank``."""
+        keys = self.keys
+        if type(keys) is list:
+            return (bisect_right if inclusive else bisect_left)(keys, key)
+        return int(keys.searchsorted(key, "right" if inclusive else "left"))
+
+    def holds(self, i: int, key) -> bool:
+        return i < self.n and self.keys[i] == key
 
     def _part(self, node: int, lo: int, hi: int) -> np.ndarray:
         """Inline sids of items [lo, hi) of one node (indexes within the node)."""
@@ -43,24 +83,21 @@ class FlatList:
         ends = self.ends
         return self.arrays[node][ends[base + lo] if lo else 0:ends[base + hi] if hi else 0]
 
-    def below(self, count: int, out: list[np.ndarray]) -> None:
-        """Collect items [0, count)."""
-        if count <= 0:
+    def take(self, lo: int, hi: int, out: list[np.ndarray]) -> None:
+        """Collect the sids of items [lo, hi)."""
+        if lo >= hi:
             return
-        node = bisect_right(self.starts, count - 1) - 1
-        out += self.arrays[:node]
-        out.append(self._part(node, 0, count - self.starts[node]))
-        out += self.over[:bisect_left(self.over_at, count)]
-
-    def above(self, first: int, out: list[np.ndarray]) -> None:
-        """Collect items [first, n)."""
-        if first >= self.starts[-1]:
-            return
-        node = bisect_right(self.starts, first) - 1
-        out.append(self._part(node, first - self.starts[node],
-                              self.starts[node + 1] - self.starts[node]))
-        out += self.arrays[node + 1:]
-        out += self.over[bisect_left(self.over_at, first):]
+        starts = self.starts
+        first = bisect_right(starts, lo) - 1
+        last = bisect_right(starts, hi - 1) - 1
+        if first == last:
+            out.append(self._part(first, lo - starts[first], hi - starts[first]))
+        else:
+            out.append(self._part(first, lo - starts[first], starts[first + 1] - starts[first]))
+            out += self.arrays[first + 1:last]
+            out.append(self._part(last, 0, hi - starts[last]))
+        if self.over:
+            out += self.over[bisect_left(self.over_at, lo):bisect_left(self.over_at, hi)]
 
 
 class Flat:
@@ -69,27 +106,21 @@ class Flat:
     __slots__ = ("lists", "fixed")
 
     def __init__(self, family: int) -> None:
-        self.lists = {GT: FlatList(), LT: FlatList(), INEQ: FlatList()}
         self.fixed = FIXED_DTYPE.get(family) if family != STRING else None
+        self.lists: tuple[One | FlatList, ...] = ()  # GT, LT, INEQ
 
     def collect(self, payload: bytes, exact: bool, out: list[np.ndarray]) -> None:
         """Everything the three lists hold that an event value satisfies (DESIGN §3)."""
-        gt, lt, ineq = self.lists[GT], self.lists[LT], self.lists[INEQ]
-        if self.fixed is not None:
-            probe = self.fixed.type(int.from_bytes(payload, "big"))
-            gt.below(int(gt.keys.searchsorted(probe, "left" if exact else "right")), out)
-            lt.above(int(lt.keys.searchsorted(probe, "right")), out)
-            skip = int(ineq.keys.searchsorted(probe, "left"))
+        gt, lt, ineq = self.lists
+        key = payload if self.fixed is None else self.fixed.type(int.from_bytes(payload, "big"))
+        gt.take(0, gt.rank(key, not exact), out)
+        lt.take(lt.rank(key, True), lt.n, out)
+        skip = ineq.rank(key, False)
+        if exact and ineq.holds(skip, key):
+            ineq.take(0, skip, out)
+            ineq.take(skip + 1, ineq.n, out)
         else:
-            gt.below((bisect_left if exact else bisect_right)(gt.keys, payload), out)
-            lt.above(bisect_right(lt.keys, payload), out)
-            skip = bisect_left(ineq.keys, payload)
-        key = payload if self.fixed is None else probe
-        if exact and skip < len(ineq.keys) and ineq.keys[skip] == key:
-            ineq.below(skip, out)
-            ineq.above(skip + 1, out)
-        else:
-            ineq.above(0, out)
+            ineq.take(0, ineq.n, out)
 
 
 def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Flat:
@@ -97,25 +128,40 @@ def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Fla
     ``sentinels`` are the tree's (head, tail) ids per list, as its ``trees`` record holds.
     Unlike a walk, it reads the tail sentinels too: a missing one is reported here."""
     flat = Flat(prefix[4])
-    for kind, (head, _) in sentinels.items():
-        target = flat.lists[kind]
-        keys: list = []
-        sid_ends: list[np.ndarray] = [_NO_ENDS]
-        view: View = search.view(search.view(head).next)
+    lists = []
+    for kind in (GT, LT, INEQ):
+        views: list[View] = []
+        view: View = search.view(search.view(sentinels[kind][0]).next)
         steps = 1
         while not view.flags & TAIL:
-            base = target.starts[-1]
-            keys.append(np.frombuffer(view.buf, flat.fixed, view.n, view.keys_at)
-                        if flat.fixed is not None else view.keys())
-            target.arrays.append(view.inline(0, view.n))
-            sid_ends.append(view.sid_end)
-            for i in view.overflowed(0, view.n):
-                chunks = search.overflow(overflow_key(kind, prefix + view.key(i)))
-                target.over_at += [base + i] * len(chunks)
-                target.over += chunks
-            target.starts.append(base + view.n)
+            views.append(view)
             view, steps = search.step(view.next, steps), steps + 1
-        target.ends = np.concatenate(sid_ends)
-        target.keys = (np.concatenate(keys) if keys else np.zeros(0, flat.fixed)
-                       ) if flat.fixed is not None else [k for part in keys for k in part]
+        if len(views) == 1 and not views[0].flags & SPILLED:
+            lists.append(One(views[0], flat.fixed))
+        else:
+            lists.append(_joined(search, prefix, kind, views, flat.fixed))
+    flat.lists = tuple(lists)
     return flat
+
+
+def _joined(search, prefix: bytes, kind: int, views: list[View],
+            fixed: np.dtype | None) -> FlatList:
+    """A FlatList of the nodes ``views``: keys and sid offsets copied into one array
+    each, sids left as views, overflowed sets read as chunk views."""
+    target = FlatList()
+    for view in views:
+        base = target.starts[-1]
+        target.arrays.append(view.inline(0, view.n))
+        for i in view.overflowed(0, view.n):
+            chunks = search.overflow(overflow_key(kind, prefix + view.key(i)))
+            target.over_at += [base + i] * len(chunks)
+            target.over += chunks
+        target.starts.append(base + view.n)
+    target.n = target.starts[-1]
+    target.ends = np.concatenate([_NO_ENDS, *(view.sid_end for view in views)])
+    if fixed is not None:
+        target.keys = np.concatenate([np.frombuffer(view.buf, fixed, view.n, view.keys_at)
+                                      for view in views]) if views else np.zeros(0, fixed)
+    else:
+        target.keys = [key for view in views for key in view.keys()]
+    return target

@@ -22,8 +22,9 @@ from storage import sidset
 #: so trees touched rarely (sparse workloads, frequent writes) keep the plain walk
 FLATTEN_AFTER = 8
 #: bound on the trees a snapshot flattens, so the matcher's own memory stays a small
-#: fraction of the index (nodes of trees walked are parsed afresh: a header is cheap)
-MAX_FLAT = 1024
+#: fraction of the index: about 3 KB each for trees of single-node lists, whose keys and
+#: sids stay on the map (nodes of trees walked are parsed afresh: a header is cheap)
+MAX_FLAT = 2048
 HAS_INEQ = HAS[INEQ]
 
 

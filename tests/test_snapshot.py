@@ -22,7 +22,7 @@ import pbtree
 from pbtree import matcher, subs
 from pbtree import pending as pending_module
 from pbtree.expr import parse
-from pbtree.flat import Flat
+from pbtree.flat import Flat, FlatList, One
 from pbtree.snapshot import Snapshot
 from pbtree.subs import postings
 
@@ -191,6 +191,32 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
         del model[3]
         assert ix.match(event) == oracle_match(model, event)
         assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())
+
+
+
+def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch):
+    """A flattened tree keeps a list of one node as that node's record, numeric keys as a
+    view of it (no copy in the matcher's memory); a list of several nodes is joined into
+    copies. Both answer as the walk does."""
+    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    subs = [(n, f"a > {n % 50} and s != 'v{n % 40:02d}'") for n in range(400)]
+    subs += [(1000 + n, f"b < {n} and t != 'w{n}'") for n in range(3)]
+    model = {n: parse(text) for n, text in subs}
+    with pbtree.create(tmp_path / "index", node_bytes=1024, fold_at=10**6) as ix:
+        ix.subscribe_many(subs)
+        ix.fold()
+        for a, b, t in ((0, 1, "w1"), (17, 0, "w0"), (60, 5, "v")):
+            event = {"a": a, "b": b, "s": "v07", "t": t}
+            for _ in range(3):
+                assert ix.match(event) == oracle_match(model, event)
+        flats = [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, Flat)]
+        parts = [part for flat in flats for part in flat.lists if part.n]
+        one = [p for p in parts if isinstance(p, One)]
+        joined = [p for p in parts if isinstance(p, FlatList)]
+        assert len(flats) == 4 and len(one) == 2 and len(joined) == 2
+        assert {p.keys is None for p in one} == {True, False}  # a string list, a number list
+        assert all(p.keys is None or not p.keys.flags.owndata for p in one)
+        assert all(isinstance(p.keys, list) or p.keys.flags.owndata for p in joined)
 
 
 def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):

@@ -95,6 +95,22 @@ class ColumnWriter:
             self._chunk(number)[at:at + n] = values[done:done + n]
             done += n
 
+    def values(self, first: int, end: int) -> np.ndarray:
+        """The values of sids ``first .. end`` as this transaction sees them (chunks not
+        written in it are read, not copied for writing)."""
+        col = self.column
+        parts = []
+        for number in range(first // col.size, -(-end // col.size)):
+            chunk = self.dirty.get(number)
+            if chunk is None:
+                raw = self.txn.get(col.chunk_key(number), db=self.db)
+                chunk = np.frombuffer(raw, col.dtype) if raw is not None else np.zeros(
+                    col.size, col.dtype)
+            parts.append(chunk)
+        start = first % col.size
+        return np.concatenate(parts)[start:start + end - first] if parts else np.zeros(
+            0, col.dtype)
+
     def _chunk(self, number: int) -> np.ndarray:
         """The dirty copy of a chunk, read (or zeros) on first use."""
         chunk = self.dirty.get(number)

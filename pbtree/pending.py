@@ -149,6 +149,18 @@ class Pending:
         for run in self.runs:
             run.search(name, family, payload, exact, out)
 
+    def postings(self, alive: np.ndarray, places: dict[tuple, list[int]]) -> None:
+        """Add the postings read in to ``places`` ((name, family, payload, kind) -> sids,
+        in sid order), leaving out sids ``s`` with ``alive[s - folded]`` False."""
+        for run in self.runs:  # older runs hold lower sids
+            for (name, family), kinds in run.places.items():
+                for kind, place in kinds.items():
+                    keep = alive[place.sids - self.folded]
+                    sids = place.sids.tolist()
+                    for key, sid, ok in zip(place.keys, sids, keep.tolist(), strict=True):
+                        if ok:
+                            places.setdefault((name, family, key, kind), []).append(sid)
+
 
 def _first(pair: tuple[bytes, int]) -> bytes:
     return pair[0]

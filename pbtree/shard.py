@@ -202,10 +202,21 @@ class Shard:
     def _fold(self, w: Writer, txn) -> int:
         """Add the postings of every pending subscription to the trees, grouped by place
         and in sid order (as ``Writer.add`` requires: each sid above those stored);
-        returns how many subscriptions that was."""
+        returns how many subscriptions that was.
+
+        The pending sids that matching has read in (the cached ``Pending``, when no fold
+        came in between) are taken from its runs, without decoding their records again;
+        of those, the ones removed since (predicate count 0) are left out."""
         places: dict[Posting, list[int]] = {}
+        pending = self._cache.pending
+        start = w.folded
         count = 0
-        for sid, _, _, found in stored(txn, self.dbs["subs"], w.folded):
+        if pending is not None and pending.folded == w.folded and pending.runs:
+            start = pending.next
+            alive = w.needed.values(w.folded, start) != 0
+            count = int(np.count_nonzero(alive))
+            pending.postings(alive, places)
+        for sid, _, _, found in stored(txn, self.dbs["subs"], start):
             count += 1
             for posting in found:
                 places.setdefault(posting, []).append(sid)

@@ -252,6 +252,49 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
         assert ix.shards[0]._cache.pending.runs == []
 
 
+
+def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
+    """A fold after a match takes the pending postings from the runs matching read, and
+    decodes only the records written since; subscriptions removed or replaced after the
+    runs were read put nothing in the trees (verify compares every SidSet with the
+    subscriptions), and the answers stay the oracle's."""
+    from pbtree import shard as shard_module
+
+    decoded_from: list[int] = []
+
+    def recorded(txn, db, first, end=None):
+        decoded_from.append(first)
+        return subs.stored(txn, db, first, end)
+
+    monkeypatch.setattr(shard_module, "stored", recorded)
+    rng = random.Random(11)
+    model = {}
+    with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
+        batch = [(n, random_subscription(rng, ["a", "b", "c"], 20)) for n in range(300)]
+        ix.subscribe_many(batch)
+        model.update((n, parse(expr)) for n, expr in batch)
+        event = random_event(rng, ["a", "b", "c"], 20)
+        assert ix.match(event) == oracle_match(model, event)  # reads sids 0 .. 299 in
+        gone = rng.sample(range(300), 60)
+        assert ix.unsubscribe_many(gone) == 60
+        for n in gone[:30]:
+            del model[n]
+        for n in gone[30:]:  # back under the same id, as a new sid
+            expr = random_subscription(rng, ["a", "b", "c"], 20)
+            ix.subscribe(n, expr)
+            model[n] = parse(expr)
+        replaced = rng.sample(sorted(model), 20)
+        for n in replaced:
+            expr = random_subscription(rng, ["a", "b", "c"], 20)
+            ix.subscribe(n, expr, replace=True)
+            model[n] = parse(expr)
+        assert ix.fold() == len(model)
+        assert decoded_from == [300]
+        ix.verify()
+        for _ in range(30):
+            event = random_event(rng, ["a", "b", "c"], 20)
+            assert ix.match(event) == oracle_match(model, event)
+
 def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path):
     """Trees a snapshot had flattened are flattened again on their second use in a snapshot
     that cannot keep them (after an unsubscribe or a fold changes trees, and after a burst

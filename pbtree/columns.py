@@ -98,28 +98,28 @@ class ColumnWriter:
     def values(self, first: int, end: int) -> np.ndarray:
         """The values of sids ``first .. end`` as this transaction sees them (chunks not
         written in it are read, not copied for writing)."""
-        col = self.column
-        parts = []
-        for number in range(first // col.size, -(-end // col.size)):
-            chunk = self.dirty.get(number)
-            if chunk is None:
-                raw = self.txn.get(col.chunk_key(number), db=self.db)
-                chunk = np.frombuffer(raw, col.dtype) if raw is not None else np.zeros(
-                    col.size, col.dtype)
-            parts.append(chunk)
-        start = first % col.size
+        size = self.column.size
+        parts = [self._current(number) for number in range(first // size, -(-end // size))]
+        start = first % size
         return np.concatenate(parts)[start:start + end - first] if parts else np.zeros(
-            0, col.dtype)
+            0, self.column.dtype)
+
+    def _current(self, number: int) -> np.ndarray:
+        """A chunk as this transaction sees it: its dirty copy, else the stored record
+        (read-only), else zeros."""
+        chunk = self.dirty.get(number)
+        if chunk is None:
+            col = self.column
+            raw = self.txn.get(col.chunk_key(number), db=self.db)
+            chunk = np.frombuffer(raw, col.dtype) if raw is not None else np.zeros(
+                col.size, col.dtype)
+        return chunk
 
     def _chunk(self, number: int) -> np.ndarray:
         """The dirty copy of a chunk, read (or zeros) on first use."""
         chunk = self.dirty.get(number)
         if chunk is None:
-            col = self.column
-            raw = self.txn.get(col.chunk_key(number), db=self.db)
-            chunk = (np.frombuffer(raw, col.dtype).copy() if raw is not None
-                     else np.zeros(col.size, col.dtype))
-            self.dirty[number] = chunk
+            chunk = self.dirty[number] = self._current(number).copy()
         return chunk
 
     def flush(self) -> None:

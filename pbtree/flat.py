@@ -38,7 +38,7 @@ class One:
         the payload, or for a fixed-width family the payload as a numpy scalar."""
         if self.keys is None:
             return self.view.count_below(key, inclusive)
-        return int(self.keys.searchsorted(key, "right" if inclusive else "left"))
+        return _rank(self.keys, key, inclusive)
 
     def holds(self, i: int, key) -> bool:
         """Whether item ``i`` exists and has the key ``key``."""
@@ -69,10 +69,7 @@ class FlatList:
 
     def rank(self, key, inclusive: bool) -> int:
         """As ``One.rank``."""
-        keys = self.keys
-        if type(keys) is list:
-            return (bisect_right if inclusive else bisect_left)(keys, key)
-        return int(keys.searchsorted(key, "right" if inclusive else "left"))
+        return _rank(self.keys, key, inclusive)
 
     def holds(self, i: int, key) -> bool:
         return i < self.n and self.keys[i] == key
@@ -105,9 +102,8 @@ class Flat:
 
     __slots__ = ("lists", "fixed")
 
-    def __init__(self, family: int) -> None:
-        self.fixed = FIXED_DTYPE.get(family) if family != STRING else None
-        self.lists: tuple[One | FlatList, ...] = ()  # GT, LT, INEQ
+    def __init__(self, fixed: np.dtype | None, lists: tuple[One | FlatList, ...]) -> None:
+        self.fixed, self.lists = fixed, lists  # the family's key dtype; GT, LT, INEQ
 
     def collect(self, payload: bytes, exact: bool, out: list[np.ndarray]) -> None:
         """Everything the three lists hold that an event value satisfies (DESIGN §3)."""
@@ -127,7 +123,8 @@ def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Fla
     """Walk every list of a tree once (``search`` supplies nodes and overflow sets);
     ``sentinels`` are the tree's (head, tail) ids per list, as its ``trees`` record holds.
     Unlike a walk, it reads the tail sentinels too: a missing one is reported here."""
-    flat = Flat(prefix[4])
+    family = prefix[4]
+    fixed = FIXED_DTYPE.get(family) if family != STRING else None
     lists = []
     for kind in (GT, LT, INEQ):
         views: list[View] = []
@@ -137,11 +134,17 @@ def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Fla
             views.append(view)
             view, steps = search.step(view.next, steps), steps + 1
         if len(views) == 1 and not views[0].flags & SPILLED:
-            lists.append(One(views[0], flat.fixed))
+            lists.append(One(views[0], fixed))
         else:
-            lists.append(_joined(search, prefix, kind, views, flat.fixed))
-    flat.lists = tuple(lists)
-    return flat
+            lists.append(_joined(search, prefix, kind, views, fixed))
+    return Flat(fixed, tuple(lists))
+
+
+def _rank(keys: np.ndarray | list[bytes], key, inclusive: bool) -> int:
+    """Number of ``keys`` (sorted) below ``key``, or at most ``key`` when ``inclusive``."""
+    if type(keys) is list:
+        return (bisect_right if inclusive else bisect_left)(keys, key)
+    return int(keys.searchsorted(key, "right" if inclusive else "left"))
 
 
 def _joined(search, prefix: bytes, kind: int, views: list[View],

@@ -112,6 +112,26 @@ def test_baseline_updates(name, tmp_path):
         system.close()
 
 
+
+@pytest.mark.parametrize("threads", [None, 1])
+def test_duckdb_reports_the_threads_it_runs_on(threads, tmp_path):
+    """The harness reports DuckDB's threads beside the others' one: DuckDB's own default
+    (every core it sees), or the count set, which holds after reopening."""
+    import duckdb
+
+    default = int(duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0])
+    subs, _ = random_workload(4, n_subs=20, n_events=1)
+    system = make("duckdb", str(tmp_path), threads=threads)
+    system.build([(i, normalize(p)) for i, p in subs.items()])
+    try:
+        assert system.threads_used == (threads or default)
+        system.close()
+        system.open()
+        assert system.threads_used == (threads or default)
+    finally:
+        system.close()
+
+
 def test_reference_matcher_agrees_with_oracle():
     subs, events = random_workload(4)
     core = [(i, normalize(p)) for i, p in subs.items()]
@@ -218,6 +238,7 @@ def test_bench_harness_runs_small(tmp_path):
         # 3 batches of 10 live subscriptions, each followed by 2 events; checked and removed
         assert r["live_correct"] and (r["live_subs"], r["live_events"]) == (30, 6), r
         assert r["live_subscribe_per_s"] > 0 and r["live_events_per_s"] > 0
+        assert r["threads"] == 1  # only DuckDB runs a query on several
     ours = report["results"][0]
     # pbtree's 5 + 20 new subscriptions were pending, matched, then folded into the trees
     assert ours["pending_subs"] == 25 and ours["pending_events_per_s"] > 0

@@ -198,6 +198,7 @@ def run_system(
             if getattr(system, "bulk_error", None):
                 res["bulk_error"] = system.bulk_error
         res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
+        res["threads"] = getattr(system, "threads_used", 1)
         _trim()
         res["rss_anon_build_bytes"] = rss_anon() - rss0
 
@@ -442,6 +443,7 @@ def _mb(v: Any) -> Any:
 COLUMNS = (
     ("system", "system", None),
     ("correct", "correct", None),
+    ("threads", "threads", None),
     ("build_s", "build s", None),
     ("events_per_s", "events/s", None),
     ("p50_ms", "p50 ms", None),

@@ -178,6 +178,12 @@ class DuckDBBaseline(SqlFile):
             == "BIGINT"
         )
 
+    @property
+    def threads_used(self) -> int:
+        """The threads DuckDB runs each query on (its default: every core); the harness
+        reports it beside the others' one."""
+        return int(self.conn.execute("SELECT current_setting('threads')").fetchone()[0])
+
     # -- matching ---------------------------------------------------------------------
 
     def _sql(self, pairs: list[tuple[int, int, Any]]) -> tuple[str, list[Any]]:

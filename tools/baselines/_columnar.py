@@ -52,6 +52,29 @@ def family(value: object) -> int:
     raise TypeError(f"unsupported value type {type(value).__name__}")
 
 
+def entries(preds: Sequence[tuple[str, str, Any]]) -> tuple[list[tuple], int]:
+    """The entries ``(predicate number, attribute, family, class, constant)`` of one
+    subscription's core predicates, identical predicates once (an ``in`` as one predicate of
+    several EQ entries, its values once each); and the number of predicates, which a match
+    needs satisfied."""
+    out: list[tuple] = []
+    seen: set = set()
+    for attr, op, const in preds:
+        if op == "in":
+            vals = {(family(v), v): v for v in const}
+            dkey: tuple = (attr, op, frozenset(vals))
+            if dkey not in seen:
+                out += [(len(seen), attr, fam, EQ, v) for (fam, _), v in vals.items()]
+                seen.add(dkey)
+            continue
+        fam = family(const)
+        dkey = (attr, op, fam, const)
+        if dkey not in seen:
+            out.append((len(seen), attr, fam, _CLASS[op], const))
+            seen.add(dkey)
+    return out, len(seen)
+
+
 class Segment:
     """Immutable columnar entries of a set of subscriptions, local sids 0..n-1."""
 
@@ -65,32 +88,13 @@ class Segment:
         need: list[int] = []
         for local, (ident, preds) in enumerate(subs):
             ids.append(ident)
-            seen: set = set()
-            for attr, op, const in preds:
-                if op == "in":
-                    vals = {(family(v), v): v for v in const}
-                    dkey: tuple = (attr, op, frozenset(vals))
-                    if dkey in seen:
-                        continue
-                    seen.add(dkey)
-                    for (fam, _), v in vals.items():
-                        k = keymap.setdefault((attr, fam), len(keymap))
-                        e_key.append(k)
-                        e_cls.append(EQ)
-                        e_val.append(v)
-                        e_sid.append(local)
-                else:
-                    fam = family(const)
-                    dkey = (attr, op, fam, const)
-                    if dkey in seen:
-                        continue
-                    seen.add(dkey)
-                    k = keymap.setdefault((attr, fam), len(keymap))
-                    e_key.append(k)
-                    e_cls.append(_CLASS[op])
-                    e_val.append(const)
-                    e_sid.append(local)
-            need.append(len(seen))
+            mine, count = entries(preds)
+            for _, attr, fam, cls, v in mine:
+                e_key.append(keymap.setdefault((attr, fam), len(keymap)))
+                e_cls.append(cls)
+                e_val.append(v)
+            e_sid += [local] * len(mine)
+            need.append(count)
         self.n = len(ids)
         self.keymap = keymap
         self.key_family = np.zeros(len(keymap), dtype=np.int8)

@@ -26,6 +26,15 @@ class SqlFile:
         self.path = path
         self.conn: Any = None
 
+    def _key(self, attr: str, fam: int, keymap: dict) -> int:
+        """The dense id of (attribute, family); a new one is queued in ``_new_keys`` for
+        the keys table."""
+        k = keymap.get((attr, fam))
+        if k is None:
+            k = keymap[(attr, fam)] = len(keymap)
+            self._new_keys.append((k, attr, fam))
+        return k
+
     def _insert(self, subs: list[tuple[Any, Any]]) -> int:
         raise NotImplementedError
 

@@ -26,10 +26,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from tools.baselines._columnar import EQ, GE, GT, LE, LT, NE, STRING, Subs, family
+from tools.baselines._columnar import EQ, GE, GT, LE, LT, NE, STRING, Subs, entries, family
 from tools.baselines._sqlfile import SqlFile
 
-_CLASS = {"=": EQ, "!=": NE, ">": GT, ">=": GE, "<": LT, "<=": LE}
 _CMP = (
     (EQ, "="),
     (NE, "<"),
@@ -79,36 +78,18 @@ class DuckDBBaseline(SqlFile):
         subrows: list[tuple] = []
         keymap = self.keymap
         for sid, (ident, preds) in enumerate(subs, start=first_sid):
-            seen: set = set()
-            n0 = len(k)
-            for attr, op, const in preds:
-                if op == "in":
-                    vals = {(family(v), v): v for v in const}
-                    dkey: tuple = (attr, op, frozenset(vals))
-                    items = [(fam, EQ, v) for (fam, _), v in vals.items()]
+            mine, need = entries(preds)
+            for _, attr, fam, c, v in mine:
+                k.append(self._key(attr, fam, keymap))
+                cls.append(c)
+                if fam == STRING:
+                    nval.append(None)
+                    sval.append(v)
                 else:
-                    fam = family(const)
-                    dkey = (attr, op, fam, const)
-                    items = [(fam, _CLASS[op], const)]
-                if dkey in seen:
-                    continue
-                seen.add(dkey)
-                for fam, c, v in items:
-                    key = keymap.get((attr, fam))
-                    if key is None:
-                        key = keymap[(attr, fam)] = len(keymap)
-                        self._new_keys.append((key, attr, fam))
-                    k.append(key)
-                    cls.append(c)
-                    if fam == STRING:
-                        nval.append(None)
-                        sval.append(v)
-                    else:
-                        nval.append(float(v))
-                        sval.append(None)
-            need = len(seen)
-            sid_col.extend([sid] * (len(k) - n0))
-            need_col.extend([need] * (len(k) - n0))
+                    nval.append(float(v))
+                    sval.append(None)
+            sid_col += [sid] * len(mine)
+            need_col += [need] * len(mine)
             subrows.append((sid, ident, need))
         table = pa.table([k, cls, nval, sval, sid_col, need_col], schema=_SCHEMA)
         return table, subrows

@@ -30,11 +30,10 @@ from tools.baselines._columnar import (
     LT,
     NE,
     Subs,
+    entries,
     family,
 )
 from tools.baselines._sqlfile import SqlFile
-
-_CLASS = {"=": EQ, "!=": NE, ">": GT, ">=": GE, "<": LT, "<=": LE}
 
 _SCHEMA = """
 CREATE TABLE preds (
@@ -86,39 +85,11 @@ class SQLiteBaseline(SqlFile):
         subrows: list[tuple] = []
         keymap = self.keymap
         for sid, (ident, preds) in enumerate(subs, start=first_sid):
-            seen: set = set()
-            mine: list[tuple] = []
-            for attr, op, const in preds:
-                if op == "in":
-                    vals = {(family(v), v): v for v in const}
-                    dkey: tuple = (attr, op, frozenset(vals))
-                    if dkey in seen:
-                        continue
-                    p = len(seen)
-                    seen.add(dkey)
-                    for (fam, _), v in vals.items():
-                        mine.append((self._key(attr, fam, keymap), EQ, _sql_value(v), sid, p))
-                else:
-                    fam = family(const)
-                    dkey = (attr, op, fam, const)
-                    if dkey in seen:
-                        continue
-                    p = len(seen)
-                    seen.add(dkey)
-                    mine.append(
-                        (self._key(attr, fam, keymap), _CLASS[op], _sql_value(const), sid, p)
-                    )
-            need = len(seen)
-            rows.extend(r + (need,) for r in mine)
+            mine, need = entries(preds)
+            rows += [(self._key(attr, fam, keymap), cls, _sql_value(v), sid, p, need)
+                     for p, attr, fam, cls, v in mine]
             subrows.append((sid, ident, need))
         return rows, subrows
-
-    def _key(self, attr: str, fam: int, keymap: dict) -> int:
-        k = keymap.get((attr, fam))
-        if k is None:
-            k = keymap[(attr, fam)] = len(keymap)
-            self._new_keys.append((k, attr, fam))
-        return k
 
     def build(self, subs: Subs) -> None:
         if os.path.exists(self.path):

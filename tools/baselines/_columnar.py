@@ -1,4 +1,5 @@
-"""Columnar encoding of core predicates shared by the in-memory baselines (scan, counting-mem).
+"""Columnar encoding of core predicates shared by the in-memory baselines (scan, counting-mem);
+``entries`` (a subscription's table entries) serves the SQL baselines too.
 
 Every ``(attribute, type family)`` pair gets a dense *key*. Every constant gets a float64
 *code* whose order is the family's order: numbers are their own value, bools 0/1, and the

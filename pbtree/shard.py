@@ -260,13 +260,20 @@ class Shard:
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:
-        """A read transaction of the last commit, whose corruption errors name this shard."""
-        try:
-            with self.env.read() as txn:
-                yield txn
-        except CorruptIndexError as exc:
-            self._locate(exc)
-            raise
+        """A read transaction of the last commit, whose corruption errors name this shard.
+
+        Held under the shard's lock, as matching and writes are: when another process has
+        grown the map, the pinned snapshot is released before the map is mapped anew
+        (LMDB remaps only with no transaction open in the process, and a remap under an
+        open one ends it), and no other thread's transaction is open then.
+        """
+        with self._lock:
+            try:
+                with self.env.read(self._release) as txn:
+                    yield txn
+            except CorruptIndexError as exc:
+                self._locate(exc)
+                raise
 
     def _locate(self, exc: BaseException) -> None:
         """Name this shard in a CorruptIndexError raised by a module that does not know
@@ -357,20 +364,20 @@ class Shard:
             return None if raw is None else decoded(int.from_bytes(sid, "big"), raw)[1]
 
     def __len__(self) -> int:
-        with self.env.read() as txn:
+        with self.read() as txn:
             return txn.stat(self.dbs["ids"])["entries"]
 
     def contains(self, idkey: bytes) -> bool:
-        with self.env.read() as txn:
+        with self.read() as txn:
             return txn.get(idkey, db=self.dbs["ids"]) is not None
 
     def existing(self, idkeys: list[bytes]) -> set[bytes]:
         """Those of ``idkeys`` that are stored ids, all read in one snapshot (a batch's
         duplicate check; a transaction per id cost more than the lookup itself)."""
-        with self.env.read() as txn:
+        with self.read() as txn:
             return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
 
     def ids(self) -> list:
-        with self.env.read() as txn:
+        with self.read() as txn:
             cur = txn.cursor(db=self.dbs["ids"])
             return [decode_id(k) for k in cur.iternext(keys=True, values=False)]

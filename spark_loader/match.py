@@ -49,7 +49,7 @@ def _open(path: str) -> pbtree.Index:
 def subscription_id_type(index: pbtree.Index) -> pa.DataType:
     """int64 when every id is an integer, else string (integer ids then print as decimals)."""
     for shard in index.shards:
-        with shard.env.read() as txn:
+        with shard.read() as txn:
             cur = txn.cursor(db=shard.dbs["ids"])
             if cur.last() and bytes(cur.key()[:1]) == b"s":
                 return pa.string()

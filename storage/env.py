@@ -131,9 +131,10 @@ class Environment:
                 raise _storage_error(self.path, exc) from None
 
     @contextmanager
-    def read(self) -> Iterator[lmdb.Transaction]:
-        """A read-only snapshot; values are zero-copy buffers valid inside the block."""
-        txn = self.begin_read()
+    def read(self, release: Callable[[], None] = lambda: None) -> Iterator[lmdb.Transaction]:
+        """A read-only snapshot; values are zero-copy buffers valid inside the block
+        (``release`` as in ``begin_read``)."""
+        txn = self.begin_read(release)
         try:
             yield txn
         except lmdb.Error as exc:

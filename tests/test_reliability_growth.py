@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
+import pytest
 from oracle import oracle_match
 from strategies import random_event, random_subscription
 
@@ -79,3 +82,48 @@ def test_one_constant_shared_by_100000_subscriptions(tmp_path):
         assert ix.verify()["ok"]
         subs = {i: parse("a = 42 and b >= 7 and c != 'x'") for i in left[:50]}
         assert oracle_match(subs, {"a": 42, "b": 7.5, "c": "y"}) == left[:50]
+
+
+GROW_ELSEWHERE = """
+import sys
+import pbtree
+with pbtree.open(sys.argv[1], map_size={size}, fold_at=10**6) as ix:
+    ix.subscribe_many([(n, "s = '" + "x" * 400 + str(n) + "'") for n in range(10, 3000)])
+"""
+
+
+@pytest.mark.parametrize("first", ["len", "get", "contains", "iter", "stats", "subscribe"])
+def test_map_grown_by_another_process_under_a_pinned_snapshot(first, tmp_path):
+    """A process that has matched (so holds a pinned snapshot) sees another process grow the
+    map; whichever call it makes next maps the file anew after releasing that snapshot,
+    and matching and writes go on as before (they used to fail on the dead snapshot when
+    the first call was a plain read)."""
+    path = tmp_path / "index"
+    model = {n: parse(f"a = {n}") for n in range(5)}
+    with pbtree.create(path, map_size=SMALL_MAP, fold_at=1) as ix:
+        ix.subscribe_many([(n, f"a = {n}") for n in range(5)])
+        assert ix.match({"a": 3}) == [3]
+        size = map_sizes(ix)[0]
+        subprocess.run([sys.executable, "-c", GROW_ELSEWHERE.format(size=SMALL_MAP),
+                        str(path)], check=True)
+        model.update({n: parse(f"s = '{'x' * 400}{n}'") for n in range(10, 3000)})
+        if first == "len":
+            assert len(ix) == len(model)
+        elif first == "get":
+            assert parse(ix.get(20)) == model[20]
+        elif first == "contains":
+            assert 2999 in ix
+        elif first == "iter":
+            assert sorted(ix) == sorted(model)
+        elif first == "stats":
+            assert ix.stats()["subscriptions"] == len(model)
+        else:
+            ix.subscribe(5, "a = 3")
+            model[5] = parse("a = 3")
+        assert map_sizes(ix)[0] > size
+        for event in ({"a": 3}, {"s": "x" * 400 + "77"}):
+            assert ix.match(event) == oracle_match(model, event)
+        ix.subscribe(6, "a = 3")
+        model[6] = parse("a = 3")
+        assert ix.match({"a": 3}) == oracle_match(model, {"a": 3})
+        assert ix.verify()["ok"]

@@ -108,6 +108,11 @@ def check_fold_at(fold_at: int) -> None:
         raise PbtreeError(f"fold_at must be a positive integer, not {fold_at!r}")
 
 
+def check_map_size(map_size: int) -> None:
+    if not isinstance(map_size, int) or isinstance(map_size, bool) or map_size < 1:
+        raise PbtreeError(f"map_size must be a positive number of bytes, not {map_size!r}")
+
+
 def normalize(expr: Expr) -> list:
     """Core predicates of an expression, with pbtree's storage limits checked."""
     if not isinstance(expr, str | list | tuple):
@@ -328,6 +333,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     path = os.fspath(path)
     check_layout(shards, node_bytes)
     check_fold_at(fold_at)
+    check_map_size(map_size)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     os.makedirs(path, exist_ok=True)
@@ -348,7 +354,13 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     """
     path = os.fspath(path)
     check_fold_at(fold_at)
+    check_map_size(map_size)
     manifest = read_manifest(path)
+    extra = shard_dir(path, manifest["shards"])
+    if os.path.exists(extra):  # answers would silently miss the shards left out
+        raise CorruptIndexError(f"{path}: {MANIFEST} says {manifest['shards']} shards, but "
+                                f"{os.path.basename(extra)} exists too: the shard count is "
+                                f"damaged")
     opened: list[Shard] = []
     try:
         for n in range(manifest["shards"]):

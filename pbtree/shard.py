@@ -91,7 +91,7 @@ class Shard:
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
-        self.env.env.sync(True)
+        self.env.sync()
 
     def close(self) -> None:
         with self._lock:

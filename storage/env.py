@@ -52,6 +52,7 @@ class Environment:
     ) -> None:
         self.path = path
         self.readonly = readonly
+        self.broken: str | None = None  # why the environment can no longer be used
         self.remaps = 0  # times this process mapped the file anew (views into the map moved)
         if not create and not os.path.isfile(os.path.join(path, DATA_FILE)):
             raise NotAnIndexError(f"{path}: no {DATA_FILE} here; not a pbtree shard")
@@ -121,6 +122,7 @@ class Environment:
         """A read-only transaction (zero-copy buffers); when another process has grown the
         map, ``release`` ends this process's transactions and the map is mapped anew, as
         often as it grows again in between."""
+        self._check_usable()
         while True:
             try:
                 return self.env.begin(buffers=True)
@@ -142,10 +144,23 @@ class Environment:
         finally:
             txn.abort()
 
+    def _check_usable(self) -> None:
+        if self.broken is not None:
+            raise StorageError(self.broken)
+
     def remap(self, size: int) -> None:
         """Set the map size (0: the size another process grew it to); LMDB maps the file
-        anew, so addresses into the old map mean nothing any more (counted in ``remaps``)."""
-        self.env.set_mapsize(size)
+        anew, so addresses into the old map mean nothing any more (counted in ``remaps``).
+        When that fails (no address space or memory) LMDB has let go of the environment:
+        this and every later call raise StorageError until the index is reopened."""
+        try:
+            self.env.set_mapsize(size)
+        except lmdb.Error as exc:
+            wanted = f"{size} bytes" if size else "the size another process grew it to"
+            self.broken = (f"{self.path}: the map could not be mapped anew at {wanted} ({exc}); "
+                           f"the call wrote nothing; free address space or memory, then "
+                           f"reopen the index")
+            raise StorageError(self.broken) from None
         self.remaps += 1
 
     def write(self, fn: Callable[[lmdb.Transaction], T],
@@ -157,6 +172,7 @@ class Environment:
         """
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the index is open read-only")
+        self._check_usable()
         while True:
             try:
                 txn = self.env.begin(write=True)
@@ -180,6 +196,15 @@ class Environment:
             except BaseException:
                 txn.abort()
                 raise
+
+    def sync(self) -> None:
+        """Force committed transactions to disk; nothing to do when open read-only."""
+        if self.readonly:
+            return
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise _storage_error(self.path, exc) from None
 
     def data_bytes(self) -> int:
         return os.path.getsize(os.path.join(self.path, DATA_FILE))

@@ -98,6 +98,7 @@ def test_persistence_reopen_readonly_and_other_process(tmp_path):
         with pytest.raises(pbtree.ReadOnlyError):
             ix.unsubscribe(1)
         ix.verify()
+        ix.sync()  # nothing of its own to write: a no-op, not an LMDB error
     script = ("import json, sys, pbtree\n"
               "with pbtree.open(sys.argv[1], readonly=True) as ix:\n"
               "    print(json.dumps(ix.match_many(json.loads(sys.argv[2]))))\n")
@@ -179,9 +180,13 @@ def test_open_errors(tmp_path):
         json.dumps({"format": "pbtree", "version": 99, "shards": 1}))
     with pytest.raises(pbtree.FormatVersionError, match="99"):
         pbtree.open(tmp_path / "newer")
-    for bad_layout in ({"shards": 0}, {"node_bytes": 100}, {"node_bytes": "4k"}):
+    for bad_layout in ({"shards": 0}, {"node_bytes": 100}, {"node_bytes": "4k"},
+                       {"map_size": -5}, {"map_size": 0}, {"fold_at": 0}):
         with pytest.raises(pbtree.PbtreeError):
             pbtree.create(tmp_path / f"x{len(os.listdir(tmp_path))}", **bad_layout)
+    pbtree.create(tmp_path / "one").close()
+    with pytest.raises(pbtree.PbtreeError, match="map_size"):
+        pbtree.open(tmp_path / "one", map_size=-5)
 
 
 def test_closed_index_raises(tmp_path):

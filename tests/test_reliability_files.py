@@ -204,6 +204,21 @@ def test_damage_gives_a_specific_error(damaged, case, readonly):
         [f for f in before if f[0].name == "data.mdb"], "a failed open changed the data file"
 
 
+def test_manifest_counting_too_few_shards_is_refused(tmp_path):
+    """A manifest whose shard count was lowered would hide the shards left out: answers
+    would miss their subscriptions and their ids could be added twice."""
+    path = tmp_path / "index"
+    with pbtree.create(path, shards=3) as ix:
+        ix.subscribe_many([(n, f"a = {n}") for n in range(30)])
+    _edit_manifest(path, shards=2)
+    for readonly in (True, False):
+        with pytest.raises(pbtree.CorruptIndexError, match="shard-0002 exists too"):
+            pbtree.open(path, readonly=readonly)
+    _edit_manifest(path, shards=3)
+    with pbtree.open(path) as ix:
+        assert len(ix) == 30 and ix.verify()["ok"]
+
+
 def test_older_shard_is_refused_without_gaining_databases(damaged):
     """A version-1 shard has no chunks database; refusing it must not add one."""
     path, _, _ = damaged

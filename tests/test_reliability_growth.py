@@ -12,6 +12,7 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree.expr import parse
+from storage.env import Environment
 
 SMALL_MAP = 64 << 10
 #: each batch of 400 brings a shard about 200 pending: every other one folds them
@@ -127,3 +128,52 @@ def test_map_grown_by_another_process_under_a_pinned_snapshot(first, tmp_path):
         model[6] = parse("a = 3")
         assert ix.match({"a": 3}) == oracle_match(model, {"a": 3})
         assert ix.verify()["ok"]
+
+
+MAP_CANNOT_GROW = """
+import resource
+from pbtree.errors import StorageError
+from storage.env import Environment
+
+env = Environment({path!r}, ("meta",), map_size=1 << 20)
+values = [(n.to_bytes(4, "big"), b"x" * 1000) for n in range(3000)]
+
+def put(txn):
+    cursor = txn.cursor(db=env.dbs["meta"])
+    for key, value in values:
+        cursor.put(key, value)
+
+def address_space():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) << 10 for line in status if line.startswith("VmSize"))
+
+hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+resource.setrlimit(resource.RLIMIT_AS, (address_space() + (512 << 10), hard))
+for call in ("write", "read"):
+    try:
+        env.write(put) if call == "write" else env.read().__enter__()
+    except StorageError as exc:
+        assert "reopen the index" in str(exc), exc
+    else:
+        raise AssertionError(call + " went through")
+    resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+print("ok")
+"""
+
+
+def test_map_that_cannot_be_mapped_larger_is_a_storage_error_that_loses_nothing(tmp_path):
+    """RLIMIT_AS (no root needed): when growing the map fails, LMDB lets go of the
+    environment; the write says so as a StorageError and wrote nothing, every later call
+    says the same instead of a raw LMDB error, and a reopened environment has the data
+    committed before."""
+    path = str(tmp_path / "env")
+    env = Environment(path, ("meta",), create=True, map_size=1 << 20)
+    env.write(lambda txn: txn.put(b"kept", b"1", db=env.dbs["meta"]))
+    env.close()
+    proc = subprocess.run([sys.executable, "-c", MAP_CANNOT_GROW.format(path=path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    env = Environment(path, ("meta",), map_size=1 << 20)
+    with env.read() as txn:
+        assert [bytes(key) for key, _ in txn.cursor(db=env.dbs["meta"])] == [b"kept"]
+    env.close()

@@ -29,6 +29,7 @@ from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard
+from pbtree.staging import Staging
 from pbtree.subs import postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -487,7 +488,8 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 
     Behaves like ``pbtree.create`` followed by ``subscribe_many``, much faster; returns
-    the number of subscriptions.
+    the number of subscriptions. The index is built in a hidden directory beside ``path``
+    and renamed into place when complete: a failed build leaves nothing at ``path``.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
@@ -501,10 +503,23 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
         except PbtreeError as exc:
             raise type(exc)(f"subscription {sub_id!r} (item {n}): {exc}") from None
         groups[shard_of(idkey, shards)].append((sub_id, idkey, preds))
-    os.makedirs(path, exist_ok=True)
-    for n, subs in enumerate(groups):
-        build_shard(shard_dir(path, n), subs, node_bytes=node_bytes, shard_no=n, shards=shards)
-    write_manifest(path, new_manifest(shards, node_bytes, created_by="bulk"))
+    empty_dir = os.path.isdir(path)  # checked empty above: the new index takes its place
+    staging = Staging(path, force=empty_dir)
+    try:
+        for n, subs in enumerate(groups):
+            build_shard(shard_dir(staging.path, n), subs, node_bytes=node_bytes, shard_no=n,
+                        shards=shards)
+        write_manifest(staging.path, new_manifest(shards, node_bytes, created_by="bulk"))
+        if empty_dir:
+            try:
+                os.rmdir(path)
+            except OSError:
+                raise IndexExistsError(f"{path}: files appeared in it during the build; "
+                                       f"nothing was written there") from None
+        staging.commit()
+    except BaseException:
+        staging.discard()
+        raise
     return sum(len(subs) for subs in groups)
 
 

@@ -24,11 +24,11 @@ import pyarrow.parquet as pq
 from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
+from pbtree.staging import Staging
 from spark_loader import layouts
 from spark_loader.arrowparse import filled
 from spark_loader.progress import Timings, watch
 from spark_loader.session import read_parquet, safe_columns, task_errors
-from spark_loader.staging import Staging
 
 SHARD = "__pbtree_shard"
 REASON = "reason"
@@ -196,7 +196,11 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
     timings = timings or Timings()
     check_layout(opts.shards or 1, opts.node_bytes)
     index = Staging(opts.output, opts.force)
-    rejects = Staging(opts.rejects, opts.force) if opts.rejects else None
+    try:
+        rejects = Staging(opts.rejects, opts.force) if opts.rejects else None
+    except BaseException:
+        index.discard()
+        raise
     try:
         with timings.stage("read"):
             df = read_parquet(spark, opts.input)
@@ -222,8 +226,15 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
                 if not os.listdir(rejects.path):
                     pq.write_table(pa.schema([*schema, pa.field(REASON, pa.string())])
                                    .empty_table(), os.path.join(rejects.path, "part-00000.parquet"))
-                rejects.commit()
-            index.commit()
+                rejects.swap()  # both outputs or neither: the rejects go back if the index fails
+            try:
+                index.commit()
+            except BaseException:
+                if rejects:
+                    rejects.undo()
+                raise
+            if rejects:
+                rejects.finish()
         return result
     except BaseException:
         index.discard()

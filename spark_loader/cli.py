@@ -11,7 +11,7 @@ import sys
 
 from pbtree.core import check_layout
 from pbtree.errors import PbtreeError
-from spark_loader.staging import check_target
+from pbtree.staging import check_target
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import pbtree
+from pbtree.staging import Staging
 from spark_loader.progress import Timings, watch
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
-from spark_loader.staging import Staging
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
 ROW_NUMBER = "__pbtree_row"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import numpy as np
@@ -114,11 +115,31 @@ def test_bad_input_is_refused(tmp_path):
         bulk.build(tmp_path / "bad", [(1, "a = 1"), ("x", "a >")])
     with pytest.raises(pbtree.DuplicateIdError, match="7"):
         bulk.build(tmp_path / "dup", [(7, "a = 1"), (7, "a = 2")])
+    (tmp_path / "notes.txt").write_text("not an index")
     with pytest.raises(pbtree.IndexExistsError):
         bulk.build(tmp_path, [(1, "a = 1")])
     subs = [(1, pbtree.ids.encode_id(1), [("a", "=", 1)])]
     with pytest.raises(pbtree.PbtreeError, match="belongs to shard"):
         bulk.build_shard(str(tmp_path / "wrong"), subs, shard_no=5, shards=7)
+
+
+def test_failed_build_leaves_nothing_behind(tmp_path):
+    """A build that fails after some shards are written (here a duplicate id found only in
+    the last shard) leaves nothing at the target, nor hidden beside it; a build into an
+    empty directory replaces it."""
+    last = next(i for i in range(100) if pbtree.ids.shard_of(pbtree.ids.encode_id(i), 3) == 2)
+    pairs = [(i, f"a = {i}") for i in range(30)] + [(last, "a = 99")]
+    with pytest.raises(pbtree.DuplicateIdError, match=str(last)):
+        bulk.build(tmp_path / "index", pairs, shards=3)
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "index").mkdir()
+    with pytest.raises(pbtree.DuplicateIdError):
+        bulk.build(tmp_path / "index", pairs, shards=3)
+    assert os.listdir(tmp_path) == ["index"] and os.listdir(tmp_path / "index") == []
+    assert bulk.build(tmp_path / "index", pairs[:-1], shards=3) == 30
+    assert os.listdir(tmp_path) == ["index"]
+    with pbtree.open(tmp_path / "index") as ix:
+        assert len(ix) == 30 and ix.match({"a": 7}) == [7] and ix.verify()["ok"]
 
 
 def test_columns_take_and_concat_keep_every_subscription():

@@ -26,27 +26,46 @@ class Staging:
         os.makedirs(parent, exist_ok=True)
         name = os.path.basename(self.target)
         self.path = tempfile.mkdtemp(prefix=f".{name}.staging-", dir=parent)
+        self.old: str | None = None  # the old target set aside by ``swap``
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(self.path, 0o777 & ~umask)  # as a directory made by os.makedirs would be
 
     def commit(self) -> None:
         """Move the staged output to the target; an old target is replaced only with force."""
+        self.swap()
+        self.finish()
+
+    def swap(self) -> None:
+        """Move the staged output to the target, setting an old target aside: ``finish``
+        drops it, ``undo`` puts it back (so two outputs can be committed together)."""
         check_target(self.target, self.force)
-        old = None
+        self.old = None
         if os.path.lexists(self.target):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
-                                   dir=os.path.dirname(self.target))
-            old = os.path.join(old, "previous")
-            os.rename(self.target, old)
+            aside = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
+                                     dir=os.path.dirname(self.target))
+            self.old = os.path.join(aside, "previous")
+            os.rename(self.target, self.old)
         try:
             os.rename(self.path, self.target)
         except BaseException:
-            if old is not None:
-                os.rename(old, self.target)
+            self.undo()
             raise
-        if old is not None:
-            shutil.rmtree(os.path.dirname(old), ignore_errors=True)
+
+    def undo(self) -> None:
+        """After ``swap``: drop what it moved to the target and put the old target back."""
+        if not os.path.lexists(self.path) and os.path.lexists(self.target):
+            shutil.rmtree(self.target)
+        if self.old is not None:
+            os.rename(self.old, self.target)
+            shutil.rmtree(os.path.dirname(self.old), ignore_errors=True)
+            self.old = None
+
+    def finish(self) -> None:
+        """After ``swap``: drop the old target set aside."""
+        if self.old is not None:
+            shutil.rmtree(os.path.dirname(self.old), ignore_errors=True)
+            self.old = None
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

@@ -29,6 +29,7 @@ from pbtree.errors import (
 )
 from pbtree.ids import encode_id, shard_of
 from pbtree.shard import FOLD_AT, Shard
+from pbtree.staging import fsync_dir
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
 
@@ -51,7 +52,8 @@ def shard_dir(path: str, shard: int) -> str:
 
 
 def write_manifest(path: str, manifest: dict) -> None:
-    """Write manifest.json atomically (temporary file, fsync, rename)."""
+    """Write manifest.json atomically (temporary file, fsync, rename, fsync of the
+    directory)."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path)
     umask = os.umask(0)
     os.umask(umask)
@@ -61,6 +63,7 @@ def write_manifest(path: str, manifest: dict) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, os.path.join(path, MANIFEST))
+    fsync_dir(path)  # the rename, and the shard directories made before it
 
 
 def read_manifest(path: str) -> dict:
@@ -326,7 +329,9 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     """Create a new, empty index directory at ``path`` (which must not hold files).
 
     ``durable=False`` skips the fsync of each commit: a killed process still
-    loses nothing, but a power loss or OS crash may lose the latest writes.
+    loses nothing, but a power loss or OS crash may lose the latest writes, or damage the
+    data file where the file system does not keep the order of writes (README,
+    Durability).
     New subscriptions are matched from memory until a shard has ``fold_at`` of them,
     and the write that reaches that folds them into its trees (1: at once).
     """
@@ -342,6 +347,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
               for n in range(shards)]
     manifest = new_manifest(shards, node_bytes, created_by="api")
     write_manifest(path, manifest)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))  # the index directory itself
     return Index(path, opened, manifest, readonly=False)
 
 

@@ -9,6 +9,16 @@ import tempfile
 from pbtree.errors import IndexExistsError
 
 
+def fsync_dir(path: str) -> None:
+    """Make the entries of directory ``path`` durable: a rename or a new file in it is
+    otherwise not guaranteed to survive a power loss (POSIX)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def check_target(path: str, force: bool) -> None:
     """Refuse to start a job whose output exists, unless it may be replaced."""
     if os.path.lexists(path) and not force:
@@ -48,6 +58,7 @@ class Staging:
             os.rename(self.target, self.old)
         try:
             os.rename(self.path, self.target)
+            fsync_dir(os.path.dirname(self.target))
         except BaseException:
             self.undo()
             raise

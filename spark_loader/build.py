@@ -151,9 +151,13 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
     """The build job's mapInArrow function: a shard number -> that shard's environment."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        tmp = f".{TaskContext.get().attemptNumber()}.tmp"
         for batch in batches:
             for shard in batch.column(0).to_pylist():
-                summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards)
+                summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards,
+                                       tmp)
                 if summary is not None:
                     yield summary
 
@@ -161,7 +165,11 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
 
 
 def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
-                 node_bytes: int, shards: int) -> pa.RecordBatch | None:
+                 node_bytes: int, shards: int, tmp: str) -> pa.RecordBatch | None:
+    """Parse and load one shard. Its environment and rejects file are written under names
+    of this task attempt (``tmp``) and renamed into place, so an attempt retried, or run
+    twice by speculative execution, never leaves a half-written one: the first complete
+    copy stays, and later ones (identical) are dropped."""
     start = time.process_time()
     table = _routed(staging, shard)
     if table is None:
@@ -169,11 +177,18 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
     subs, rejects = layouts.subscriptions(layout, table)
     parsed = time.process_time()
     if rejects and rejects_dir is not None:
-        _write_rejects(rejects_dir, table, rejects, shard)
+        _write_rejects(rejects_dir, table, rejects, shard, tmp)
     if rejects_dir is not None or not rejects:
         path = shard_dir(staging, shard)
-        shutil.rmtree(path, ignore_errors=True)  # a retried task starts afresh
-        bulk.build_shard(path, subs, node_bytes=node_bytes, shard_no=shard, shards=shards)
+        mine = os.path.join(staging, f".{os.path.basename(path)}{tmp}")
+        shutil.rmtree(mine, ignore_errors=True)  # a retried attempt starts afresh
+        bulk.build_shard(mine, subs, node_bytes=node_bytes, shard_no=shard, shards=shards)
+        try:
+            os.rename(mine, path)
+        except OSError:  # another attempt's complete copy is in place
+            if not os.path.isdir(path):
+                raise
+            shutil.rmtree(mine, ignore_errors=True)
     first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
     return pa.RecordBatch.from_pylist([{
         "shard": shard, "rows": table.num_rows, "subscriptions": len(subs),
@@ -182,11 +197,15 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
         "load_cpu": time.process_time() - parsed}], schema=SUMMARY)
 
 
-def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int) -> None:
+def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
+                   tmp: str) -> None:
     rows = pa.array([row for row, _, _ in rejects], pa.int64())
     bad = table.take(rows).append_column(REASON, pa.array([r for _, _, r in rejects],
                                                            pa.string()))
-    pq.write_table(bad, os.path.join(directory, f"part-{part:05d}.parquet"))
+    name = f"part-{part:05d}.parquet"
+    hidden = os.path.join(directory, f".{name}{tmp}")  # readers of the directory skip it
+    pq.write_table(bad, hidden)
+    os.replace(hidden, os.path.join(directory, name))
 
 
 def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResult:
@@ -223,6 +242,9 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
             _finish(result, sum(row.rows for row in routed), summaries, index.path, opts,
                     shards)
             if rejects:
+                for name in os.listdir(rejects.path):  # of task attempts that died half-way
+                    if name.startswith("."):
+                        os.remove(os.path.join(rejects.path, name))
                 if not os.listdir(rejects.path):
                     pq.write_table(pa.schema([*schema, pa.field(REASON, pa.string())])
                                    .empty_table(), os.path.join(rejects.path, "part-00000.parquet"))
@@ -262,6 +284,9 @@ def _finish(result: BuildResult, routed: int, summaries: list, staging: str,
             f"{result.rejected} of {result.rows} input rows cannot be indexed; first: {first} "
             f"(--rejects PATH indexes the rest and writes these rows there)")
     shutil.rmtree(os.path.join(staging, ROWS), ignore_errors=True)
+    for name in os.listdir(staging):  # shards of task attempts that died half-way
+        if name.startswith(".shard-"):
+            shutil.rmtree(os.path.join(staging, name), ignore_errors=True)
     built = {row.shard for row in summaries}
     for number in range(shards):
         if number not in built:

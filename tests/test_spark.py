@@ -226,6 +226,57 @@ def test_failed_build_leaves_the_old_index(spark, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["bad.parquet", "good.parquet", "ix", "new.parquet"]
 
 
+def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkeypatch):
+    """The index and its rejects are committed together: when the index cannot be put in
+    place, the rejects of that build are taken back and the old ones restored."""
+    table = _bad_expression_input(tmp_path / "subs.parquet")
+    _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", rejects=str(tmp_path / "rej"))
+    before = pq.read_table(tmp_path / "rej").sort_by("note")
+    pq.write_table(table.slice(0, 3), tmp_path / "fewer.parquet")
+
+    commit = build.Staging.commit
+
+    def fail_for_the_index(self):
+        if self.target == str(tmp_path / "ix"):
+            raise OSError("the index cannot be renamed into place")
+        commit(self)
+
+    monkeypatch.setattr(build.Staging, "commit", fail_for_the_index)
+    with pytest.raises(OSError, match="renamed into place"):
+        _build(spark, tmp_path / "fewer.parquet", tmp_path / "ix", force=True,
+               rejects=str(tmp_path / "rej"))
+    assert pq.read_table(tmp_path / "rej").sort_by("note").equals(before)
+    assert sorted(os.listdir(tmp_path)) == ["fewer.parquet", "ix", "rej", "subs.parquet"]
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert sorted(ix) == ["ok1", "ok2", "ok3"]
+
+
+def test_shard_attempts_never_leave_a_half_shard(tmp_path):
+    """A shard task writes under its attempt's hidden name and renames: a retry after a
+    half-written attempt starts afresh, and a second (speculative) attempt of a shard
+    already in place drops its identical copy; rejects files are written the same way."""
+    staging, rejects = tmp_path / "staging", tmp_path / "rejects"
+    rows = build._rows_dir(str(staging), 0)
+    os.makedirs(rows)
+    os.makedirs(rejects)
+    table = pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a >", "a > 1"]})
+    with pa.ipc.new_file(os.path.join(rows, "part-00000.arrow"), table.schema) as out:
+        out.write_table(table)
+    half = staging / ".shard-0000.0.tmp"
+    half.mkdir()
+    (half / "data.mdb").write_bytes(b"half")
+    for attempt in range(2):
+        summary = build._build_shard(0, "expression", str(staging), str(rejects), 4096, 1,
+                                     f".{attempt}.tmp")
+        assert summary.column("subscriptions").to_pylist() == [2]
+        assert sorted(os.listdir(staging)) == sorted([build.ROWS, "shard-0000"])
+        assert os.listdir(rejects) == ["part-00000.parquet"]
+    assert pq.read_table(rejects).column("id").to_pylist() == [2]
+    pbtree.core.write_manifest(str(staging), pbtree.core.new_manifest(1, 4096))
+    with pbtree.open(staging) as ix:
+        assert ix.match({"a": 2}) == [3] and ix.verify()["ok"]
+
+
 def test_unreadable_input_and_layout(spark, tmp_path):
     with pytest.raises(session.InputError):
         _build(spark, tmp_path / "missing.parquet", tmp_path / "ix")

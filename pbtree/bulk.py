@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
-from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError
+from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_CORE
 from pbtree.ids import encode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
@@ -501,7 +501,7 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
             idkey = encode_id(sub_id)
             preds = normalize(expr)
         except PbtreeError as exc:
-            raise type(exc)(f"subscription {sub_id!r} (item {n}): {exc}") from None
+            raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
         groups[shard_of(idkey, shards)].append((sub_id, idkey, preds))
     empty_dir = os.path.isdir(path)  # checked empty above: the new index takes its place
     staging = Staging(path, force=empty_dir)

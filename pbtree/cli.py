@@ -19,9 +19,9 @@ from contextlib import closing
 from typing import Any
 
 import pbtree
-from pbtree.cliio import Bad, CliError, Record, Source, batches, open_output
+from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, open_output
 from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
-from pbtree.errors import EventError, PbtreeError
+from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
@@ -276,9 +276,9 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
 def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
     for n, text in enumerate(texts, 1):
         try:
-            yield n, json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--event {text!r}: not valid JSON ({exc.msg})") from None
+            yield n, decode_json(text)
+        except ValueError as exc:
+            raise UsageError(f"--event {shown(text)}: not valid JSON ({exc})") from None
 
 
 def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],

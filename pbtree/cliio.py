@@ -20,6 +20,37 @@ from pbtree.samples import is_parquet_path
 READ_ROWS = 1000  # Parquet rows decoded at a time
 
 
+#: longest integer literal read from JSON: beyond ±2^63 every id and value is refused
+#: anyway, and Python refuses to read ones over 4,300 digits with an obscure message
+MAX_INT_DIGITS = 40
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is out of range")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # a finite literal beyond the double range
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def decode_json(text: str | bytes) -> Any:
+    """A JSON value, or ValueError saying why the text is not one: bad syntax or encoding,
+    nesting too deep, or a number out of range (a finite literal that would become ±inf,
+    an integer of more than MAX_INT_DIGITS digits), as the expression language refuses
+    them."""
+    try:
+        return json.loads(text, parse_int=_json_int, parse_float=_json_float)
+    except json.JSONDecodeError as exc:
+        raise ValueError(exc.msg) from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
 class CliError(Exception):
     """The command failed for a reason the message explains (exit status 1)."""
 
@@ -110,10 +141,9 @@ class Source:
             if not line.strip():
                 continue
             try:
-                yield n, json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-                yield n, Bad(f"not valid JSON ({reason})")
+                yield n, decode_json(line)
+            except ValueError as exc:
+                yield n, Bad(f"not valid JSON ({exc})")
 
     def _parquet_rows(self) -> Iterator[Record]:
         n = 0

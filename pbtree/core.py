@@ -26,6 +26,7 @@ from pbtree.errors import (
     IndexExistsError,
     NotAnIndexError,
     PbtreeError,
+    shown,
 )
 from pbtree.ids import encode_id, shard_of
 from pbtree.shard import FOLD_AT, Shard
@@ -201,7 +202,7 @@ class Index:
                 idkey = encode_id(sub_id)
                 preds = normalize(expr)
             except (ExpressionError, IdError) as exc:
-                raise type(exc)(f"subscription {sub_id!r} (item {n}): {exc}") from None
+                raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
             groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
         return groups
 

@@ -1,5 +1,20 @@
 """Exception hierarchy: every error pbtree raises on purpose derives from PbtreeError."""
 
+#: a user's value longer than this is cut in error messages
+SHOWN = 60
+
+
+def shown(value: object, limit: int = SHOWN) -> str:
+    """A user's value as an error message shows it: its repr, cut to ``limit`` characters;
+    an int too long for Python to print (over 4,300 digits) by its size instead."""
+    try:
+        text = repr(value)
+    except ValueError:
+        if isinstance(value, int):
+            return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
+        return f"<a {type(value).__name__} holding an integer too long to print>"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
 
 class PbtreeError(Exception):
     """Base class of all pbtree errors."""

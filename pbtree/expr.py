@@ -12,8 +12,18 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pbtree.errors import ExpressionError
-from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, ValueRejected
+import numpy as np
+
+from pbtree.errors import ExpressionError, shown
+from storage.keys import (
+    BOOL,
+    MAX_CONST_BYTES,
+    MAX_EXACT_INT,
+    NUMBER,
+    STRING,
+    ValueRejected,
+    inexact,
+)
 from storage.keys import const_payload as _const_payload
 
 __all__ = [
@@ -65,7 +75,7 @@ def _canon(value: object) -> object:
     if t is int:
         if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[operator]
             return value
-        raise ValueRejected(f"integer {value} is beyond ±2^53 and has no exact numeric value")
+        raise inexact(value)
     if t is float:
         if value != value:
             raise ValueRejected("NaN is not comparable and cannot be matched")
@@ -73,7 +83,7 @@ def _canon(value: object) -> object:
             return int(value)  # type: ignore[call-overload]
         return value
     # subclasses and foreign numbers (numpy scalars, Decimal...)
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, str):
         return str(value)
@@ -301,6 +311,10 @@ class _TextParser:
             return f"name {text}"
         if kind == _NAME and value.lower() in _KEYWORDS:
             return f"keyword '{text}'"
+        hidden = [f"U+{ord(c):04X}" for c in text if not c.isprintable()]
+        if hidden:  # a control or invisible character: say which, as printing it would not
+            return f"character {', '.join(hidden)}" if len(hidden) == len(text) else \
+                f"'{text}' (holding {', '.join(hidden)})"
         return f"'{text}'"
 
     def fail(self, expected: str, tok: Token | None = None) -> ExpressionError:
@@ -565,7 +579,7 @@ def _check_name(attr: str) -> None:
 
 def _parse_tuple(index: int, item: object) -> Predicate:
     def fail(problem: str) -> ExpressionError:
-        return ExpressionError(f"predicate {index} {_short(repr(item), 60)}: {problem}")
+        return ExpressionError(f"predicate {index} {shown(item)}: {problem}")
 
     if not isinstance(item, tuple | list) or len(item) != 3:
         raise fail("expected an (attribute, operator, value) tuple; parse() takes a list of them")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zlib
 
-from pbtree.errors import IdError
+from pbtree.errors import IdError, shown
 
 MAX_ID_BYTES = 500
 _INT, _STR = b"i", b"s"
@@ -14,7 +14,7 @@ def encode_id(sub_id: object) -> bytes:
     """Tagged bytes of an id: ``i`` + 8-byte signed int, or ``s`` + UTF-8."""
     if isinstance(sub_id, int) and not isinstance(sub_id, bool):
         if not -(2**63) < sub_id < 2**63:
-            raise IdError(f"integer id {sub_id} is outside -(2^63 - 1) .. 2^63 - 1")
+            raise IdError(f"integer id {shown(sub_id)} is outside -(2^63 - 1) .. 2^63 - 1")
         return _INT + sub_id.to_bytes(8, "big", signed=True)
     if isinstance(sub_id, str):
         try:

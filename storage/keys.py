@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import struct
 
+from pbtree.errors import shown
+
 NUMBER, STRING, BOOL = 1, 2, 3
 FAMILY_NAMES = {NUMBER: "number", STRING: "string", BOOL: "bool"}
 
@@ -30,6 +32,12 @@ class ValueRejected(ValueError):
     """A value that no type family accepts; the message says why."""
 
 
+def inexact(value: int) -> ValueRejected:
+    """The error for an integer beyond ±2^53, which no double holds exactly."""
+    return ValueRejected(f"integer {shown(value)} is beyond ±2^53 and has no exact numeric "
+                         f"value")
+
+
 def family_of(value: object) -> int:
     """Family of a scalar, or ValueRejected naming the offending type or value."""
     if isinstance(value, bool):
@@ -37,7 +45,7 @@ def family_of(value: object) -> int:
     if isinstance(value, int):
         if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
             return NUMBER
-        raise ValueRejected(f"integer {value} is beyond ±2^53 and has no exact numeric value")
+        raise inexact(value)
     if isinstance(value, float):
         if math.isnan(value):
             raise ValueRejected("NaN is not comparable and cannot be matched")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pbtree
@@ -123,6 +124,8 @@ def test_persistence_reopen_readonly_and_other_process(tmp_path):
     ([("a", "in", 5)], "list"),
     ([("a", "=", [1, 2])], "list"),
     (42, "string"),
+    ([("a", ">", 10**5000)], "about 5000 digits"),
+    ("a = 1 and \u200bb = 2", "U\\+200B"),
 ])
 def test_bad_expressions_are_rejected_and_change_nothing(index, expr, message):
     before = snapshot(index)
@@ -133,7 +136,8 @@ def test_bad_expressions_are_rejected_and_change_nothing(index, expr, message):
     assert snapshot(index) == before
 
 
-@pytest.mark.parametrize("sub_id", [1.5, None, b"x", ("a",), 2**64, "x" * 600, True])
+@pytest.mark.parametrize("sub_id", [1.5, None, b"x", ("a",), 2**64, "x" * 600, True,
+                                    pytest.param(10**5000, id="5000 digits")])
 def test_bad_ids(index, sub_id):
     before = snapshot(index)
     with pytest.raises(pbtree.IdError):
@@ -147,6 +151,7 @@ def test_bad_ids(index, sub_id):
     ({"price": object()}, "object"),
     ({"price": float("nan")}, "NaN"),
     ({"price": 2**70}, "2\\^53"),
+    ({"price": 10**5000}, "about 5000 digits"),
     ({"title": "bad \ud800 surrogate"}, "surrogate"),
     ({1: 5}, "strings"),
     ([("price", 5)], "mapping"),
@@ -156,6 +161,13 @@ def test_bad_event_values(index, event, message):
         index.match(event)
     with pytest.raises(pbtree.EventError):
         index.match_many([EVENTS[0], event])
+
+
+def test_numpy_bools_are_bools_in_subscriptions_as_in_events(index):
+    index.subscribe(300, [("flag", "=", np.True_)])
+    assert index.get(300) == "flag = true"
+    assert index.match({"flag": True}) == index.match({"flag": np.True_}) == [300]
+    assert index.match({"flag": 1}) == []
 
 
 def test_event_edge_values(index):

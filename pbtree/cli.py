@@ -15,7 +15,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import Any
 
 import pbtree
@@ -215,20 +215,32 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         predicate = source.predicate_layout()
         todo = _subscription_batches(source, args.batch)
-        with closing(Progress("subscribe", "subscriptions", source.total, args.quiet)) as bar:
+        with (closing(Progress("subscribe", "subscriptions", source.total, args.quiet)) as bar,
+              _stopped_after(lambda: done, "saved")):
             for items in todo:
                 if predicate:
                     source.done = done + len(items)
                 try:
                     index.subscribe_many([(i, e) for _, i, e in items], replace=args.replace)
                 except PbtreeError as exc:
-                    saved = f" ({done:,} subscriptions before it were saved)" if done else ""
-                    raise CliError(_explain(index, items, args.replace, exc) + saved) from None
+                    raise CliError(_explain(index, items, args.replace, exc)) from None
                 done += len(items)
                 bar.update(done, source.done)
     note(args, f"subscribed {plural(done, 'subscription')} from {source.name} "
                f"in {time.monotonic() - start:.2f} s")
     return 0
+
+
+@contextmanager
+def _stopped_after(done: Callable[[], int], what: str) -> Iterator[None]:
+    """A bad record that stops a command names what earlier batches had already
+    committed: ``done()`` subscriptions ``what`` (saved, removed)."""
+    try:
+        yield
+    except CliError as exc:
+        if done():
+            raise CliError(f"{exc} ({done():,} subscriptions before it were {what})") from None
+        raise
 
 
 def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterator[list]:
@@ -252,7 +264,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     missing: list = []
     with pbtree.open(args.index) as index:
         total = source.total if source else None
-        with closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar:
+        with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
+              _stopped_after(lambda: removed, "removed")):
             for ids in _unsubscribe_ids(args, source):
                 unique = list(dict.fromkeys(ids))
                 if source is None:

@@ -215,6 +215,23 @@ def test_json_out_of_range_or_too_deep_is_a_bad_line(index: Path, tmp_path: Path
     assert "out of range" in run("match", index, "--event", '{"a": 1e999}', status=2).stderr
 
 
+def test_a_bad_record_says_what_earlier_batches_committed(index: Path, tmp_path: Path) -> None:
+    """--file commits batch by batch; a record that stops the command names how many
+    subscriptions the batches before it saved (or removed), and those are in the index."""
+    subs = tmp_path / "more.jsonl"
+    subs.write_text('{"id": 20, "expr": "a = 1"}\n{"id": 21, "expr": "a = 2"}\n'
+                    '{"id": 22, "expr": \n')
+    err = run("subscribe", index, "--file", subs, "--batch", 2, status=1).stderr
+    assert f"{subs}:3: not valid JSON" in err and "(2 subscriptions before it were saved)" in err
+    assert lines(run("match", index, "-e", '{"a": 2}').stdout) == [{"event": 1, "matches": [21]}]
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text('{"id": 20}\n{"id": 21}\n1.5\n')
+    err = run("unsubscribe", index, "--file", ids, "--batch", 2, status=1).stderr
+    assert f"{ids}:3: id must be an integer or a string" in err
+    assert "(2 subscriptions before it were removed)" in err
+    assert lines(run("match", index, "-e", '{"a": 2}').stdout) == [{"event": 1, "matches": []}]
+
+
 def test_conventions(index: Path) -> None:
     assert run(status=2).stdout == ""
     assert "invalid choice" in run("frobnicate", status=2).stderr

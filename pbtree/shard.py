@@ -282,9 +282,11 @@ class Shard:
             exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 
     def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
-        """Add or remove grouped postings (one visit per place), in leaf key order: each
-        leaf and node page is then met in one run. Sorted as one bytes key per place,
-        which sorts several times faster than the posting tuples."""
+        """Add or remove grouped postings (one visit per place), sorted by one bytes key
+        per place (leaf key, then kind), which sorts several times faster than the posting
+        tuples: each leaf and node page is then met in one run. That is leaf key order
+        except between a string and its extensions by NUL bytes, which the order of
+        changes does not affect."""
         if places:
             w.trees_changed = True
         change = w.add if adding else w.remove

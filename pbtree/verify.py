@@ -144,6 +144,12 @@ class _Checker:
                 self.node_items(name, prefix, node_id, view, items)
             prev, node_id = node_id, view.next
 
+    def inline_size(self, what: str, arr: np.ndarray) -> None:
+        """An inline SidSet takes at most C/4 bytes; a bigger one belongs in overflow."""
+        if 4 * arr.size > self.inline_max:
+            self.fail(f"{what}: inline SidSet of {arr.size} sids is over C/4 "
+                      f"({self.inline_max} bytes); it belongs in the overflow database")
+
     def node_items(self, name, prefix, node_id, view: View, items: list) -> None:
         if view.flags & (HEAD | TAIL) or not view.n:
             self.fail(f"{name}: node {node_id} is empty or flagged as a sentinel")
@@ -163,6 +169,7 @@ class _Checker:
                 arr = self.overflow(overflow_key(view.kind, prefix + key), what)
             else:
                 arr = view.inline(i, i + 1)
+                self.inline_size(what, arr)
             self.sids(what, arr)
             self.actual[(prefix, view.kind, key)] = arr
 
@@ -195,6 +202,7 @@ class _Checker:
             eq = self.overflow(overflow_key(EQ, key), what)
         else:
             eq = sidset.decode(value, HEADER.size)
+            self.inline_size(what, eq)
         if eq.size:
             self.sids(what, eq)
             self.actual[(prefix, EQ, payload)] = eq

@@ -357,6 +357,21 @@ def test_zeroed_list_node_is_a_corrupt_index_error_in_verify(damaged):
         ix.verify()
 
 
+def test_inline_set_over_a_quarter_node_is_a_corrupt_index_error_in_verify(tmp_path):
+    """Inline SidSets hold at most C/4 bytes (FORMAT 3.3): sets of 20 sids fit nodes of 512
+    bytes, and break the rule once the shard says its nodes hold 256."""
+    path = tmp_path / "index"
+    with pbtree.create(path, node_bytes=512) as ix:
+        ix.subscribe_many([(n, "a = 1 and b > 1") for n in range(20)])
+        ix.fold()
+        assert ix.verify()["ok"]
+    _shard_meta(path, b"node_bytes", (256).to_bytes(4, "little"))
+    with pbtree.open(path, readonly=True) as ix:
+        with pytest.raises(pbtree.CorruptIndexError, match="20 sids is over C/4"):
+            ix.verify()
+        assert ix.match({"a": 1, "b": 2}) == list(range(20))
+
+
 #: damage to one chunk record of an overflow SidSet: new value from the old one (None: delete)
 CHUNK_DAMAGE = {
     "sids swapped": lambda v: v[4:8] + v[:4] + v[8:],

@@ -136,6 +136,9 @@ def normalize(expr: Expr) -> list:
     return preds
 
 
+_PLAIN = frozenset((str, int, float, bool))
+
+
 def prepare_event(event: Mapping) -> PreparedEvent:
     """Validate an event and encode each value for search; None values are absent."""
     if not isinstance(event, Mapping):
@@ -143,15 +146,15 @@ def prepare_event(event: Mapping) -> PreparedEvent:
     out = []
     for attr, value in event.items():
         if not isinstance(attr, str):
-            raise EventError(f"event attribute names must be strings, not {attr!r}")
+            raise EventError(f"event attribute names must be strings, not {shown(attr)}")
         if value is None:
             continue
-        if isinstance(value, np.generic):
-            value = value.item()
         try:
+            if type(value) not in _PLAIN:  # numpy scalars, Decimal, Fraction: as constants are
+                value = expressions.canonical(value)
             name = check_string(attr)
             family, payload, exact = event_payload(value)
-        except ValueRejected as exc:
+        except (ValueRejected, ExpressionError) as exc:
             raise EventError(f"event attribute {attr!r}: {exc}") from None
         if 0 < len(name) <= MAX_ATTR_BYTES:  # no subscription can name any other attribute
             out.append((name, family, payload, exact))

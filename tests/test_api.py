@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -161,6 +163,22 @@ def test_bad_event_values(index, event, message):
         index.match(event)
     with pytest.raises(pbtree.EventError):
         index.match_many([EVENTS[0], event])
+
+
+def test_foreign_numbers_are_taken_alike_in_events_and_subscriptions(index):
+    """numpy scalars and Fractions are numbers in events as in subscriptions; a Decimal is
+    refused by both (a double would not hold it exactly)."""
+    index.subscribe(301, [("p", ">", Fraction(77, 4)), ("q", "=", np.int64(2))])
+    for event in ({"p": Fraction(39, 2), "q": Fraction(4, 2)},
+                  {"p": np.longdouble(19.5), "q": np.int64(2)},
+                  {"p": np.float32(19.5), "q": 2.0}):
+        assert index.match(event) == [301], event
+    with pytest.raises(pbtree.EventError, match="Decimal"):
+        index.match({"p": Decimal("19.5")})
+    with pytest.raises(pbtree.ExpressionError, match="Decimal"):
+        index.subscribe(302, [("p", ">", Decimal("1"))])
+    with pytest.raises(pbtree.EventError, match="about 5000 digits"):
+        index.match({10**5000: 1})
 
 
 def test_numpy_bools_are_bools_in_subscriptions_as_in_events(index):

@@ -328,7 +328,7 @@ def cmd_match(args: argparse.Namespace) -> int:
     start = time.monotonic()
     with pbtree.open(args.index, readonly=True) as index:
         total = source.total if source else None
-        with (closing(open_output(args.output, index)) as out,
+        with (open_output(args.output, index, source, args.count) as out,
               closing(Progress("match", "events", total, args.quiet)) as bar):
             for batch in batches(records, args.batch):
                 numbers = [n for n, _ in batch]
@@ -388,7 +388,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.profile == "ecommerce":
         if knobs:
             raise UsageError("the workload knobs apply to the synthetic profiles only")
-        data = samples.ecommerce(args.subs or 5000, args.event_count or 1000, args.seed)
+        data = samples.ecommerce(5000 if args.subs is None else args.subs,
+                                 1000 if args.event_count is None else args.event_count, args.seed)
         subs, events = data.subscriptions, data.events
     else:
         from dataclasses import replace
@@ -573,7 +574,7 @@ def build_parser() -> Parser:
                    help="subscriptions file (.parquet or .jsonl)")
     p.add_argument("--events", metavar="FILE", help="events file (.parquet or .jsonl)")
     p.add_argument("--subs", type=_int_in(1), metavar="N", help="number of subscriptions")
-    p.add_argument("--event-count", type=_int_in(0), metavar="N", help="number of events")
+    p.add_argument("--event-count", type=_int_in(1), metavar="N", help="number of events")
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="size of a synthetic profile when --subs is not given")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")

@@ -10,7 +10,9 @@ import json
 import os
 import select
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -217,10 +219,10 @@ class ParquetOut:
     Match ids are int64 when every id in the index is an int, else strings (as match-batch).
     """
 
-    def __init__(self, path: str, index: pbtree.Index) -> None:
+    def __init__(self, path: str, shown_as: str, index: pbtree.Index) -> None:
         from spark_loader.match import subscription_id_type
 
-        self.path = path
+        self.path, self.shown_as = path, shown_as
         self.id_type = subscription_id_type(index)
         self.writer: Any = None
 
@@ -228,30 +230,87 @@ class ParquetOut:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        if not labels:  # an empty batch (all skipped) would type its columns null
+            return
         try:
-            if count:
-                column = pa.array([len(r) for r in results], pa.int64())
-            else:
-                if self.id_type == pa.string():
-                    results = [[str(i) for i in r] for r in results]
-                column = pa.array(results, pa.list_(self.id_type))
-            table = pa.table({"event": pa.array(labels), "count" if count else "matches": column})
+            label_column = pa.array(labels)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CliError(f"{self.shown_as}: Parquet needs one type per column, but the event "
+                           f"labels mix types ({exc}); write JSON Lines instead") from None
+        try:
+            table = pa.table({"event": label_column,
+                              "count" if count else "matches": self._column(results, count)})
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.path, table.schema)
             self.writer.write_table(table.cast(self.writer.schema))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise CliError(f"{self.path}: Parquet needs one type per column, but the event "
-                           f"labels mix types ({exc}); write JSON Lines instead") from None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise CliError(f"{self.shown_as}: a batch does not fit the columns written so far "
+                           f"({exc}): its event labels changed type, or the index gained "
+                           f"string ids while matching; write JSON Lines instead") from None
+
+    def _column(self, results: list, count: bool) -> Any:
+        import pyarrow as pa
+
+        if count:
+            return pa.array([len(r) for r in results], pa.int64())
+        if self.id_type == pa.string():
+            results = [[str(i) for i in r] for r in results]
+        return pa.array(results, pa.list_(self.id_type))
+
+    def finish(self, count: bool) -> None:
+        """Close the file; with no results at all, write the empty columns."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self.writer is None:
+            pq.write_table(pa.table({"event": pa.array([], pa.int64()),
+                                     "count" if count else "matches": self._column([], count)}),
+                           self.path)
+        self.close()
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
 
 
-def open_output(path: str | None, index: pbtree.Index) -> JsonOut | ParquetOut:
-    """Where match results go: standard output (None or ``-``), Parquet by suffix, else JSON."""
+@contextmanager
+def open_output(path: str | None, index: pbtree.Index, source: Source | None,
+                count: bool) -> Iterator[JsonOut | ParquetOut]:
+    """Where match results go: standard output (None or ``-``), Parquet by suffix, else JSON.
+
+    A file is written under a hidden name beside it and renamed into place when the command
+    succeeds: a failed command leaves no partial output, and an existing file is replaced
+    only then. Writing over the input is refused.
+    """
     if path is None or path == "-":
-        return JsonOut(sys.stdout)
-    if is_parquet_path(path):
-        return ParquetOut(path, index)
-    return JsonOut(open(path, "w", encoding="utf-8"))  # noqa: SIM115
+        out = JsonOut(sys.stdout)
+        yield out
+        return
+    if source is not None and not source.stdin and os.path.exists(path) \
+            and os.path.samefile(path, source.name):
+        raise CliError(f"{path}: is the input file; write the results elsewhere")
+    fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it
+    parquet = is_parquet_path(path)
+    out: JsonOut | ParquetOut
+    if parquet:
+        os.close(fd)
+        out = ParquetOut(partial, path, index)
+    else:
+        out = JsonOut(os.fdopen(fd, "w", encoding="utf-8"))
+    try:
+        yield out
+        if isinstance(out, ParquetOut):
+            out.finish(count)
+        else:
+            out.close()
+        os.replace(partial, path)
+    except BaseException:
+        out.close()
+        with suppress(FileNotFoundError):
+            os.remove(partial)
+        raise

@@ -63,7 +63,7 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
         for batch in batches:
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
-            attrs = [name for name in names if name != event_col]
+            attrs = [name for name in names if name != ROW_NUMBER]  # the label is matched too
             columns = [batch.column(name).to_pylist() for name in attrs]
             events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
                       for values in zip(*columns, strict=True)] if attrs else \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,33 @@ def test_a_bad_record_says_what_earlier_batches_committed(index: Path, tmp_path:
     assert f"{ids}:3: id must be an integer or a string" in err
     assert "(2 subscriptions before it were removed)" in err
     assert lines(run("match", index, "-e", '{"a": 2}').stdout) == [{"event": 1, "matches": []}]
+
+
+def test_match_output_files_appear_whole(index: Path, tmp_path: Path) -> None:
+    """-o FILE appears only when the command succeeds, never over its own input; empty
+    input still gives a typed Parquet file, and a first batch of skipped events does not
+    fix the columns' types."""
+    events = tmp_path / "e.jsonl"
+    events.write_text('{"price": 42, "brand": "acme"}\n{"price": NaN}\n')
+    before = events.read_text()
+    assert "is the input file" in run("match", index, events, "-o", events, status=1).stderr
+    assert events.read_text() == before
+    results = tmp_path / "results"
+    results.mkdir()
+    for out in ("m.jsonl", "m.parquet"):
+        run("match", index, events, "-o", results / out, "--batch", 1, status=1)
+    assert os.listdir(results) == []  # nor any hidden partial file
+    (tmp_path / "none.jsonl").write_text("")
+    run("match", index, tmp_path / "none.jsonl", "-o", tmp_path / "none.parquet")
+    empty = pq.read_table(tmp_path / "none.parquet")
+    assert empty.num_rows == 0 and empty.schema.field("event").type == pa.int64()
+    skipped_first = tmp_path / "s.jsonl"
+    skipped_first.write_text('{"price": NaN}\n{"price": 42, "brand": "acme"}\n')
+    run("match", index, skipped_first, "-o", tmp_path / "s.parquet", "--skip-bad",
+        "--batch", 1)
+    assert pq.read_table(tmp_path / "s.parquet").to_pylist() == [{"event": 2, "matches": ["1"]}]
+    assert "--event-count" in run("generate", "-o", tmp_path / "g.jsonl", "--event-count", 0,
+                                  status=2).stderr
 
 
 def test_conventions(index: Path) -> None:

@@ -316,6 +316,13 @@ def test_match_batch_equals_match_many(spark, tmp_path):
     got = pq.read_table(tmp_path / "m2")
     assert sorted(zip(*[got.column(c).to_pylist() for c in ("event_id", "subscription_id")],
                       strict=True)) == sorted((f"e{n}", s) for n, s in want)
+    # a column that labels the events is still part of them, as in `pbtree match`
+    match.run(spark, str(tmp_path / "ix"), str(tmp_path / "events.parquet"),
+              str(tmp_path / "m3"), event_id="c")
+    got = pq.read_table(tmp_path / "m3")
+    assert sorted(zip(*[got.column(c).to_pylist() for c in ("event_id", "subscription_id")],
+                      strict=True), key=repr) == sorted(((events[n]["c"], s) for n, s in want),
+                                                        key=repr)
 
 
 def test_cli_build_and_match_batch(spark, tmp_path, capsys):

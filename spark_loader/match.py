@@ -15,13 +15,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import pbtree
+from pbtree.core import MANIFEST
+from pbtree.errors import PbtreeError
 from pbtree.staging import Staging
 from spark_loader.progress import Timings, watch
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
 ROW_NUMBER = "__pbtree_row"
-_OPEN: dict[str, pbtree.Index] = {}
+#: per worker process: index path -> (its manifest's identity, the index opened read-only)
+_OPEN: dict[str, tuple[tuple[int, int], pbtree.Index]] = {}
 
 
 @dataclass
@@ -39,10 +42,21 @@ class MatchResult:
 
 
 def _open(path: str) -> pbtree.Index:
-    """The index at ``path``, opened read-only once per worker process."""
-    index = _OPEN.get(path)
-    if index is None:
-        index = _OPEN[path] = pbtree.open(path, readonly=True)
+    """The index at ``path``, opened read-only once per worker process, and again when the
+    path holds another index since (rebuilt: its manifest is a new file), whose old files
+    the open one would go on reading."""
+    try:
+        stat = os.stat(os.path.join(path, MANIFEST))
+        identity = (stat.st_ino, stat.st_mtime_ns)
+    except FileNotFoundError:
+        identity = (0, 0)  # pbtree.open says what is wrong
+    held = _OPEN.get(path)
+    if held is not None and held[0] == identity:
+        return held[1]
+    if held is not None:
+        held[1].close()
+    index = pbtree.open(path, readonly=True)
+    _OPEN[path] = (identity, index)
     return index
 
 
@@ -73,6 +87,9 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             subs = [i for ids in found for i in ids]
             if pa.types.is_string(id_type):
                 subs = [str(i) for i in subs]
+            elif any(type(i) is str for i in subs):
+                raise PbtreeError(f"{index_path}: a subscription with a string id was added "
+                                  f"while the job ran; run it again")
             events_seen.add(batch.num_rows)
             yield pa.RecordBatch.from_arrays(
                 [event_ids.take(pa.array(rows, pa.int64())), pa.array(subs, id_type)],

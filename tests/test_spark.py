@@ -12,6 +12,9 @@ import io
 import math
 import os
 import random
+import shutil
+import subprocess
+import sys
 import time
 import types
 
@@ -249,6 +252,39 @@ def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == ["fewer.parquet", "ix", "rej", "subs.parquet"]
     with pbtree.open(tmp_path / "ix") as ix:
         assert sorted(ix) == ["ok1", "ok2", "ok3"]
+
+
+def test_workers_reopen_an_index_rebuilt_at_the_same_path(tmp_path):
+    """A worker keeps the index it matched with open for later jobs; once the path holds a
+    rebuilt index, it must read that one, not the old files it still has open."""
+    from pbtree import bulk
+
+    path = str(tmp_path / "ix")
+    bulk.build(path, [(1, "a = 1")])
+    assert match._open(path).match({"a": 1}) == [1]
+    assert match._open(path) is match._open(path)
+    shutil.rmtree(path)
+    bulk.build(path, [(2, "a = 1")])
+    assert match._open(path).match({"a": 1}) == [2]
+
+
+def test_a_string_id_added_during_a_match_job_is_a_clear_error(tmp_path):
+    """The job fixes the id column's type before its tasks open the index; a string id
+    subscribed in between is named, not a raw Arrow conversion error."""
+    from pbtree import bulk
+
+    path = str(tmp_path / "ix")
+    bulk.build(path, [(1, "a = 1")])
+    run = match._match_task(path, ["a", match.ROW_NUMBER], match.ROW_NUMBER, pa.int64(),
+                            types.SimpleNamespace(add=lambda n: None))
+    batch = pa.record_batch([pa.array([1]), pa.array([0])], names=["c0", "c1"])
+    assert [b.to_pylist() for b in run(iter([batch]))] == [
+        [{"event_id": 0, "subscription_id": 1}]]
+    subprocess.run([sys.executable, "-c", "import sys, pbtree\n"
+                    "with pbtree.open(sys.argv[1]) as ix:\n    ix.subscribe('late', 'a = 1')",
+                    path], check=True)  # another process, as a job's writer would be
+    with pytest.raises(pbtree.PbtreeError, match="string id was added while the job ran"):
+        list(run(iter([batch])))
 
 
 def test_shard_attempts_never_leave_a_half_shard(tmp_path):

@@ -9,6 +9,8 @@ pyarrow (the ``spark`` or ``bench`` extra), as its only callers do.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -29,7 +31,7 @@ from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard
-from pbtree.staging import Staging
+from pbtree.staging import Staging, fsync_dir
 from pbtree.subs import postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -483,13 +485,22 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = 4
             "nodes": len(records.by_db.get("nodes", ()))}
 
 
+def _build_into(path: str, groups: list[list[Sub]], node_bytes: int) -> None:
+    """Every shard of ``groups`` in the directory ``path``, then its manifest."""
+    for n, subs in enumerate(groups):
+        build_shard(shard_dir(path, n), subs, node_bytes=node_bytes, shard_no=n,
+                    shards=len(groups))
+    write_manifest(path, new_manifest(len(groups), node_bytes, created_by="bulk"))
+
+
 def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
           shards: int = 1, node_bytes: int = 4096) -> int:
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 
     Behaves like ``pbtree.create`` followed by ``subscribe_many``, much faster; returns
-    the number of subscriptions. The index is built in a hidden directory beside ``path``
-    and renamed into place when complete: a failed build leaves nothing at ``path``.
+    the number of subscriptions. The index is built in a hidden directory (beside ``path``,
+    or inside it when it is an empty directory) and moved into place when complete, its
+    manifest last: a failed build leaves nothing at ``path``.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
@@ -503,23 +514,25 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
         except PbtreeError as exc:
             raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
         groups[shard_of(idkey, shards)].append((sub_id, idkey, preds))
-    empty_dir = os.path.isdir(path)  # checked empty above: the new index takes its place
-    staging = Staging(path, force=empty_dir)
-    try:
-        for n, subs in enumerate(groups):
-            build_shard(shard_dir(staging.path, n), subs, node_bytes=node_bytes, shard_no=n,
-                        shards=shards)
-        write_manifest(staging.path, new_manifest(shards, node_bytes, created_by="bulk"))
-        if empty_dir:
-            try:
-                os.rmdir(path)
-            except OSError:
-                raise IndexExistsError(f"{path}: files appeared in it during the build; "
-                                       f"nothing was written there") from None
-        staging.commit()
-    except BaseException:
-        staging.discard()
-        raise
+    if os.path.isdir(path):  # empty (checked above): built in a hidden directory inside it
+        work = tempfile.mkdtemp(prefix=".build-", dir=path)
+        try:
+            _build_into(work, groups, node_bytes)
+            for name in sorted(os.listdir(work)):  # shards first, the manifest last
+                os.rename(os.path.join(work, name), os.path.join(path, name))
+            os.rmdir(work)
+            fsync_dir(path)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    else:
+        staging = Staging(path, force=False)
+        try:
+            _build_into(staging.path, groups, node_bytes)
+            staging.commit()
+        except BaseException:
+            staging.discard()
+            raise
     return sum(len(subs) for subs in groups)
 
 

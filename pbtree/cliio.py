@@ -279,9 +279,10 @@ def open_output(path: str | None, index: pbtree.Index, source: Source | None,
                 count: bool) -> Iterator[JsonOut | ParquetOut]:
     """Where match results go: standard output (None or ``-``), Parquet by suffix, else JSON.
 
-    A file is written under a hidden name beside it and renamed into place when the command
-    succeeds: a failed command leaves no partial output, and an existing file is replaced
-    only then. Writing over the input is refused.
+    A new or regular file is written under a hidden name beside it and renamed into place
+    when the command succeeds: a failed command leaves no partial output, and an existing
+    file is replaced only then (a device, pipe or link is written in place). Writing over
+    the input is refused.
     """
     if path is None or path == "-":
         out = JsonOut(sys.stdout)
@@ -290,27 +291,35 @@ def open_output(path: str | None, index: pbtree.Index, source: Source | None,
     if source is not None and not source.stdin and os.path.exists(path) \
             and os.path.samefile(path, source.name):
         raise CliError(f"{path}: is the input file; write the results elsewhere")
-    fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                   dir=os.path.dirname(os.path.abspath(path)))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # as open() would have made it
-    parquet = is_parquet_path(path)
-    out: JsonOut | ParquetOut
-    if parquet:
-        os.close(fd)
-        out = ParquetOut(partial, path, index)
+    in_place = os.path.lexists(path) and not (os.path.isfile(path)
+                                              and not os.path.islink(path))
+    if in_place:  # a device, pipe or link: written as the user pointed at it
+        target = path
     else:
-        out = JsonOut(os.fdopen(fd, "w", encoding="utf-8"))
+        fd, target = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                                      dir=os.path.dirname(os.path.abspath(path)))
+        os.close(fd)
+    out: JsonOut | ParquetOut | None = None
     try:
+        if not in_place:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(target, 0o666 & ~umask)  # as open() would have made it
+        if is_parquet_path(path):
+            out = ParquetOut(target, path, index)
+        else:
+            out = JsonOut(open(target, "w", encoding="utf-8"))  # noqa: SIM115
         yield out
         if isinstance(out, ParquetOut):
             out.finish(count)
         else:
             out.close()
-        os.replace(partial, path)
+        if not in_place:
+            os.replace(target, path)
     except BaseException:
-        out.close()
-        with suppress(FileNotFoundError):
-            os.remove(partial)
+        if out is not None:
+            out.close()
+        if not in_place:
+            with suppress(FileNotFoundError):
+                os.remove(target)
         raise

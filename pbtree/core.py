@@ -64,7 +64,7 @@ def write_manifest(path: str, manifest: dict) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, os.path.join(path, MANIFEST))
-    fsync_dir(path)  # the rename, and the shard directories made before it
+    fsync_dir(path)  # the rename, and the names of the shard directories made before it
 
 
 def read_manifest(path: str) -> dict:

@@ -54,8 +54,12 @@ class Staging:
         if os.path.lexists(self.target):
             aside = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
                                      dir=os.path.dirname(self.target))
+            try:
+                os.rename(self.target, os.path.join(aside, "previous"))
+            except BaseException:
+                os.rmdir(aside)
+                raise
             self.old = os.path.join(aside, "previous")
-            os.rename(self.target, self.old)
         try:
             os.rename(self.path, self.target)
             fsync_dir(os.path.dirname(self.target))

@@ -102,7 +102,7 @@ def _route_task(columns: list[str], staging: str, shards: int):
         from pyspark import TaskContext
 
         task = TaskContext.get()
-        part, tmp = task.partitionId(), f".{task.attemptNumber()}.tmp"
+        part, tmp = task.partitionId(), f".{task.taskAttemptId()}.tmp"
         names = columns[:-1]
         writers: dict[int, tuple[str, pa.ipc.RecordBatchFileWriter]] = {}
         rows = 0
@@ -153,7 +153,7 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        tmp = f".{TaskContext.get().attemptNumber()}.tmp"
+        tmp = f".{TaskContext.get().taskAttemptId()}.tmp"  # unique, also across stage runs
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards,

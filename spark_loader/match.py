@@ -54,6 +54,7 @@ def _open(path: str) -> pbtree.Index:
     if held is not None and held[0] == identity:
         return held[1]
     if held is not None:
+        del _OPEN[path]
         held[1].close()
     index = pbtree.open(path, readonly=True)
     _OPEN[path] = (identity, index)

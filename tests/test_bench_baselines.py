@@ -112,7 +112,6 @@ def test_baseline_updates(name, tmp_path):
         system.close()
 
 
-
 @pytest.mark.parametrize("threads", [None, 1])
 def test_duckdb_reports_the_threads_it_runs_on(threads, tmp_path):
     """The harness reports DuckDB's threads beside the others' one: DuckDB's own default

@@ -125,8 +125,8 @@ def test_bad_input_is_refused(tmp_path):
 
 def test_failed_build_leaves_nothing_behind(tmp_path):
     """A build that fails after some shards are written (here a duplicate id found only in
-    the last shard) leaves nothing at the target, nor hidden beside it; a build into an
-    empty directory replaces it."""
+    the last shard) leaves nothing at the target, nor hidden beside or inside it; an empty
+    directory, also one reached by a link, is built into."""
     last = next(i for i in range(100) if pbtree.ids.shard_of(pbtree.ids.encode_id(i), 3) == 2)
     pairs = [(i, f"a = {i}") for i in range(30)] + [(last, "a = 99")]
     with pytest.raises(pbtree.DuplicateIdError, match=str(last)):
@@ -140,6 +140,12 @@ def test_failed_build_leaves_nothing_behind(tmp_path):
     assert os.listdir(tmp_path) == ["index"]
     with pbtree.open(tmp_path / "index") as ix:
         assert len(ix) == 30 and ix.match({"a": 7}) == [7] and ix.verify()["ok"]
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    assert bulk.build(tmp_path / "link", pairs[:3]) == 3
+    assert sorted(os.listdir(tmp_path / "elsewhere")) == ["manifest.json", "shard-0000"]
+    with pbtree.open(tmp_path / "link") as ix:
+        assert ix.match({"a": 2}) == [2]
 
 
 def test_columns_take_and_concat_keep_every_subscription():

@@ -256,6 +256,11 @@ def test_match_output_files_appear_whole(index: Path, tmp_path: Path) -> None:
     run("match", index, skipped_first, "-o", tmp_path / "s.parquet", "--skip-bad",
         "--batch", 1)
     assert pq.read_table(tmp_path / "s.parquet").to_pylist() == [{"event": 2, "matches": ["1"]}]
+    link = tmp_path / "link.jsonl"  # a link (or a device, a pipe) is written in place
+    link.symlink_to(results / "kept.jsonl")
+    run("match", index, events, "-o", link, "--skip-bad")
+    assert link.is_symlink() and lines((results / "kept.jsonl").read_text()) == [
+        {"event": 1, "matches": [1]}]
     assert "--event-count" in run("generate", "-o", tmp_path / "g.jsonl", "--event-count", 0,
                                   status=2).stderr
 

@@ -301,12 +301,16 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
     half = staging / ".shard-0000.0.tmp"
     half.mkdir()
     (half / "data.mdb").write_bytes(b"half")
+    placed = None
     for attempt in range(2):
         summary = build._build_shard(0, "expression", str(staging), str(rejects), 4096, 1,
                                      f".{attempt}.tmp")
         assert summary.column("subscriptions").to_pylist() == [2]
         assert sorted(os.listdir(staging)) == sorted([build.ROWS, "shard-0000"])
         assert os.listdir(rejects) == ["part-00000.parquet"]
+        inode = (staging / "shard-0000").stat().st_ino
+        assert placed in (None, inode)  # the second attempt kept the first one's shard
+        placed = inode
     assert pq.read_table(rejects).column("id").to_pylist() == [2]
     pbtree.core.write_manifest(str(staging), pbtree.core.new_manifest(1, 4096))
     with pbtree.open(staging) as ix:

@@ -68,7 +68,7 @@ def build_command(args: argparse.Namespace) -> int:
     from spark_loader import build, session
     from spark_loader.progress import Timings
 
-    check_layout(args.shards or 1, args.node_bytes)
+    check_layout(1 if args.shards is None else args.shards, args.node_bytes)
     check_target(args.output, args.force)
     if args.rejects:
         check_target(args.rejects, args.force)

@@ -265,6 +265,15 @@ def test_match_output_files_appear_whole(index: Path, tmp_path: Path) -> None:
                                   status=2).stderr
 
 
+def test_build_refuses_zero_shards_before_starting_spark(tmp_path: Path) -> None:
+    """--shards 0 is an error, not "Spark's default" (that is what leaving it out means)."""
+    pq.write_table(pa.table({"id": [1], "expr": ["a = 1"]}), tmp_path / "s.parquet")
+    err = run("build", tmp_path / "s.parquet", "-o", tmp_path / "ix", "--shards", 0,
+              status=1).stderr
+    assert "shards must be a positive integer" in err
+    assert not (tmp_path / "ix").exists()
+
+
 def test_conventions(index: Path) -> None:
     assert run(status=2).stdout == ""
     assert "invalid choice" in run("frobnicate", status=2).stderr

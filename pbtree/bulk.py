@@ -31,7 +31,7 @@ from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, node_key, pack
 from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard
-from pbtree.staging import Staging, fsync_dir
+from pbtree.staging import fsync_dir
 from pbtree.subs import postings
 from pbtree.tree import COUNTER, TREE
 from storage import sidset
@@ -498,9 +498,9 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 
     Behaves like ``pbtree.create`` followed by ``subscribe_many``, much faster; returns
-    the number of subscriptions. The index is built in a hidden directory (beside ``path``,
-    or inside it when it is an empty directory) and moved into place when complete, its
-    manifest last: a failed build leaves nothing at ``path``.
+    the number of subscriptions. The index is built in a hidden directory inside ``path``
+    and moved up when complete, its manifest last (until then ``path`` is no index): a
+    failed build leaves ``path`` as it was, absent or empty.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
@@ -514,25 +514,18 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
         except PbtreeError as exc:
             raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
         groups[shard_of(idkey, shards)].append((sub_id, idkey, preds))
-    if os.path.isdir(path):  # empty (checked above): built in a hidden directory inside it
-        work = tempfile.mkdtemp(prefix=".build-", dir=path)
-        try:
-            _build_into(work, groups, node_bytes)
-            for name in sorted(os.listdir(work)):  # shards first, the manifest last
-                os.rename(os.path.join(work, name), os.path.join(path, name))
-            os.rmdir(work)
-            fsync_dir(path)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-    else:
-        staging = Staging(path, force=False)
-        try:
-            _build_into(staging.path, groups, node_bytes)
-            staging.commit()
-        except BaseException:
-            staging.discard()
-            raise
+    made = not os.path.isdir(path)  # else an empty directory (checked above), kept on failure
+    os.makedirs(path, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".build-", dir=path)
+    try:
+        _build_into(work, groups, node_bytes)
+        for name in sorted(os.listdir(work)):  # shards first, the manifest last
+            os.rename(os.path.join(work, name), os.path.join(path, name))
+        os.rmdir(work)
+        fsync_dir(path)
+    except BaseException:
+        shutil.rmtree(path if made else work, ignore_errors=True)
+        raise
     return sum(len(subs) for subs in groups)
 
 

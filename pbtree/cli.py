@@ -388,8 +388,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.profile == "ecommerce":
         if knobs:
             raise UsageError("the workload knobs apply to the synthetic profiles only")
-        data = samples.ecommerce(5000 if args.subs is None else args.subs,
-                                 1000 if args.event_count is None else args.event_count, args.seed)
+        data = samples.ecommerce(args.subs or 5000, args.event_count or 1000, args.seed)
         subs, events = data.subscriptions, data.events
     else:
         from dataclasses import replace

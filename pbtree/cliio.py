@@ -7,6 +7,7 @@ Out: match results as JSON Lines or Parquet.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import sys
@@ -18,6 +19,7 @@ from typing import IO, Any
 
 import pbtree
 from pbtree.samples import is_parquet_path
+from pbtree.staging import as_created
 
 READ_ROWS = 1000  # Parquet rows decoded at a time
 
@@ -28,14 +30,15 @@ MAX_INT_DIGITS = 40
 
 
 def _json_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is out of range")
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits is out of range")
     return int(text)
 
 
 def _json_float(text: str) -> float:
     value = float(text)
-    if value in (float("inf"), float("-inf")):  # a finite literal beyond the double range
+    if math.isinf(value):  # a finite literal beyond the double range
         raise ValueError(f"number {text[:40]} is out of range")
     return value
 
@@ -212,6 +215,8 @@ class JsonOut:
         if self.stream is not sys.stdout:
             self.stream.close()
 
+    finish = close  # every line is written as it comes
+
 
 class ParquetOut:
     """Results as Parquet: columns ``event`` and ``matches`` (list) or ``count``.
@@ -219,10 +224,10 @@ class ParquetOut:
     Match ids are int64 when every id in the index is an int, else strings (as match-batch).
     """
 
-    def __init__(self, path: str, shown_as: str, index: pbtree.Index) -> None:
+    def __init__(self, path: str, shown_as: str, index: pbtree.Index, count: bool) -> None:
         from spark_loader.match import subscription_id_type
 
-        self.path, self.shown_as = path, shown_as
+        self.path, self.shown_as, self.count = path, shown_as, count
         self.id_type = subscription_id_type(index)
         self.writer: Any = None
 
@@ -257,15 +262,15 @@ class ParquetOut:
             results = [[str(i) for i in r] for r in results]
         return pa.array(results, pa.list_(self.id_type))
 
-    def finish(self, count: bool) -> None:
+    def finish(self) -> None:
         """Close the file; with no results at all, write the empty columns."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         if self.writer is None:
+            name = "count" if self.count else "matches"
             pq.write_table(pa.table({"event": pa.array([], pa.int64()),
-                                     "count" if count else "matches": self._column([], count)}),
-                           self.path)
+                                     name: self._column([], self.count)}), self.path)
         self.close()
 
     def close(self) -> None:
@@ -302,18 +307,13 @@ def open_output(path: str | None, index: pbtree.Index, source: Source | None,
     out: JsonOut | ParquetOut | None = None
     try:
         if not in_place:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(target, 0o666 & ~umask)  # as open() would have made it
+            as_created(target, 0o666)
         if is_parquet_path(path):
-            out = ParquetOut(target, path, index)
+            out = ParquetOut(target, path, index, count)
         else:
             out = JsonOut(open(target, "w", encoding="utf-8"))  # noqa: SIM115
         yield out
-        if isinstance(out, ParquetOut):
-            out.finish(count)
-        else:
-            out.close()
+        out.finish()
         if not in_place:
             os.replace(target, path)
     except BaseException:

@@ -30,7 +30,7 @@ from pbtree.errors import (
 )
 from pbtree.ids import encode_id, shard_of
 from pbtree.shard import FOLD_AT, Shard
-from pbtree.staging import fsync_dir
+from pbtree.staging import as_created, fsync_dir
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
 
@@ -56,9 +56,7 @@ def write_manifest(path: str, manifest: dict) -> None:
     """Write manifest.json atomically (temporary file, fsync, rename, fsync of the
     directory)."""
     fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would lock out readers running as others
+    as_created(fd, 0o666)
     with os.fdopen(fd, "w") as out:
         json.dump(manifest, out, indent=2, sort_keys=True)
         out.flush()
@@ -98,23 +96,24 @@ def new_manifest(shards: int, node_bytes: int, **build: object) -> dict:
             "node_bytes": node_bytes, "build": build}
 
 
+def check_positive(name: str, value: object, what: str = "integer") -> None:
+    """PbtreeError unless ``value`` is an int of at least 1 (bools are not counts)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PbtreeError(f"{name} must be a positive {what}, not {value!r}")
+
+
 def check_layout(shards: int, node_bytes: int) -> None:
-    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-        raise PbtreeError(f"shards must be a positive integer, not {shards!r}")
+    check_positive("shards", shards)
     if not isinstance(node_bytes, int) or not MIN_NODE_BYTES <= node_bytes <= MAX_NODE_BYTES:
         raise PbtreeError(
             f"node_bytes must be an integer from {MIN_NODE_BYTES} to {MAX_NODE_BYTES}, "
             f"not {node_bytes!r}")
 
 
-def check_fold_at(fold_at: int) -> None:
-    if not isinstance(fold_at, int) or isinstance(fold_at, bool) or fold_at < 1:
-        raise PbtreeError(f"fold_at must be a positive integer, not {fold_at!r}")
-
-
-def check_map_size(map_size: int) -> None:
-    if not isinstance(map_size, int) or isinstance(map_size, bool) or map_size < 1:
-        raise PbtreeError(f"map_size must be a positive number of bytes, not {map_size!r}")
+def check_options(fold_at: int, map_size: int) -> None:
+    """The options ``create`` and ``open`` share."""
+    check_positive("fold_at", fold_at)
+    check_positive("map_size", map_size, "number of bytes")
 
 
 def normalize(expr: Expr) -> list:
@@ -341,8 +340,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
-    check_fold_at(fold_at)
-    check_map_size(map_size)
+    check_options(fold_at, map_size)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     os.makedirs(path, exist_ok=True)
@@ -363,8 +361,7 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     ``durable`` and ``fold_at`` as for ``create``.
     """
     path = os.fspath(path)
-    check_fold_at(fold_at)
-    check_map_size(map_size)
+    check_options(fold_at, map_size)
     manifest = read_manifest(path)
     extra = shard_dir(path, manifest["shards"])
     if os.path.exists(extra):  # answers would silently miss the shards left out

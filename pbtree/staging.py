@@ -9,6 +9,14 @@ import tempfile
 from pbtree.errors import IndexExistsError
 
 
+def as_created(path: str | int, mode: int) -> None:
+    """Give a file (path or descriptor) made by ``tempfile`` (owner only) the mode ``open``
+    or ``os.makedirs`` would have: ``mode`` less the umask, so other users can read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    (os.fchmod if isinstance(path, int) else os.chmod)(path, mode & ~umask)
+
+
 def fsync_dir(path: str) -> None:
     """Make the entries of directory ``path`` durable: a rename or a new file in it is
     otherwise not guaranteed to survive a power loss (POSIX)."""
@@ -37,9 +45,7 @@ class Staging:
         name = os.path.basename(self.target)
         self.path = tempfile.mkdtemp(prefix=f".{name}.staging-", dir=parent)
         self.old: str | None = None  # the old target set aside by ``swap``
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.path, 0o777 & ~umask)  # as a directory made by os.makedirs would be
+        as_created(self.path, 0o777)
 
     def commit(self) -> None:
         """Move the staged output to the target; an old target is replaced only with force."""

@@ -213,7 +213,7 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     timings = timings or Timings()
-    check_layout(opts.shards or 1, opts.node_bytes)
+    check_layout(1 if opts.shards is None else opts.shards, opts.node_bytes)
     index = Staging(opts.output, opts.force)
     try:
         rejects = Staging(opts.rejects, opts.force) if opts.rejects else None

@@ -88,13 +88,14 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             subs = [i for ids in found for i in ids]
             if pa.types.is_string(id_type):
                 subs = [str(i) for i in subs]
-            elif any(type(i) is str for i in subs):
+            try:
+                sub_ids = pa.array(subs, id_type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):  # the type was fixed before the job
                 raise PbtreeError(f"{index_path}: a subscription with a string id was added "
-                                  f"while the job ran; run it again")
+                                  f"while the job ran; run it again") from None
             events_seen.add(batch.num_rows)
             yield pa.RecordBatch.from_arrays(
-                [event_ids.take(pa.array(rows, pa.int64())), pa.array(subs, id_type)],
-                [EVENT_ID, SUBSCRIPTION_ID])
+                [event_ids.take(pa.array(rows, pa.int64())), sub_ids], [EVENT_ID, SUBSCRIPTION_ID])
 
     return run
 

@@ -297,22 +297,17 @@ def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
 def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
                  numbers: list[int], skip: bool, args: argparse.Namespace) -> list:
     """match_many on a batch; a bad event fails the command or, with --skip-bad, gets None."""
-    try:
-        if not any(isinstance(e, Bad) for e in events):
-            return index.match_many(events)
-    except EventError:
-        pass
+    found = iter(index.match_many([e for e in events if not isinstance(e, Bad)],
+                                  return_errors=True))
     results: list = []
     for n, event in zip(numbers, events, strict=True):
-        try:
-            if isinstance(event, Bad):
-                raise EventError(event.message)
-            results.append(index.match(event))
-        except EventError as exc:
+        result = EventError(event.message) if isinstance(event, Bad) else next(found)
+        if isinstance(result, EventError):
             if not skip:
-                raise CliError(f"{where(n)}: {exc}") from None
-            note(args, f"skipped {where(n)}: {exc}")
-            results.append(None)
+                raise CliError(f"{where(n)}: {result}")
+            note(args, f"skipped {where(n)}: {result}")
+            result = None
+        results.append(result)
     return results
 
 
@@ -593,7 +588,7 @@ def _register_spark(sub: Any) -> None:
         if exc.name in ("spark_loader", "spark_loader.cli"):
             return
         raise
-    spark_cli.register(sub)
+    spark_cli.register(sub, parents=[_common()])
 
 
 def _place_late(args: argparse.Namespace, extra: list[str]) -> list[str]:

@@ -253,20 +253,33 @@ class Index:
         """Ids of the subscriptions the event satisfies, sorted (ints first, then strings)."""
         return self.match_many([event])[0]
 
-    def match_many(self, events: Iterable[Mapping]) -> list[list]:
-        """match() for many events, reading each shard in one snapshot."""
-        prepared = [prepare_event(e) for e in events]
+    def match_many(self, events: Iterable[Mapping], *,
+                   return_errors: bool = False) -> list[list | EventError]:
+        """match() for many events, reading each shard in one snapshot.
+
+        A bad event raises its EventError, or with ``return_errors`` takes the error's
+        place in the results while the other events are matched (as a batch job wants).
+        """
+        prepared: list[PreparedEvent | EventError] = []
+        for event in events:
+            try:
+                prepared.append(prepare_event(event))
+            except EventError as exc:
+                if not return_errors:
+                    raise
+                prepared.append(exc)
+        good = [n for n, event in enumerate(prepared) if type(event) is list]
         ints: list[list[np.ndarray]] = [[] for _ in prepared]
         strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
             with shard.matching() as (txn, caches):
-                for n, event in enumerate(prepared):
-                    sids = shard.match_sids(txn, caches, event)
+                for n in good:
+                    sids = shard.match_sids(txn, caches, prepared[n])
                     found_ints, found_strings = shard.ids_of(txn, caches, sids)
                     ints[n].append(found_ints)
                     strings[n] += found_strings
-        return [np.sort(np.concatenate(i)).tolist() + sorted(s)
-                for i, s in zip(ints, strings, strict=True)]
+        return [np.sort(np.concatenate(i)).tolist() + sorted(s) if type(p) is list else p
+                for i, s, p in zip(ints, strings, prepared, strict=True)]
 
     def _shard_for(self, sub_id: object) -> tuple[Shard, bytes]:
         shards = self._live()

@@ -90,3 +90,18 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def commit_with(main: Staging, extra: Staging | None) -> None:
+    """Commit ``main`` and, if given, ``extra`` (a job's second output) together: both
+    appear, or ``extra``'s old target is put back when ``main`` fails to commit."""
+    if extra is not None:
+        extra.swap()
+    try:
+        main.commit()
+    except BaseException:
+        if extra is not None:
+            extra.undo()
+        raise
+    if extra is not None:
+        extra.finish()

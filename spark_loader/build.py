@@ -19,19 +19,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
-from pbtree.staging import Staging
+from pbtree.staging import Staging, commit_with
 from spark_loader import layouts
 from spark_loader.arrowparse import filled
 from spark_loader.progress import Timings, watch
-from spark_loader.session import read_parquet, safe_columns, task_errors
+from spark_loader.session import (
+    REASON,
+    close_rejects,
+    read_parquet,
+    safe_columns,
+    task_errors,
+    write_part,
+)
 
 SHARD = "__pbtree_shard"
-REASON = "reason"
 ROWS = ".rows"  # staging subdirectory of the routed rows, removed before the manifest
 ROUTED = pa.schema([("rows", pa.int64())])
 SUMMARY = pa.schema([("shard", pa.int32()), ("rows", pa.int64()), ("subscriptions", pa.int64()),
@@ -202,10 +207,7 @@ def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
     rows = pa.array([row for row, _, _ in rejects], pa.int64())
     bad = table.take(rows).append_column(REASON, pa.array([r for _, _, r in rejects],
                                                            pa.string()))
-    name = f"part-{part:05d}.parquet"
-    hidden = os.path.join(directory, f".{name}{tmp}")  # readers of the directory skip it
-    pq.write_table(bad, hidden)
-    os.replace(hidden, os.path.join(directory, name))
+    write_part(bad, directory, f"part-{part:05d}.parquet", tmp)
 
 
 def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResult:
@@ -242,21 +244,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
             _finish(result, sum(row.rows for row in routed), summaries, index.path, opts,
                     shards)
             if rejects:
-                for name in os.listdir(rejects.path):  # of task attempts that died half-way
-                    if name.startswith("."):
-                        os.remove(os.path.join(rejects.path, name))
-                if not os.listdir(rejects.path):
-                    pq.write_table(pa.schema([*schema, pa.field(REASON, pa.string())])
-                                   .empty_table(), os.path.join(rejects.path, "part-00000.parquet"))
-                rejects.swap()  # both outputs or neither: the rejects go back if the index fails
-            try:
-                index.commit()
-            except BaseException:
-                if rejects:
-                    rejects.undo()
-                raise
-            if rejects:
-                rejects.finish()
+                close_rejects(rejects.path, pa.schema([*schema, pa.field(REASON, pa.string())]))
+            commit_with(index, rejects)
         return result
     except BaseException:
         index.discard()

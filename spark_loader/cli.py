@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from pbtree.core import check_layout
 from pbtree.errors import PbtreeError
@@ -23,10 +24,11 @@ def _spark_options(parser: argparse.ArgumentParser) -> None:
                         help=_CONF_HELP)
 
 
-def register(subparsers) -> None:
-    """Add the ``build`` and ``match-batch`` subcommands to an argparse subparsers object."""
+def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    """Add the ``build`` and ``match-batch`` subcommands to an argparse subparsers object,
+    with the options of ``parents`` (the pbtree command's --quiet and --debug)."""
     build = subparsers.add_parser(
-        "build", help="build an index from Parquet subscriptions with Spark",
+        "build", help="build an index from Parquet subscriptions with Spark", parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  pbtree build subs.parquet -o alerts.pbt --shards 4 "
                "--rejects bad-rows.parquet",
@@ -47,9 +49,10 @@ def register(subparsers) -> None:
 
     match = subparsers.add_parser(
         "match-batch", help="match a Parquet file of events against an index with Spark",
+        parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  pbtree match-batch alerts.pbt events.parquet -o matches.parquet "
-               "--event-id order_id",
+               "--event-id order_id --rejects bad-events.parquet",
         description="Match every event (one column per attribute) against INDEX and write "
                     "Parquet with columns event_id and subscription_id, one row per match.")
     match.add_argument("index", help="index directory")
@@ -58,7 +61,10 @@ def register(subparsers) -> None:
                        help="Parquet directory to write")
     match.add_argument("--event-id", metavar="COLUMN",
                        help="column holding the event id (default: the row number)")
-    match.add_argument("--force", action="store_true", help="replace an existing MATCHES")
+    match.add_argument("--rejects", metavar="PATH", help="write bad events (event_id, reason) "
+                       "to Parquet at PATH and match the rest (default: fail)")
+    match.add_argument("--force", action="store_true", help="replace an existing MATCHES "
+                       "(and rejects PATH)")
     _spark_options(match)
     match.set_defaults(func=match_command)
 
@@ -78,7 +84,8 @@ def build_command(args: argparse.Namespace) -> int:
                               args.rejects, args.force)
     with session.running(args.master, conf, "pbtree build", timings) as spark:
         result = build.run(spark, opts, timings)
-    print(f"pbtree build: {result.layout} layout, {result.shards} shards: {result.summary()}")
+    _summary(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
+                   f"{result.summary()}")
     return 0
 
 
@@ -88,13 +95,23 @@ def match_command(args: argparse.Namespace) -> int:
     from spark_loader.progress import Timings
 
     check_target(args.output, args.force)
+    if args.rejects:
+        check_target(args.rejects, args.force)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings()
     with session.running(args.master, conf, "pbtree match-batch", timings) as spark:
         result = match.run(spark, args.index, args.events, args.output,
-                           event_id=args.event_id, force=args.force, timings=timings)
-    print(f"pbtree match-batch: {result.summary()}")
+                           event_id=args.event_id, rejects=args.rejects, force=args.force,
+                           timings=timings)
+    _summary(args, f"pbtree match-batch: {result.summary()}")
     return 0
+
+
+def _summary(args: argparse.Namespace, line: str) -> None:
+    """A job's summary line on standard error (results alone go to standard output),
+    unless --quiet."""
+    if not getattr(args, "quiet", False):
+        print(line, file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

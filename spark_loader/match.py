@@ -16,10 +16,18 @@ import pyarrow.parquet as pq
 
 import pbtree
 from pbtree.core import MANIFEST
-from pbtree.errors import PbtreeError
-from pbtree.staging import Staging
+from pbtree.errors import EventError, PbtreeError, shown
+from pbtree.staging import Staging, commit_with
 from spark_loader.progress import Timings, watch
-from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
+from spark_loader.session import (
+    REASON,
+    InputError,
+    close_rejects,
+    read_parquet,
+    safe_columns,
+    task_errors,
+    write_part,
+)
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
 ROW_NUMBER = "__pbtree_row"
@@ -33,11 +41,13 @@ class MatchResult:
 
     events: int = 0
     matches: int = 0
+    rejected: int = 0
     timings: Timings = field(default_factory=Timings)
 
     def summary(self) -> str:
         rate = self.events / max(self.timings.total(), 1e-9)
-        return (f"{self.events} events matched, {self.matches} matches written; "
+        bad = f", {self.rejected} events rejected" if self.rejected else ""
+        return (f"{self.events} events matched, {self.matches} matches written{bad}; "
                 f"{self.timings.line()} ({rate:,.0f} events/s)")
 
 
@@ -72,10 +82,18 @@ def subscription_id_type(index: pbtree.Index) -> pa.DataType:
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen):
+                events_seen, rejects_dir: str | None = None, rejected=None):
+    """The job's mapInArrow function: event batches -> (event id, subscription id) rows.
+
+    A bad event fails the job naming it, or with ``rejects_dir`` is written there as
+    (event id, reason) under this task attempt's hidden name and renamed into place;
+    ``events_seen`` and ``rejected`` are the accumulators counting both kinds.
+    """
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
         index = _open(index_path)
-        for batch in batches:
+        for number, batch in enumerate(batches):
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
             attrs = [name for name in names if name != ROW_NUMBER]  # the label is matched too
@@ -83,7 +101,22 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
                       for values in zip(*columns, strict=True)] if attrs else \
                 [{} for _ in range(batch.num_rows)]
-            found = index.match_many(events)
+            found = index.match_many(events, return_errors=True)
+            bad = [n for n, ids in enumerate(found) if isinstance(ids, EventError)]
+            if bad and rejects_dir is None:
+                label = event_ids[bad[0]].as_py()
+                where = f"row {label}" if event_col == ROW_NUMBER else \
+                    f"event {event_col} = {shown(label)}"
+                raise EventError(f"{where}: {found[bad[0]]} (--rejects PATH matches the other "
+                                 f"events and writes the bad ones there)")
+            if bad:
+                task = TaskContext.get()
+                write_part(pa.table([event_ids.take(bad), [str(found[n]) for n in bad]],
+                                    names=[EVENT_ID, REASON]), rejects_dir,
+                           f"part-{task.partitionId():05d}-{number:05d}.parquet",
+                           f".{task.taskAttemptId()}.tmp")
+                rejected.add(len(bad))
+                found = [[] if isinstance(ids, EventError) else ids for ids in found]
             rows = [n for n, ids in enumerate(found) for _ in ids]
             subs = [i for ids in found for i in ids]
             if pa.types.is_string(id_type):
@@ -93,7 +126,7 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # the type was fixed before the job
                 raise PbtreeError(f"{index_path}: a subscription with a string id was added "
                                   f"while the job ran; run it again") from None
-            events_seen.add(batch.num_rows)
+            events_seen.add(batch.num_rows - len(bad))
             yield pa.RecordBatch.from_arrays(
                 [event_ids.take(pa.array(rows, pa.int64())), sub_ids], [EVENT_ID, SUBSCRIPTION_ID])
 
@@ -115,14 +148,21 @@ def _with_row_numbers(spark, df):
 
 
 def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
-        force: bool = False, timings: Timings | None = None) -> MatchResult:
-    """Write the matches of every event in ``events_path`` to Parquet at ``output``."""
-    from pyspark.sql.pandas.types import from_arrow_type
+        rejects: str | None = None, force: bool = False,
+        timings: Timings | None = None) -> MatchResult:
+    """Write the matches of every event in ``events_path`` to Parquet at ``output``; bad
+    events fail the job, or with ``rejects`` go there as (event id, reason) rows."""
+    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
     result = MatchResult(timings=timings or Timings())
     with pbtree.open(index_path, readonly=True) as index:
         id_type = subscription_id_type(index)
     staging = Staging(output, force)
+    try:
+        bad = Staging(rejects, force) if rejects else None
+    except BaseException:
+        staging.discard()
+        raise
     try:
         with result.timings.stage("read"):
             df = read_parquet(spark, events_path)
@@ -134,8 +174,9 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
         event_type = df.schema[event_id].dataType
         schema = (f"{EVENT_ID} {event_type.simpleString()}, "
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
-        seen = spark.sparkContext.accumulator(0)
-        task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen)
+        seen, rejected = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+        task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
+                           bad.path if bad else None, rejected)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), watch(spark, "match-batch"), task_errors():
             safe_columns(df).mapInArrow(task, schema).write.parquet(out)
@@ -143,12 +184,16 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
             for name in os.listdir(out):
                 os.rename(os.path.join(out, name), os.path.join(staging.path, name))
             os.rmdir(out)
-            result.events = seen.value
+            result.events, result.rejected = seen.value, rejected.value
             result.matches = sum(pq.read_metadata(f).num_rows
                                  for f in glob.glob(os.path.join(staging.path, "*.parquet")))
-            staging.commit()
+            if bad:
+                close_rejects(bad.path, pa.schema([(EVENT_ID, to_arrow_type(event_type)),
+                                                   (REASON, pa.string())]))
+            commit_with(staging, bad)
         return result
     except BaseException:
         staging.discard()
+        if bad:
+            bad.discard()
         raise
-

@@ -10,6 +10,9 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from pbtree.errors import PbtreeError
 from spark_loader import classdata
 from spark_loader.progress import Timings
@@ -31,6 +34,10 @@ logger.submit.name = org.apache.spark.deploy.SparkSubmit
 logger.submit.level = error
 logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = off
+logger.writer.name = org.apache.spark.sql.execution.datasources.FileFormatWriter
+logger.writer.level = off
 """
 
 
@@ -46,6 +53,8 @@ class TaskError(PbtreeError):
     """A Spark task failed with a pbtree error; the message is that error's."""
 
 
+#: the column of a rejects file saying why its row was rejected
+REASON = "reason"
 _TASK_ERROR = re.compile(r"^(?:pbtree|spark_loader|storage)\.[\w.]*?(\w+Error): (.*)$", re.M)
 
 
@@ -71,7 +80,7 @@ def _driver_memory() -> str:
 
 def _log_config() -> str:
     """Path of a log4j2 file that lets only errors through (written once per machine)."""
-    path = os.path.join(tempfile.gettempdir(), "pbtree-log4j2-v3.properties")
+    path = os.path.join(tempfile.gettempdir(), "pbtree-log4j2-v4.properties")
     if not os.path.exists(path):
         fd, tmp = tempfile.mkstemp(prefix=".pbtree-log4j2-", dir=os.path.dirname(path))
         with os.fdopen(fd, "w") as out:
@@ -183,3 +192,22 @@ def safe_columns(df):
 
     quoted = [F.col("`" + name.replace("`", "``") + "`") for name in df.columns]
     return df.select([col.alias(f"c{n}") for n, col in enumerate(quoted)])
+
+
+def write_part(table: pa.Table, directory: str, name: str, tmp: str) -> None:
+    """Write ``table`` to Parquet file ``name`` in ``directory`` under a hidden name of this
+    task attempt (``tmp``), then rename it: readers of the directory skip hidden files, and a
+    retried or speculative attempt replaces the part whole, never leaving half of one."""
+    hidden = os.path.join(directory, f".{name}{tmp}")
+    pq.write_table(table, hidden)
+    os.replace(hidden, os.path.join(directory, name))
+
+
+def close_rejects(directory: str, schema: pa.Schema) -> None:
+    """Finish a rejects directory after its job: drop the hidden parts of attempts that died
+    half-way, and write an empty table of ``schema`` when no row was rejected."""
+    for name in os.listdir(directory):
+        if name.startswith("."):
+            os.remove(os.path.join(directory, name))
+    if not os.listdir(directory):
+        pq.write_table(schema.empty_table(), os.path.join(directory, "part-00000.parquet"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -163,6 +164,10 @@ def test_bad_event_values(index, event, message):
         index.match(event)
     with pytest.raises(pbtree.EventError):
         index.match_many([EVENTS[0], event])
+    # a batch job's form: the bad event's error in its place, the others matched
+    found = index.match_many([EVENTS[0], event, EVENTS[1]], return_errors=True)
+    assert isinstance(found[1], pbtree.EventError) and re.search(message, str(found[1]))
+    assert [found[0], found[2]] == [EXPECTED[0], EXPECTED[1]]
 
 
 def test_foreign_numbers_are_taken_alike_in_events_and_subscriptions(index):

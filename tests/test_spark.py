@@ -25,6 +25,7 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
+from pbtree import cli as pbtree_cli
 from pbtree.expr import format_predicates, parse
 
 pytest.importorskip("pyspark")
@@ -365,6 +366,41 @@ def test_match_batch_equals_match_many(spark, tmp_path):
                                                         key=repr)
 
 
+def test_bad_events_fail_match_batch_or_go_to_rejects(spark, tmp_path):
+    """A bad event fails the job naming it (by row, or by its event id), writing nothing;
+    with rejects, the other events are matched and the bad ones written there with why."""
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(1, "a < 5"), (2, "a > 1"), (3, "b = 'x'")])
+        events = [{"a": 3.0, "b": "x"}, {"a": math.nan}, {"a": 7.0}, {"a": -math.nan, "b": "x"}]
+        expected = [ix.match(e) if not math.isnan(e["a"]) else None for e in events]
+    pq.write_table(pa.table({"a": [e["a"] for e in events], "b": [e.get("b") for e in events],
+                             "eid": ["e0", "e1", "e2", "e3"]}), tmp_path / "ev.parquet")
+    index, source = str(tmp_path / "ix"), str(tmp_path / "ev.parquet")
+    with pytest.raises(pbtree.PbtreeError, match=r"row 1: event attribute 'a': NaN"):
+        match.run(spark, index, source, str(tmp_path / "m"), rejects=None)
+    with pytest.raises(pbtree.PbtreeError, match=r"event eid = 'e1': .*NaN"):
+        match.run(spark, index, source, str(tmp_path / "m"), event_id="eid")
+    assert not os.path.exists(tmp_path / "m")
+    for event_id, labels in ((None, [0, 1, 2, 3]), ("eid", ["e0", "e1", "e2", "e3"])):
+        out, bad = tmp_path / f"m-{event_id}", tmp_path / f"bad-{event_id}"
+        result = match.run(spark, index, source, str(out), event_id=event_id,
+                           rejects=str(bad))
+        got = pq.read_table(out).to_pylist()
+        want = [{"event_id": labels[n], "subscription_id": s}
+                for n, found in enumerate(expected) if found for s in found]
+        assert sorted(got, key=repr) == sorted(want, key=repr)
+        rejected = pq.read_table(bad)
+        assert rejected.column_names == ["event_id", "reason"]
+        assert sorted(rejected.column("event_id").to_pylist()) == [labels[1], labels[3]]
+        assert all("NaN" in r for r in rejected.column("reason").to_pylist())
+        assert (result.events, result.rejected, result.matches) == (2, 2, len(want))
+    clean = tmp_path / "clean.parquet"
+    pq.write_table(pa.table({"a": [3.0]}), clean)
+    match.run(spark, index, str(clean), str(tmp_path / "m-clean"), rejects=str(tmp_path / "none"))
+    assert pq.read_table(tmp_path / "none").num_rows == 0  # a rejects file, with its columns
+    assert pq.read_table(tmp_path / "none").column_names == ["event_id", "reason"]
+
+
 def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     pq.write_table(pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a > 1", "b = 'x'"]}),
                    tmp_path / "subs.parquet")
@@ -373,7 +409,9 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     out = str(tmp_path / "ix")
     assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out, "--shards", "2",
                      "--node-bytes", "512", "--spark-conf", "spark.sql.shuffle.partitions=2"]) == 0
-    summary = capsys.readouterr().out
+    captured = capsys.readouterr()
+    summary = captured.err  # standard output is for results alone
+    assert captured.out == ""
     assert "3 rows read, 3 subscriptions indexed, 0 rows rejected" in summary
     assert "spark start" in summary and "parse+build" in summary
     assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out]) == 1
@@ -381,8 +419,15 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     assert cli.main(["match-batch", out, str(tmp_path / "events.parquet"),
                      "-o", str(tmp_path / "m")]) == 1
     err = capsys.readouterr().err
-    assert "NaN" in err and len(err.strip().splitlines()) == 1
+    assert "row 2: event attribute 'a': NaN" in err and "--rejects PATH" in err
+    assert len(err.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "m")
+    # the pbtree command's own options, after the job's; --quiet leaves standard error empty
+    assert pbtree_cli.main(["match-batch", out, str(tmp_path / "events.parquet"), "-o",
+                            str(tmp_path / "m"), "--rejects", str(tmp_path / "bad"), "-q"]) == 0
+    assert capsys.readouterr() == ("", "")
+    assert pq.read_table(tmp_path / "bad").column("event_id").to_pylist() == [2]
+    assert sorted(pq.read_table(tmp_path / "m").column("subscription_id").to_pylist()) == [1, 2, 3]
     assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey"]) == 1
     assert "key=value" in capsys.readouterr().err
 

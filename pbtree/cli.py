@@ -268,8 +268,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
               _stopped_after(lambda: removed, "removed")):
             for ids in _unsubscribe_ids(args, source):
                 unique = list(dict.fromkeys(ids))
-                if source is None:
-                    missing = [i for i in unique if i not in index]
+                if len(missing) < 10:  # enough to name in the error
+                    missing += index.missing(unique)
                 count = index.unsubscribe_many(unique)
                 removed += count
                 asked += len(unique)

@@ -236,12 +236,23 @@ class Index:
 
     def unsubscribe_many(self, ids: Iterable[int | str]) -> int:
         """Remove many subscriptions (one transaction per shard); returns how many existed."""
+        keys = dict.fromkeys(encode_id(i) for i in ids)
+        return sum(shard.unsubscribe(group) for shard, group in self._by_shard(keys))
+
+    def missing(self, ids: Iterable[int | str]) -> list:
+        """Those of ``ids`` not in the index, in their order (one snapshot per shard)."""
+        ids = list(ids)
+        keys = [encode_id(i) for i in ids]
+        stored = set().union(*(shard.existing(group) for shard, group in self._by_shard(keys)))
+        return [i for i, key in zip(ids, keys, strict=True) if key not in stored]
+
+    def _by_shard(self, keys: Iterable[bytes]) -> list[tuple[Shard, list[bytes]]]:
+        """Encoded ids grouped by the shard holding them (shards given none left out)."""
         shards = self._live()
         groups: list[list[bytes]] = [[] for _ in shards]
-        for sub_id in dict.fromkeys(encode_id(i) for i in ids):
-            groups[shard_of(sub_id, len(shards))].append(sub_id)
-        return sum(shard.unsubscribe(keys)
-                   for shard, keys in zip(shards, groups, strict=True) if keys)
+        for key in keys:
+            groups[shard_of(key, len(shards))].append(key)
+        return [(shard, group) for shard, group in zip(shards, groups, strict=True) if group]
 
     def fold(self) -> int:
         """Fold every pending subscription into the trees now (writes do it on their own

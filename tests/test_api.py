@@ -47,6 +47,7 @@ def snapshot(ix: pbtree.Index) -> tuple:
 def test_match_get_len_contains_iter(index):
     assert index.match_many(EVENTS) == EXPECTED
     assert len(index) == 4 and 1 in index and "wish-7" in index and 2 not in index
+    assert index.missing([1, 99, "wish-7", "zz", -4, 2]) == [99, "zz", 2]
     assert sorted(index, key=str) == sorted([1, "wish-7", 3, -4], key=str)
     assert index.get("wish-7") == "price <= 60 and price >= 20 and size in (8, 9)"
     with pytest.raises(KeyError):

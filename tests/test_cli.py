@@ -147,6 +147,10 @@ def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription; 1 of the ids were not in the index: 1" in err
     run("get", index, "wish-7", status=1)  # removed although 1 was missing
     run("unsubscribe", index, 1, "--missing-ok")
+    run("subscribe", index, 5, "a = 1")
+    err = run("unsubscribe", index, "--file", jsonl(tmp_path / "gone.jsonl", [1, 5, "x"]),
+              "--batch", 2, status=1).stderr  # ids read from a file are named too
+    assert "removed 1 subscription; 2 of the ids were not in the index: 1, 'x'" in err
     run("unsubscribe", index, "--file", jsonl(tmp_path / "ids.jsonl", [3]))
     assert json.loads(run("stats", index, "--json").stdout)["subscriptions"] == 0
     run("unsubscribe", index, status=2)

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pbtree import packed
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
@@ -277,7 +278,20 @@ class _TreeBuilder:
 
     def build(self, prefix: bytes, payloads: list[bytes],
               sets: dict[int, dict[int, np.ndarray]]) -> None:
-        """``sets[kind][i]``: the SidSet of ``kind`` at leaf ``payloads[i]``."""
+        """``sets[kind][i]``: the SidSet of ``kind`` at leaf ``payloads[i]``; packed in the
+        trees record when small enough (``pbtree.packed``)."""
+        family = prefix[4]
+        sid_count = sum(s.size for kind_sets in sets.values() for s in kind_sets.values())
+        if packed.size(family, payloads, sid_count) <= packed.limit(self.node_bytes):
+            counts = np.zeros((4, len(payloads)), np.int64)
+            parts = []
+            for kind in packed.KINDS:
+                at = sorted(sets.get(kind, {}))
+                counts[kind, at] = [sets[kind][i].size for i in at]
+                parts += [sets[kind][i] for i in at]
+            record = packed.encode(family, payloads, counts, np.concatenate(parts))
+            self.out.add("trees", [(prefix, record)])
+            return
         first = self.next_node
         ends = {kind: (first + 2 * n, first + 2 * n + 1) for n, kind in enumerate(LIST_KINDS)}
         self.next_node += 6

@@ -104,38 +104,9 @@ class View:
         return [blob[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)]
 
     def count_below(self, target: bytes, inclusive: bool) -> int:
-        """Number of items whose key is < target (<= when inclusive).
-
-        A binary search on the record's key bytes (copied once): big-endian
-        fixed-width keys order as their bytes do; string keys are cut at their
-        ``key_end`` offsets, read in one struct call. A key is <= target exactly
-        when it is < target + b"\\x00", so both bounds run the same loop.
-        """
-        if inclusive:
-            target += b"\x00"
-        lo, hi, buf, at = 0, self.n, self.buf, self.keys_at
-        width = FIXED_WIDTH.get(self.family)
-        if width:
-            blob = bytes(buf[at:at + width * hi])
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                pos = width * mid
-                if blob[pos:pos + width] < target:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
-        if not hi:
-            return 0
-        ends = sidset.u32s(hi).unpack_from(buf, HEADER.size)
-        blob = bytes(buf[at:at + ends[-1]])
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if blob[ends[mid - 1] if mid else 0:ends[mid]] < target:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        """Number of items whose key is < target (<= when inclusive)."""
+        return count_below(self.buf, self.n, self.keys_at, HEADER.size,
+                           FIXED_WIDTH.get(self.family), target, inclusive)
 
     def item_flags(self) -> np.ndarray:
         return np.frombuffer(self.buf, np.uint8, self.n, self.flags_at)
@@ -154,6 +125,42 @@ class View:
         if lo >= hi or not self.flags & SPILLED:
             return []
         return (np.flatnonzero(self.item_flags()[lo:hi] & ITEM_OVERFLOW) + lo).tolist()
+
+
+def count_below(buf: bytes | memoryview, n: int, keys_at: int, ends_at: int,
+                width: int | None, target: bytes, inclusive: bool) -> int:
+    """Number of the ``n`` sorted keys at ``keys_at`` in ``buf`` that are < target (<= when
+    inclusive): ``width`` bytes each, or (width None) cut at the u32 ``key_end`` offsets
+    at ``ends_at``.
+
+    A binary search on the key bytes (copied once): big-endian fixed-width keys order as
+    their bytes do. A key is <= target exactly when it is < target + b"\\x00", so both
+    bounds run the same loop.
+    """
+    if inclusive:
+        target += b"\x00"
+    lo, hi = 0, n
+    if width:
+        blob = bytes(buf[keys_at:keys_at + width * hi])
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            pos = width * mid
+            if blob[pos:pos + width] < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+    if not hi:
+        return 0
+    ends = sidset.u32s(hi).unpack_from(buf, ends_at)
+    blob = bytes(buf[keys_at:keys_at + ends[-1]])
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if blob[ends[mid - 1] if mid else 0:ends[mid]] < target:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 class Node:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
+from pbtree import packed
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
 from pbtree.lists import SPILLED, View, node_key
 from pbtree.overflow import Reader
 from pbtree.snapshot import HOT, Snapshot
-from pbtree.tree import TREE, tree_sentinels
+from pbtree.tree import TREE, is_packed, tree_sentinels
 from storage import sidset
 
 #: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,
@@ -87,6 +88,9 @@ class Search:
             return
         raw = self.txn.get(prefix, db=self.trees_db)
         if raw is None:  # no constant of this attribute and family
+            return
+        if is_packed(raw):
+            packed.collect(raw, prefix[4], payload, exact, self.out)
             return
         ends = TREE.unpack(raw)
         if state >= HOT:  # flattened in the snapshot before: walked once, then flattened

@@ -33,9 +33,10 @@ from storage.keys import tree_prefix
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
             "intids", "chunks")
 FORMAT = b"pbtree-shard"
-VERSION = 3  # 2: overflow SidSets stored in chunks; 3: pending subscriptions
+#: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees
+VERSION = 4
 #: older versions this one reads, and upgrades on opening for writes
-UPGRADES = (2,)
+UPGRADES = (2, 3)
 #: pending sids from which a write folds them into the trees
 FOLD_AT = 10_000
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_apply``
@@ -81,7 +82,7 @@ class Shard:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
-        if version != VERSION and not readonly:  # older readers must not see pending sids
+        if version != VERSION and not readonly:  # older readers must not see what is new
             self.env.write(lambda txn: txn.put(b"version", VERSION.to_bytes(4, "little"),
                                                db=meta))
         self._attr_ids: dict[bytes, int] = {}

@@ -20,6 +20,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
+from pbtree.packed import Packed, limit
 from storage import sidset
 from storage.keys import split_key, tree_prefix
 
@@ -47,6 +48,11 @@ def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
     return folded
 
 
+def is_packed(raw: bytes | memoryview) -> bool:
+    """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
+    return len(raw) != TREE.size
+
+
 def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:
     """{kind: (head id, tail id)} of a trees record."""
     ids = TREE.unpack(raw)
@@ -70,6 +76,9 @@ class Writer:
         self.unsplit: set[int] = set()  # decoded with appends merged: check for a split
         self.dropped: set[int] = set()
         self.raw: dict[int, bytes] = {}  # node records as decoded: unchanged ones are not put
+        # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
+        self.packed: dict[bytes, Packed | None] = {}
+        self.pack_limit = limit(node_bytes)
         self.over = Store(txn, dbs, node_bytes)
         self.trees_changed = False  # set by whoever adds or removes postings
         self.needed = ColumnWriter(NEEDED, txn, dbs)
@@ -151,6 +160,36 @@ class Writer:
             if stash is not None:
                 leaf.adds += stash[1]
         return leaf
+
+    def _packed(self, prefix: bytes) -> Packed | None:
+        """The packed tree ``prefix`` (a tree not stored yet starts packed), or None when
+        it is a PB+tree."""
+        if prefix in self.packed:
+            return self.packed[prefix]
+        raw = self.txn.get(prefix, db=self.dbs["trees"])
+        tree = None
+        if raw is None:
+            tree = Packed.empty(prefix[4])
+        elif is_packed(raw):
+            tree = Packed.decode(raw, prefix[4])
+        self.packed[prefix] = tree
+        return tree
+
+    def _write_packed(self) -> None:
+        """Store the packed trees changed; one grown over the limit becomes a PB+tree."""
+        trees = self.dbs["trees"]
+        for prefix, tree in list(self.packed.items()):
+            if tree is None or not tree.changed:
+                continue
+            record = tree.encode()
+            if record is not None and len(record) <= self.pack_limit:
+                self.txn.put(prefix, record, db=trees)
+                continue
+            self.txn.delete(prefix, db=trees)
+            if record is not None:
+                self.packed[prefix] = None
+                for kind, key, sids in tree.items():
+                    self.add(prefix, kind, key, sids.tolist())
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
@@ -244,6 +283,10 @@ class Writer:
     # --- postings ---------------------------------------------------------------------
     def add(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
         """Add sorted sids at one posting place; each must exceed every sid stored."""
+        packed = self._packed(prefix)
+        if packed is not None:
+            packed.add(kind, payload, sids)
+            return
         key = prefix + payload
         if key not in self.leaves and self._add_stored(prefix, key, kind, payload, sids):
             return
@@ -310,6 +353,10 @@ class Writer:
 
     def remove(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
         """Remove every occurrence of these sids from one posting place."""
+        packed = self._packed(prefix)
+        if packed is not None:
+            packed.remove(kind, payload, sids)
+            return
         key = prefix + payload
         leaf = self.leaf(key)
         if leaf is None:
@@ -428,6 +475,7 @@ class Writer:
         self.eq_appends.clear()
 
     def flush(self) -> None:
+        self._write_packed()
         self._flush_appends()
         self._flush_eq_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max

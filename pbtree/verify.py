@@ -13,8 +13,9 @@ from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
+from pbtree.packed import Packed, limit
 from pbtree.subs import sid_key, stored
-from pbtree.tree import read_counter, read_folded, tree_sentinels
+from pbtree.tree import is_packed, read_counter, read_folded, tree_sentinels
 from storage import sidset
 from storage.keys import tree_prefix
 
@@ -46,6 +47,14 @@ def shard_stats(shard) -> dict:
         }
         for kind in LIST_KINDS:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
+        stats["packed_trees"] = 0
+        for key, raw in txn.cursor(db=dbs["trees"]):
+            if is_packed(raw):  # its keys count as leaf items, its places as list items
+                counts = Packed.decode(raw, bytes(key)[4]).counts
+                stats["packed_trees"] += 1
+                stats["leaf_items"] += counts.shape[1]
+                for kind in LIST_KINDS:
+                    stats[f"{KIND_NAMES[kind]}_items"] += int(np.count_nonzero(counts[kind]))
         for key, raw in txn.cursor(db=dbs["nodes"]):
             view = View(raw, int.from_bytes(key, "big"))
             if not view.flags & (HEAD | TAIL):
@@ -192,6 +201,26 @@ class _Checker:
                 if key not in leaf_keys:
                     self.fail(f"{KIND_NAMES[kind]} item {key.hex()} has no leaf item")
 
+    def packed(self, prefix: bytes, raw: bytes) -> None:
+        """A tree packed in its record: consistent, within the size limit, every key
+        holding sids (it has no leaf items: those would lie outside any PB+tree)."""
+        what = f"packed tree {prefix.hex()}"
+        try:
+            tree = Packed.decode(raw, prefix[4])
+        except CorruptIndexError as exc:
+            self.fail(f"{what}: {exc}")
+        most = limit(self.shard.node_bytes)
+        if len(raw) > most:
+            self.fail(f"{what}: {len(raw)} bytes, over the {most} a packed tree may take")
+        if not len(tree.keys) or not tree.counts.any(axis=0).all():
+            self.fail(f"{what}: a key holds no sids")
+        if not tree.ordered():
+            self.fail(f"{what}: keys are not in strictly increasing order")
+        for kind, key, sids in tree.items():
+            item = f"{what} {KIND_NAMES[kind]} item {key.hex()}"
+            self.sids(item, sids)
+            self.actual[(prefix, kind, key)] = sids
+
     def leaf(self, prefix, key, value, lists, keys, sentinels) -> None:
         gt, lt, ineq, flags = HEADER.unpack_from(value)
         payload = key[5:]
@@ -266,7 +295,13 @@ class _Checker:
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs
         expected = self.subscriptions()
-        trees = {bytes(k): tree_sentinels(bytes(v)) for k, v in txn.cursor(db=dbs["trees"])}
+        trees = {}
+        for prefix, raw in txn.cursor(db=dbs["trees"]):
+            prefix, raw = bytes(prefix), bytes(raw)
+            if is_packed(raw):
+                self.packed(prefix, raw)
+            else:
+                trees[prefix] = tree_sentinels(raw)
         for prefix, sentinels in trees.items():
             self.tree(prefix, sentinels)
         for key in txn.cursor(db=dbs["leaf"]).iternext(values=False):

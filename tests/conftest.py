@@ -3,6 +3,8 @@ import sys
 
 import pytest
 
+from pbtree import packed
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 # Multi-process stress tests and fuzzers live in stress_test_*.py and fuzz_*.py; collect
@@ -15,3 +17,9 @@ def pytest_collect_file(file_path, parent):
             and not parent.session.isinitpath(file_path)):
         return pytest.Module.from_parent(parent, path=file_path)
     return None
+
+
+@pytest.fixture
+def pbtrees(monkeypatch):
+    """Every tree stored as a PB+tree, none packed: for tests of leaf items and lists."""
+    monkeypatch.setattr(packed, "PACKED_NODES", 0)

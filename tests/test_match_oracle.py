@@ -15,25 +15,28 @@ from oracle import oracle_match
 from strategies import events, random_event, random_subscription, subscriptions
 
 import pbtree
-from pbtree import matcher
+from pbtree import matcher, packed
 from pbtree.expr import parse
 
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
            HealthCheck.function_scoped_fixture]
 
 
-@pytest.fixture(params=[1, 10**9], ids=["flatten-at-once", "walk-only"])
-def flatten_after(request):
-    """Run with trees flattened from their second use, and with the plain walk only."""
-    saved = matcher.FLATTEN_AFTER
-    matcher.FLATTEN_AFTER = request.param
-    yield request.param
-    matcher.FLATTEN_AFTER = saved
+@pytest.fixture(params=["packed", "flatten-at-once", "walk-only"])
+def form(request, monkeypatch):
+    """Run with small trees packed (the default), and with every tree a PB+tree, flattened
+    from its second use or searched by the plain walk only."""
+    if request.param != "packed":  # also "pbtree": PB+trees flattened as by default
+        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+    if request.param in ("flatten-at-once", "walk-only"):
+        monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1 if request.param == "flatten-at-once"
+                            else 10**9)
+    return request.param
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=SLOW_OK)
 @given(data=st.data(), shards=st.sampled_from([1, 3]), fold_at=st.sampled_from([1, 5, 10**6]))
-def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data, shards, fold_at):
+def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, fold_at):
     """Writes go to the trees at once (fold_at 1), in folds every few subscriptions, or stay
     pending until an explicit fold."""
     path = tmp_path_factory.mktemp("ix") / "index"
@@ -86,7 +89,8 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, flatten_after, data,
 
 
 @pytest.mark.parametrize("fold_at", [1, 700])
-def test_many_events_many_subscriptions(tmp_path, fold_at):
+@pytest.mark.parametrize("form", ["packed", "pbtree"], indirect=True)
+def test_many_events_many_subscriptions(tmp_path, fold_at, form):
     """Ten thousand events against thousands of subscriptions, with churn; folds of 700
     come at varying points of the rounds, leaving some subscriptions pending in each."""
     rng = random.Random(20261125)
@@ -111,7 +115,10 @@ def test_many_events_many_subscriptions(tmp_path, fold_at):
             report = ix.verify()
             assert report["subscriptions"] == len(model)
             if fold_at == 1 or round_no:  # the first round stays pending with folds of 700
-                assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
+                if form == "packed":
+                    assert report["packed_trees"] > 0
+                else:
+                    assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
             evs = [random_event(rng, attrs, 6) for _ in range(2500)]
             got = ix.match_many(evs)
             for event, ids in zip(evs, got, strict=True):

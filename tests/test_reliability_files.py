@@ -26,6 +26,7 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree.expr import parse
+from pbtree.shard import VERSION as SHARD_VERSION
 
 ATTRS = ["a", "b", "c"]
 TRIALS = int(os.environ.get("PBTREE_STRESS_TRIALS", "16"))
@@ -239,21 +240,25 @@ def _shard_version(path: Path) -> int:
     return version
 
 
-def test_version_2_shard_is_read_and_upgraded_when_opened_for_writing(damaged):
-    """Version 2 had no pending sids (no folded record): it is read as it is, and marked
-    version 3 on opening for writes, before any write can leave sids pending."""
+@pytest.mark.parametrize("old", [2, 3])
+def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
+    """Version 2 had no pending sids (no folded record), version 3 no packed trees: such a
+    shard is read as it is, and marked with the current version on opening for writes,
+    before a write can add what its version's readers would miss."""
     path, events, answers = damaged
-    _shard_meta(path, b"version", (2).to_bytes(4, "little"))
-    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    with env.begin(write=True) as txn:
-        assert txn.delete(b"folded", db=env.open_db(b"meta", txn=txn))
-    env.close()
+    _shard_meta(path, b"version", old.to_bytes(4, "little"))
+    if old == 2:
+        env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+        with env.begin(write=True) as txn:
+            assert txn.delete(b"folded", db=env.open_db(b"meta", txn=txn))
+        env.close()
     assert probe(path, events) == {"answers": answers}
-    assert _shard_version(path) == 2
+    assert _shard_version(path) == old
     with pbtree.open(path) as ix:
         shard = ix.shards[0]
         with shard.read() as txn:
-            assert bytes(txn.get(b"version", db=shard.dbs["meta"])) == (3).to_bytes(4, "little")
+            assert bytes(txn.get(b"version", db=shard.dbs["meta"])) == \
+                SHARD_VERSION.to_bytes(4, "little")
         ix.subscribe("new", "a >= 0")
         assert ix.stats()["pending"] == 1
         assert "new" in ix.match({"a": 1})
@@ -357,7 +362,7 @@ def test_zeroed_list_node_is_a_corrupt_index_error_in_verify(damaged):
         ix.verify()
 
 
-def test_inline_set_over_a_quarter_node_is_a_corrupt_index_error_in_verify(tmp_path):
+def test_inline_set_over_a_quarter_node_is_a_corrupt_index_error_in_verify(tmp_path, pbtrees):
     """Inline SidSets hold at most C/4 bytes (FORMAT 3.3): sets of 20 sids fit nodes of 512
     bytes, and break the rule once the shard says its nodes hold 256."""
     path = tmp_path / "index"

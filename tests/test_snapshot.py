@@ -168,7 +168,7 @@ def test_renewal_in_place_widens_int32_ids_and_frees_sids(tmp_path):
 
 
 
-def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypatch):
+def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypatch, pbtrees):
     """A pending subscribe writes no tree record, so the next snapshot keeps the same
     flattened trees; removing a folded subscription changes trees, and they go."""
     monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
@@ -194,7 +194,7 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
 
 
 
-def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch):
+def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtrees):
     """A flattened tree keeps a list of one node as that node's record, numeric keys as a
     view of it (no copy in the matcher's memory); a list of several nodes is joined into
     copies. Both answer as the walk does."""
@@ -295,7 +295,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             event = random_event(rng, ["a", "b", "c"], 20)
             assert ix.match(event) == oracle_match(model, event)
 
-def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path):
+def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtrees):
     """Trees a snapshot had flattened are flattened again on their second use in a snapshot
     that cannot keep them (after an unsubscribe or a fold changes trees, and after a burst
     of writes releases the pinned snapshot), not after FLATTEN_AFTER more walks; trees

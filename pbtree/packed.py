@@ -1,0 +1,296 @@
+"""Small trees packed whole into their trees record (docs/FORMAT.md §3.4).
+
+A PB+tree walk costs a descent and a node read per list, however few items the tree
+holds; with many attributes (wide schemas) most trees are small and matching is mostly
+that overhead. A tree whose record takes at most ``limit(node_bytes)`` bytes is therefore
+stored as one record: its distinct keys in order, and per kind the sids of every key,
+key by key. The leaf items' pointers into the lists become positions: the GT sids an
+event value satisfies are a prefix of the GT sids, the LT ones a suffix, INEQ all but
+one key's. A search is one binary search, a few u32 reads and zero-copy slices of the
+record the walk reads first anyway. A write rewrites the record in one vectorised merge;
+a tree that outgrows the limit becomes a PB+tree for good.
+
+Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
+``keys`` are the m payloads, back to back for the fixed-width families, else
+``key_end u32[m]`` and the bytes. ``end[k][i]`` counts the sids of kind k (EQ, GT, LT,
+INEQ) at keys 0..i; the sids of all kinds follow in that order.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_left
+from collections.abc import Iterator
+
+import numpy as np
+
+from pbtree.errors import CorruptIndexError
+from pbtree.leaf import EQ, GT, INEQ, LT
+from pbtree.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
+from storage import sidset
+
+HEAD = struct.Struct("<5I")
+KINDS = (EQ, GT, LT, INEQ)
+_U32 = struct.Struct("<I")
+_U4 = sidset.DTYPE
+
+
+#: list nodes' worth of bytes a packed tree record may take: rewriting it on a write then
+#: costs about what the node writes of a PB+tree would (0: every tree is a PB+tree)
+PACKED_NODES = 4
+
+
+def limit(node_bytes: int) -> int:
+    """Bytes a packed tree record may take in a shard of ``node_bytes`` list nodes."""
+    return PACKED_NODES * node_bytes
+
+
+def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
+            out: list[np.ndarray]) -> None:
+    """Append the sids the event value satisfies, as the PB+tree walk would (``exact``:
+    False for a string cut to ``payload``, which no key equals and every key up to it is
+    below)."""
+    m, t_eq, t_gt, t_lt, t_ineq = HEAD.unpack_from(raw)
+    width = FIXED_WIDTH.get(family)
+    if width:
+        keys_at = HEAD.size
+        ends_at = keys_at + width * m
+    else:
+        keys_at = HEAD.size + 4 * m
+        ends_at = keys_at + (_U32.unpack_from(raw, keys_at - 4)[0] if m else 0)
+    base = ends_at + 16 * m
+    if base + 4 * (t_eq + t_gt + t_lt + t_ineq) != len(raw):
+        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
+    r = count_below(raw, m, keys_at, HEAD.size, width, payload, not exact)
+    hit = exact and r < m and _key(raw, keys_at, width, r) == payload
+    end = _U32.unpack_from
+    if hit:
+        lo = end(raw, ends_at + 4 * r - 4)[0] if r else 0
+        hi = end(raw, ends_at + 4 * r)[0]
+        if hi > lo:
+            out.append(np.frombuffer(raw, _U4, hi - lo, base + 4 * lo))
+    base += 4 * t_eq
+    if r:  # GT items with key below the value (at most the cut value)
+        n = end(raw, ends_at + 4 * (m + r - 1))[0]
+        if n:
+            out.append(np.frombuffer(raw, _U4, n, base))
+    base += 4 * t_gt
+    first = r + hit  # LT items with key above the value
+    lo = end(raw, ends_at + 4 * (2 * m + first - 1))[0] if first else 0
+    if lo < t_lt:
+        out.append(np.frombuffer(raw, _U4, t_lt - lo, base + 4 * lo))
+    base += 4 * t_lt
+    if t_ineq:  # every INEQ item but the value's own
+        lo = hi = 0
+        if hit:
+            lo = end(raw, ends_at + 4 * (3 * m + r - 1))[0] if r else 0
+            hi = end(raw, ends_at + 4 * (3 * m + r))[0]
+        if lo:
+            out.append(np.frombuffer(raw, _U4, lo, base))
+        if hi < t_ineq:
+            out.append(np.frombuffer(raw, _U4, t_ineq - hi, base + 4 * hi))
+
+
+def _key(raw: bytes | memoryview, keys_at: int, width: int | None, i: int) -> bytes:
+    if width:
+        return bytes(raw[keys_at + width * i:keys_at + width * (i + 1)])
+    start = _U32.unpack_from(raw, HEAD.size + 4 * i - 4)[0] if i else 0
+    return bytes(raw[keys_at + start:keys_at + _U32.unpack_from(raw, HEAD.size + 4 * i)[0]])
+
+
+def encode(family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
+           sids: np.ndarray) -> bytes:
+    """The record of ``keys`` (sorted, distinct payloads, or for a fixed-width family their
+    values as integers) with ``counts[kind][i]`` sids of each kind at key i, ``sids``
+    holding them kind by kind, key by key."""
+    totals = counts.sum(axis=1).tolist()
+    if isinstance(keys, np.ndarray):
+        keys_part = keys.astype(FIXED_DTYPE[family]).tobytes()
+    elif FIXED_WIDTH.get(family):
+        keys_part = b"".join(keys)
+    else:
+        ends = np.cumsum(np.fromiter(map(len, keys), np.int64, len(keys)))
+        keys_part = ends.astype(_U4).tobytes() + b"".join(keys)
+    return b"".join((HEAD.pack(len(keys), *totals), keys_part,
+                     np.cumsum(counts, axis=1).astype(_U4).tobytes(),
+                     np.asarray(sids, _U4).tobytes()))
+
+
+def size(family: int, keys: list[bytes], sid_count: int) -> int:
+    """The bytes ``encode`` would give."""
+    width = FIXED_WIDTH.get(family)
+    key_bytes = width * len(keys) if width else sum(map(len, keys)) + 4 * len(keys)
+    return HEAD.size + key_bytes + 16 * len(keys) + 4 * sid_count
+
+
+class Packed:
+    """A packed tree changed inside a write transaction: ``add`` and ``remove`` queue
+    postings, ``encode`` merges them, the additions in a few vectorised steps.
+
+    Keys of a fixed-width family are held as their integer values (big-endian payloads
+    order as integers), those of strings as a list of payloads.
+    """
+
+    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes")
+
+    def __init__(self, family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
+                 sids: np.ndarray) -> None:
+        self.family, self.width = family, FIXED_WIDTH.get(family)
+        self.keys, self.counts, self.sids = keys, counts, sids
+        self.adds: list[tuple[int, bytes, list[int]]] = []
+        self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
+
+    @classmethod
+    def empty(cls, family: int) -> Packed:
+        keys = np.zeros(0, np.uint64) if FIXED_WIDTH.get(family) else []
+        return cls(family, keys, np.zeros((4, 0), np.int64), sidset.EMPTY)
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview, family: int) -> Packed:
+        """The tree of a record, checked for consistent lengths (``ordered`` checks the
+        keys)."""
+        raw = bytes(raw)
+        try:
+            m, *totals = HEAD.unpack_from(raw)
+            if FIXED_WIDTH.get(family):
+                at = HEAD.size + FIXED_WIDTH[family] * m
+                keys = np.frombuffer(raw, FIXED_DTYPE[family], m, HEAD.size).astype(np.uint64)
+            else:
+                key_end = np.frombuffer(raw, _U4, m, HEAD.size).tolist()
+                start = HEAD.size + 4 * m
+                at = start + (key_end[-1] if m else 0)
+                keys = [raw[start + a:start + b]
+                        for a, b in zip([0, *key_end], key_end, strict=False)]
+            ends = np.frombuffer(raw, _U4, 4 * m, at).reshape(4, m).astype(np.int64)
+        except (struct.error, ValueError):
+            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is truncated") \
+                from None
+        counts = ends.copy()
+        counts[:, 1:] -= ends[:, :-1]
+        sids_at = at + 16 * m
+        if len(raw) != sids_at + 4 * sum(totals) or (m and ends[:, -1].tolist() != totals) \
+                or (counts < 0).any():
+            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
+        return cls(family, keys, counts, np.frombuffer(raw, _U4, -1, sids_at))
+
+    def ordered(self) -> bool:
+        """Whether the keys are strictly increasing."""
+        keys = self.keys
+        if isinstance(keys, np.ndarray):
+            return bool((keys[1:] > keys[:-1]).all())
+        return all(a < b for a, b in zip(keys, keys[1:], strict=False))
+
+    def key(self, i: int) -> bytes:
+        """The payload of key ``i``."""
+        if self.width:
+            return int(self.keys[i]).to_bytes(self.width, "big")
+        return self.keys[i]
+
+    def add(self, kind: int, key: bytes, sids: list[int]) -> None:
+        """Queue sorted sids for the place (kind, key), each above every sid stored there."""
+        self.adds.append((kind, key, sids))
+
+    def remove(self, kind: int, key: bytes, sids: list[int]) -> None:
+        """Queue the removal of every occurrence of ``sids`` at the place (kind, key)."""
+        if self.adds:  # removals apply to what is stored, so merge what came first
+            self.merge()
+        m = len(self.keys)
+        if self.width:
+            i = int(np.searchsorted(self.keys, int.from_bytes(key, "big")))
+        else:
+            i = bisect_left(self.keys, key)
+        if i == m or self.key(i) != key or not self.counts[kind, i]:
+            raise CorruptIndexError(f"packed tree has no {kind} place for key {key.hex()} "
+                                    f"of a stored predicate")
+        self.removes.append((kind, i, sids))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.adds or self.removes)
+
+    def items(self) -> Iterator[tuple[int, bytes, np.ndarray]]:
+        """(kind, key, sids) of every place holding sids, key by key."""
+        m = len(self.keys)
+        starts = np.concatenate(([0], np.cumsum(self.counts.ravel()))).tolist()
+        for i in range(m):
+            key = self.key(i)
+            for kind in KINDS:
+                lo, hi = starts[kind * m + i], starts[kind * m + i + 1]
+                if hi > lo:
+                    yield kind, key, self.sids[lo:hi]
+
+    def merge(self) -> None:
+        """Apply the queued postings: the removals (queued after any earlier additions
+        were merged), then the additions."""
+        if self.removes:
+            self._remove()
+        if self.adds:
+            self._add()
+
+    def _remove(self) -> None:
+        m = len(self.keys)
+        starts = np.concatenate(([0], np.cumsum(self.counts.ravel())))
+        keep = np.ones(self.sids.size, bool)
+        for kind, i, sids in self.removes:
+            lo, hi = starts[kind * m + i], starts[kind * m + i + 1]
+            gone = np.isin(self.sids[lo:hi], sids) & keep[lo:hi]
+            keep[lo:hi] &= ~gone
+            self.counts[kind, i] -= int(np.count_nonzero(gone))
+        self.removes = []
+        self.sids = self.sids[keep]
+        used = self.counts.any(axis=0)
+        if not used.all():
+            self.counts = self.counts[:, used]
+            self.keys = self.keys[used] if self.width else \
+                [key for key, keep in zip(self.keys, used.tolist(), strict=True) if keep]
+
+    def _add(self) -> None:
+        """Put the queued sids at the end of their places' runs, new keys getting empty
+        places first; a few array steps whatever the number of places."""
+        adds, self.adds = self.adds, []
+        adds.sort(key=_place)  # the record's place order: kind, then key
+        old, m = self.keys, len(self.keys)
+        kinds = np.fromiter((kind for kind, _, _ in adds), np.int64, len(adds))
+        if self.width:
+            wanted = np.frombuffer(b"".join(key for _, key, _ in adds),
+                                   FIXED_DTYPE[self.family]).astype(np.uint64)
+            at = np.searchsorted(old, wanted)
+            found = old[np.minimum(at, m - 1)] == wanted if m else np.zeros(len(adds), bool)
+            fresh = np.unique(wanted[~found])
+            keys = np.sort(np.concatenate((old, fresh))) if fresh.size else old
+            rank = np.searchsorted(keys, wanted)
+        else:
+            wanted = [key for _, key, _ in adds]
+            at = np.array([bisect_left(old, key) for key in wanted], np.int64)
+            found = np.array([a < m and old[a] == key for a, key in
+                              zip(at.tolist(), wanted, strict=True)], bool)
+            fresh = {key for key, here in zip(wanted, found.tolist(), strict=True) if not here}
+            keys = sorted(old + list(fresh)) if fresh else old
+            rank = np.array([bisect_left(keys, key) for key in wanted], np.int64)
+        size = len(keys)
+        starts = np.concatenate(([0], np.cumsum(self.counts.ravel())))
+        parts, done = [], 0
+        for (_, _, sids), end in zip(adds, starts[kinds * m + at + found].tolist(),
+                                     strict=True):
+            parts += (self.sids[done:end], np.array(sids, _U4))
+            done = end
+        parts.append(self.sids[done:])
+        self.sids = np.concatenate(parts)
+        counts = self.counts
+        if size > m:  # old key i moves up by the new keys below it
+            counts = np.zeros((4, size), np.int64)
+            counts[:, np.searchsorted(keys, old) if self.width else
+                   np.array([bisect_left(keys, key) for key in old], np.int64)] = self.counts
+        np.add.at(counts, (kinds, rank), [len(sids) for _, _, sids in adds])
+        self.keys, self.counts = keys, counts
+
+    def encode(self) -> bytes | None:
+        """The merged tree's record; None once it holds no sids."""
+        self.merge()
+        if not len(self.keys):
+            return None
+        return encode(self.family, self.keys, self.counts, self.sids)
+
+
+def _place(add: tuple[int, bytes, list[int]]) -> tuple[int, bytes]:
+    return add[0], add[1]

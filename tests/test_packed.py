@@ -1,0 +1,146 @@
+"""Packed trees (pbtree.packed): the record against a model of its places, the search
+against the walk's rules, and trees growing out of the packed form inside an index."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree import packed
+from pbtree.errors import CorruptIndexError
+from pbtree.leaf import EQ, GT, INEQ, LT
+from storage.keys import BOOL, NUMBER, STRING, number_payload
+
+FAMILY_KEYS = {
+    NUMBER: st.integers(-6, 6).map(number_payload),
+    STRING: st.sampled_from(["", "a", "a\x00", "ab", "b", "é", "zz"]).map(str.encode),
+    BOOL: st.sampled_from([b"\x00", b"\x01"]),
+}
+
+
+@st.composite
+def histories(draw):
+    """A family and rounds of changes: each round adds postings (sids above all before)
+    and removes some stored ones."""
+    family = draw(st.sampled_from(sorted(FAMILY_KEYS)))
+    keys = FAMILY_KEYS[family]
+    rounds = []
+    for _ in range(draw(st.integers(1, 5))):
+        adds = draw(st.lists(st.tuples(st.sampled_from(packed.KINDS), keys,
+                                       st.integers(1, 3)), max_size=8))
+        removes = draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 3)), max_size=4))
+        rounds.append((adds, removes))
+    probes = draw(st.lists(st.tuples(keys, st.booleans()), min_size=1, max_size=6))
+    return family, rounds, probes
+
+
+def _expected(model: dict, payload: bytes, exact: bool) -> list[int]:
+    """The sids the walk's rules take for an event value (docs/FORMAT.md §4)."""
+    out: list[int] = []
+    for (kind, key), sids in model.items():
+        if (kind == EQ and exact and key == payload) or \
+                (kind == GT and (key < payload or (not exact and key == payload))) or \
+                (kind == LT and key > payload) or \
+                (kind == INEQ and not (exact and key == payload)):
+            out += sids
+    return sorted(out)
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_packed_tree_follows_a_model(history):
+    family, rounds, probes = history
+    model: dict[tuple[int, bytes], list[int]] = {}
+    tree, next_sid = packed.Packed.empty(family), 0
+    for adds, removes in rounds:
+        places = sorted({(kind, key) for kind, key, _ in adds})
+        for kind, key in places:  # one call per place, as the writer groups them
+            count = sum(n for k, p, n in adds if (k, p) == (kind, key))
+            sids = [next_sid + i // 2 for i in range(count)]  # some twice: a multiset
+            next_sid += count
+            tree.add(kind, key, sids)
+            model.setdefault((kind, key), []).extend(sids)
+        stored = sorted(model)
+        for pick, drop in removes:
+            if not stored:
+                break
+            place = stored[pick % len(stored)]
+            gone = sorted(set(model[place]))[:drop + 1]
+            tree.remove(*place, gone)
+            model[place] = [s for s in model[place] if s not in gone]
+            if not model[place]:
+                del model[place]
+                stored.remove(place)
+        record = tree.encode()
+        if not model:
+            assert record is None
+            tree = packed.Packed.empty(family)
+            continue
+        assert len(record) == packed.size(family, sorted({k for _, k in model}),
+                                          sum(map(len, model.values())))
+        tree = packed.Packed.decode(record, family)
+        assert tree.ordered()
+        assert {(k, p): s.tolist() for k, p, s in tree.items()} == model
+        for payload, exact in probes:
+            if not exact and family != STRING:
+                continue  # only a string is ever cut
+            out: list[np.ndarray] = []
+            packed.collect(record, family, payload, exact, out)
+            got = sorted(np.concatenate(out).tolist()) if out else []
+            assert got == _expected(model, payload, exact)
+
+
+def test_damaged_records_are_refused():
+    tree = packed.Packed.empty(NUMBER)
+    tree.add(GT, number_payload(3), [1, 2])
+    record = tree.encode()
+    for bad in (record[:-4], record + b"\0\0\0\0", record[:10]):
+        with pytest.raises(CorruptIndexError):
+            packed.Packed.decode(bad, NUMBER)
+        with pytest.raises((CorruptIndexError, ValueError, struct.error)):  # matching names
+            packed.collect(bad, NUMBER, number_payload(5), True, [])  # a damaged record
+    with pytest.raises(CorruptIndexError, match="no 1 place"):
+        packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])
+
+
+def test_trees_grow_out_of_the_packed_form(tmp_path):
+    """Small trees stay packed, one outgrowing the limit becomes a PB+tree (and stays one
+    when it shrinks again); the bulk loader packs the same trees; all match the oracle."""
+    rng = random.Random(3)
+    attrs = ["a", "b", "c"]
+    subs = {n: random_subscription(rng, attrs, 40) for n in range(60)}
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=1) as ix:
+        ix.subscribe_many(subs.items())
+        packed_before = ix.stats()["packed_trees"]
+        assert packed_before > 0
+        more = {n: f"a > {n % 50} and a != {n % 7}" for n in range(100, 400)}
+        ix.subscribe_many(more.items())
+        subs.update(more)
+        report = ix.verify()
+        assert report["packed_trees"] < packed_before and report["gt_nodes"] > 0
+        ix.unsubscribe_many(list(more))
+        for n in more:
+            del subs[n]
+        report = ix.verify()
+        assert report["gt_nodes"] > 0  # a PB+tree for good
+        model = {k: pbtree.expr.parse(v) for k, v in subs.items()}
+        events = [random_event(rng, attrs, 40) for _ in range(300)]
+        assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+        logical = {k: report[k] for k in ("leaf_items", "gt_items", "lt_items", "ineq_items")}
+    pytest.importorskip("pyarrow")
+    from pbtree import bulk
+
+    bulk.build(tmp_path / "built", list(subs.items()), node_bytes=256)
+    with pbtree.open(tmp_path / "built") as built:
+        report = built.verify()
+        assert report["packed_trees"] >= packed_before and report["gt_nodes"] == 0
+        assert {k: report[k] for k in logical} == logical
+        assert built.match_many(events) == [oracle_match(model, e) for e in events]

@@ -34,7 +34,7 @@ from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard
 from pbtree.staging import fsync_dir
 from pbtree.subs import postings
-from pbtree.tree import COUNTER, TREE
+from pbtree.tree import COUNTER, TREE, is_packed
 from storage import sidset
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import const_payload, split_key, tree_prefix
@@ -51,6 +51,7 @@ class _Records:
     def __init__(self) -> None:
         self.by_db: dict[str, list[Record]] = {}
         self.overflow: list[Spilled] = []  # sorted at the end: keys start with the list kind
+        self.packed_keys = 0  # keys of the trees packed whole in their trees record
 
     def add(self, db: str, records: list[Record]) -> None:
         self.by_db.setdefault(db, []).extend(records)
@@ -291,6 +292,7 @@ class _TreeBuilder:
                 parts += [sets[kind][i] for i in at]
             record = packed.encode(family, payloads, counts, np.concatenate(parts))
             self.out.add("trees", [(prefix, record)])
+            self.out.packed_keys += len(payloads)
             return
         first = self.next_node
         ends = {kind: (first + 2 * n, first + 2 * n + 1) for n, kind in enumerate(LIST_KINDS)}
@@ -404,7 +406,7 @@ def fixed_rows(data: np.ndarray, width: int) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(width), raw.size // width, [None, pa.py_buffer(raw)])
 
 
-def _packed(cols: Columns) -> list[bytes]:
+def _sub_values(cols: Columns) -> list[bytes]:
     """The subs value of each subscription (id, MessagePack predicate list), as
     ``pbtree.subs.sub_record`` makes it.
 
@@ -454,7 +456,7 @@ def _records(cols: Columns, node_bytes: int) -> tuple[_Records, int, int]:
         trees.build(prefix, payloads, sets)
 
     sid_keys = fixed_rows(np.arange(len(cols), dtype=">u4"), 4).to_pylist()
-    out.add("subs", list(zip(sid_keys, _packed(cols), strict=True)))
+    out.add("subs", list(zip(sid_keys, _sub_values(cols), strict=True)))
     out.add("ids", list(zip(cols.keys, sid_keys, strict=True)))
     out.add(NEEDED.db, _column(NEEDED, cols.counts))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
@@ -495,8 +497,9 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = 4
         # subscriptions, for the life of the caller's process; hand it back
         pa.default_memory_pool().release_unused()
     return {"subscriptions": len(ordered), "predicates": ordered.predicates(),
-            "leaf_items": len(records.by_db.get("leaf", ())),
-            "nodes": len(records.by_db.get("nodes", ()))}
+            "leaf_items": len(records.by_db.get("leaf", ())) + records.packed_keys,
+            "nodes": len(records.by_db.get("nodes", ())),
+            "packed_trees": sum(is_packed(v) for _, v in records.by_db.get("trees", ()))}
 
 
 def _build_into(path: str, groups: list[list[Sub]], node_bytes: int) -> None:

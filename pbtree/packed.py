@@ -29,10 +29,10 @@ from pbtree.leaf import EQ, GT, INEQ, LT
 from pbtree.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
 from storage import sidset
 
-HEAD = struct.Struct("<5I")
+TOTALS = struct.Struct("<5I")  # m and the four kinds' sid counts
 KINDS = (EQ, GT, LT, INEQ)
 _U32 = struct.Struct("<I")
-_U4 = sidset.DTYPE
+_SID = sidset.DTYPE
 
 
 #: list nodes' worth of bytes a packed tree record may take: rewriting it on a write then
@@ -45,40 +45,43 @@ def limit(node_bytes: int) -> int:
     return PACKED_NODES * node_bytes
 
 
+def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, int, int | None]:
+    """(m, sid count per kind, offset of the keys, offset of ``end``, fixed key width)."""
+    m, *totals = TOTALS.unpack_from(raw)
+    width = FIXED_WIDTH.get(family)
+    if width:
+        return m, totals, TOTALS.size, TOTALS.size + width * m, width
+    keys_at = TOTALS.size + 4 * m
+    return m, totals, keys_at, keys_at + (_U32.unpack_from(raw, keys_at - 4)[0] if m else 0), None
+
+
 def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
             out: list[np.ndarray]) -> None:
     """Append the sids the event value satisfies, as the PB+tree walk would (``exact``:
     False for a string cut to ``payload``, which no key equals and every key up to it is
     below)."""
-    m, t_eq, t_gt, t_lt, t_ineq = HEAD.unpack_from(raw)
-    width = FIXED_WIDTH.get(family)
-    if width:
-        keys_at = HEAD.size
-        ends_at = keys_at + width * m
-    else:
-        keys_at = HEAD.size + 4 * m
-        ends_at = keys_at + (_U32.unpack_from(raw, keys_at - 4)[0] if m else 0)
+    m, (t_eq, t_gt, t_lt, t_ineq), keys_at, ends_at, width = _layout(raw, family)
     base = ends_at + 16 * m
     if base + 4 * (t_eq + t_gt + t_lt + t_ineq) != len(raw):
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
-    r = count_below(raw, m, keys_at, HEAD.size, width, payload, not exact)
+    r = count_below(raw, m, keys_at, TOTALS.size, width, payload, not exact)
     hit = exact and r < m and _key(raw, keys_at, width, r) == payload
     end = _U32.unpack_from
     if hit:
         lo = end(raw, ends_at + 4 * r - 4)[0] if r else 0
         hi = end(raw, ends_at + 4 * r)[0]
         if hi > lo:
-            out.append(np.frombuffer(raw, _U4, hi - lo, base + 4 * lo))
+            out.append(np.frombuffer(raw, _SID, hi - lo, base + 4 * lo))
     base += 4 * t_eq
     if r:  # GT items with key below the value (at most the cut value)
         n = end(raw, ends_at + 4 * (m + r - 1))[0]
         if n:
-            out.append(np.frombuffer(raw, _U4, n, base))
+            out.append(np.frombuffer(raw, _SID, n, base))
     base += 4 * t_gt
     first = r + hit  # LT items with key above the value
     lo = end(raw, ends_at + 4 * (2 * m + first - 1))[0] if first else 0
     if lo < t_lt:
-        out.append(np.frombuffer(raw, _U4, t_lt - lo, base + 4 * lo))
+        out.append(np.frombuffer(raw, _SID, t_lt - lo, base + 4 * lo))
     base += 4 * t_lt
     if t_ineq:  # every INEQ item but the value's own
         lo = hi = 0
@@ -86,16 +89,16 @@ def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
             lo = end(raw, ends_at + 4 * (3 * m + r - 1))[0] if r else 0
             hi = end(raw, ends_at + 4 * (3 * m + r))[0]
         if lo:
-            out.append(np.frombuffer(raw, _U4, lo, base))
+            out.append(np.frombuffer(raw, _SID, lo, base))
         if hi < t_ineq:
-            out.append(np.frombuffer(raw, _U4, t_ineq - hi, base + 4 * hi))
+            out.append(np.frombuffer(raw, _SID, t_ineq - hi, base + 4 * hi))
 
 
 def _key(raw: bytes | memoryview, keys_at: int, width: int | None, i: int) -> bytes:
     if width:
         return bytes(raw[keys_at + width * i:keys_at + width * (i + 1)])
-    start = _U32.unpack_from(raw, HEAD.size + 4 * i - 4)[0] if i else 0
-    return bytes(raw[keys_at + start:keys_at + _U32.unpack_from(raw, HEAD.size + 4 * i)[0]])
+    start = _U32.unpack_from(raw, TOTALS.size + 4 * i - 4)[0] if i else 0
+    return bytes(raw[keys_at + start:keys_at + _U32.unpack_from(raw, TOTALS.size + 4 * i)[0]])
 
 
 def encode(family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
@@ -110,17 +113,17 @@ def encode(family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
         keys_part = b"".join(keys)
     else:
         ends = np.cumsum(np.fromiter(map(len, keys), np.int64, len(keys)))
-        keys_part = ends.astype(_U4).tobytes() + b"".join(keys)
-    return b"".join((HEAD.pack(len(keys), *totals), keys_part,
-                     np.cumsum(counts, axis=1).astype(_U4).tobytes(),
-                     np.asarray(sids, _U4).tobytes()))
+        keys_part = ends.astype(_SID).tobytes() + b"".join(keys)
+    return b"".join((TOTALS.pack(len(keys), *totals), keys_part,
+                     np.cumsum(counts, axis=1).astype(_SID).tobytes(),
+                     np.asarray(sids, _SID).tobytes()))
 
 
 def size(family: int, keys: list[bytes], sid_count: int) -> int:
     """The bytes ``encode`` would give."""
     width = FIXED_WIDTH.get(family)
     key_bytes = width * len(keys) if width else sum(map(len, keys)) + 4 * len(keys)
-    return HEAD.size + key_bytes + 16 * len(keys) + 4 * sid_count
+    return TOTALS.size + key_bytes + 16 * len(keys) + 4 * sid_count
 
 
 class Packed:
@@ -151,17 +154,14 @@ class Packed:
         keys)."""
         raw = bytes(raw)
         try:
-            m, *totals = HEAD.unpack_from(raw)
-            if FIXED_WIDTH.get(family):
-                at = HEAD.size + FIXED_WIDTH[family] * m
-                keys = np.frombuffer(raw, FIXED_DTYPE[family], m, HEAD.size).astype(np.uint64)
+            m, totals, keys_at, at, width = _layout(raw, family)
+            if width:
+                keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
             else:
-                key_end = np.frombuffer(raw, _U4, m, HEAD.size).tolist()
-                start = HEAD.size + 4 * m
-                at = start + (key_end[-1] if m else 0)
-                keys = [raw[start + a:start + b]
+                key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
+                keys = [raw[keys_at + a:keys_at + b]
                         for a, b in zip([0, *key_end], key_end, strict=False)]
-            ends = np.frombuffer(raw, _U4, 4 * m, at).reshape(4, m).astype(np.int64)
+            ends = np.frombuffer(raw, _SID, 4 * m, at).reshape(4, m).astype(np.int64)
         except (struct.error, ValueError):
             raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is truncated") \
                 from None
@@ -171,7 +171,7 @@ class Packed:
         if len(raw) != sids_at + 4 * sum(totals) or (m and ends[:, -1].tolist() != totals) \
                 or (counts < 0).any():
             raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
-        return cls(family, keys, counts, np.frombuffer(raw, _U4, -1, sids_at))
+        return cls(family, keys, counts, np.frombuffer(raw, _SID, -1, sids_at))
 
     def ordered(self) -> bool:
         """Whether the keys are strictly increasing."""
@@ -196,7 +196,7 @@ class Packed:
             self.merge()
         m = len(self.keys)
         if self.width:
-            i = int(np.searchsorted(self.keys, int.from_bytes(key, "big")))
+            i = int(np.searchsorted(self.keys, np.uint64(int.from_bytes(key, "big"))))
         else:
             i = bisect_left(self.keys, key)
         if i == m or self.key(i) != key or not self.counts[kind, i]:
@@ -206,6 +206,7 @@ class Packed:
 
     @property
     def changed(self) -> bool:
+        """Whether postings are queued (so the record must be written again)."""
         return bool(self.adds or self.removes)
 
     def items(self) -> Iterator[tuple[int, bytes, np.ndarray]]:
@@ -242,7 +243,7 @@ class Packed:
         if not used.all():
             self.counts = self.counts[:, used]
             self.keys = self.keys[used] if self.width else \
-                [key for key, keep in zip(self.keys, used.tolist(), strict=True) if keep]
+                [key for key, kept in zip(self.keys, used.tolist(), strict=True) if kept]
 
     def _add(self) -> None:
         """Put the queued sids at the end of their places' runs, new keys getting empty
@@ -267,18 +268,17 @@ class Packed:
             fresh = {key for key, here in zip(wanted, found.tolist(), strict=True) if not here}
             keys = sorted(old + list(fresh)) if fresh else old
             rank = np.array([bisect_left(keys, key) for key in wanted], np.int64)
-        size = len(keys)
         starts = np.concatenate(([0], np.cumsum(self.counts.ravel())))
         parts, done = [], 0
         for (_, _, sids), end in zip(adds, starts[kinds * m + at + found].tolist(),
                                      strict=True):
-            parts += (self.sids[done:end], np.array(sids, _U4))
+            parts += (self.sids[done:end], np.array(sids, _SID))
             done = end
         parts.append(self.sids[done:])
         self.sids = np.concatenate(parts)
         counts = self.counts
-        if size > m:  # old key i moves up by the new keys below it
-            counts = np.zeros((4, size), np.int64)
+        if len(keys) > m:  # old key i moves up by the new keys below it
+            counts = np.zeros((4, len(keys)), np.int64)
             counts[:, np.searchsorted(keys, old) if self.width else
                    np.array([bisect_left(keys, key) for key in old], np.int64)] = self.counts
         np.add.at(counts, (kinds, rank), [len(sids) for _, _, sids in adds])

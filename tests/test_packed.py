@@ -20,7 +20,9 @@ from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import BOOL, NUMBER, STRING, number_payload
 
 FAMILY_KEYS = {
-    NUMBER: st.integers(-6, 6).map(number_payload),
+    NUMBER: (st.integers(-6, 6) | st.sampled_from([-1.0, -0.9999999999999999, -0.3,
+                                                  -0.30000000000000004, 2.0**62])
+             ).map(number_payload),  # close negatives: payloads within a float64's ulp
     STRING: st.sampled_from(["", "a", "a\x00", "ab", "b", "é", "zz"]).map(str.encode),
     BOOL: st.sampled_from([b"\x00", b"\x01"]),
 }
@@ -109,6 +111,17 @@ def test_damaged_records_are_refused():
             packed.collect(bad, NUMBER, number_payload(5), True, [])  # a damaged record
     with pytest.raises(CorruptIndexError, match="no 1 place"):
         packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])
+
+
+def test_close_negative_constants_are_found_for_removal(tmp_path):
+    """Payloads of negative numbers are below 2^63: searched as uint64, not as a float64
+    that cannot tell neighbours apart."""
+    with pbtree.create(tmp_path / "ix", fold_at=1) as ix:
+        ix.subscribe_many([(1, "a > -0.3"), (2, "a > -0.30000000000000004"),
+                           (3, "a = -1.0"), (4, "a = -0.9999999999999999")])
+        assert ix.unsubscribe(1) and ix.unsubscribe(4)
+        assert ix.match({"a": 0}) == [2] and ix.match({"a": -1}) == [3]
+        assert ix.verify()["packed_trees"] == 1
 
 
 def test_trees_grow_out_of_the_packed_form(tmp_path):

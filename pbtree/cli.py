@@ -275,7 +275,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
                 asked += len(unique)
                 bar.update(asked, source.done if source else None)
     if removed < asked and not args.missing_ok:
-        named = f": {', '.join(map(repr, missing[:10]))}" if missing else ""
+        first = "the first ten: " if len(missing) > 10 else ""
+        named = f": {first}{', '.join(map(shown, missing[:10]))}" if missing else ""
         raise CliError(f"removed {plural(removed, 'subscription')}; {asked - removed:,} of the "
                        f"ids were not in the index{named} (--missing-ok to ignore)")
     note(args, f"removed {plural(removed, 'subscription')}")
@@ -423,19 +424,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _common() -> argparse.ArgumentParser:
-    """--quiet and --debug, accepted after the subcommand too."""
+def common_options(default: object = argparse.SUPPRESS) -> argparse.ArgumentParser:
+    """--quiet and --debug for a subcommand's parser (``parents``), so they are accepted
+    after the subcommand too; by default they leave the top-level parser's values."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+    common.add_argument("-q", "--quiet", action="store_true", default=default,
                         help="no progress or summary on standard error")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+    common.add_argument("--debug", action="store_true", default=default,
                         help="show the Python traceback of errors")
     return common
 
 
 def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
              example: str) -> argparse.ArgumentParser:
-    parser = sub.add_parser(name, help=summary, description=summary, parents=[_common()],
+    parser = sub.add_parser(name, help=summary, description=summary, parents=[common_options()],
                             epilog="example:\n  " + example.replace("\n", "\n  "),
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(func=func, command=parser.prog)
@@ -588,7 +590,7 @@ def _register_spark(sub: Any) -> None:
         if exc.name in ("spark_loader", "spark_loader.cli"):
             return
         raise
-    spark_cli.register(sub, parents=[_common()])
+    spark_cli.register(sub, parents=[common_options()])
 
 
 def _place_late(args: argparse.Namespace, extra: list[str]) -> list[str]:

@@ -240,7 +240,8 @@ class Index:
         return sum(shard.unsubscribe(group) for shard, group in self._by_shard(keys))
 
     def missing(self, ids: Iterable[int | str]) -> list:
-        """Those of ``ids`` not in the index, in their order (one snapshot per shard)."""
+        """Those of ``ids`` not in the index, in their order (one snapshot per shard);
+        IdError for a value no id can be, as ``unsubscribe_many`` gives."""
         ids = list(ids)
         keys = [encode_id(i) for i in ids]
         stored = set().union(*(shard.existing(group) for shard, group in self._by_shard(keys)))
@@ -279,7 +280,7 @@ class Index:
                 if not return_errors:
                     raise
                 prepared.append(exc)
-        good = [n for n, event in enumerate(prepared) if type(event) is list]
+        good = [n for n, event in enumerate(prepared) if not isinstance(event, EventError)]
         ints: list[list[np.ndarray]] = [[] for _ in prepared]
         strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
@@ -289,7 +290,7 @@ class Index:
                     found_ints, found_strings = shard.ids_of(txn, caches, sids)
                     ints[n].append(found_ints)
                     strings[n] += found_strings
-        return [np.sort(np.concatenate(i)).tolist() + sorted(s) if type(p) is list else p
+        return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)
                 for i, s, p in zip(ints, strings, prepared, strict=True)]
 
     def _shard_for(self, sub_id: object) -> tuple[Shard, bytes]:

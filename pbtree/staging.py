@@ -6,7 +6,7 @@ import os
 import shutil
 import tempfile
 
-from pbtree.errors import IndexExistsError
+from pbtree.errors import IndexExistsError, PbtreeError
 
 
 def as_created(path: str | int, mode: int) -> None:
@@ -94,14 +94,32 @@ class Staging:
 
 def commit_with(main: Staging, extra: Staging | None) -> None:
     """Commit ``main`` and, if given, ``extra`` (a job's second output) together: both
-    appear, or ``extra``'s old target is put back when ``main`` fails to commit."""
+    appear, or ``extra``'s old target is put back when ``main`` fails to move in. Old
+    targets are dropped only once both are in place."""
     if extra is not None:
         extra.swap()
     try:
-        main.commit()
+        main.swap()
     except BaseException:
         if extra is not None:
             extra.undo()
         raise
+    main.finish()
     if extra is not None:
         extra.finish()
+
+
+class OverlapError(PbtreeError, ValueError):
+    """Two paths of one job are the same, or one lies inside the other."""
+
+
+def check_apart(paths: dict[str, str | None]) -> None:
+    """Refuse a job whose paths (named by what they are; None: not given) coincide or
+    nest: it would write over, or into, what it reads or writes."""
+    named = [(what, os.path.realpath(path)) for what, path in paths.items() if path]
+    for n, (what, path) in enumerate(named):
+        for other, other_path in named[n + 1:]:
+            if path == other_path or other_path.startswith(path + os.sep) or \
+                    path.startswith(other_path + os.sep):
+                raise OverlapError(f"{what} ({path}) and {other} ({other_path}) must be "
+                                   f"apart: neither the same path nor one inside the other")

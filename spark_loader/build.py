@@ -23,10 +23,10 @@ import pyarrow as pa
 from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
-from pbtree.staging import Staging, commit_with
+from pbtree.staging import Staging, check_apart, commit_with
 from spark_loader import layouts
 from spark_loader.arrowparse import filled
-from spark_loader.progress import Timings, watch
+from spark_loader.progress import Timings
 from spark_loader.session import (
     REASON,
     close_rejects,
@@ -216,6 +216,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
 
     timings = timings or Timings()
     check_layout(1 if opts.shards is None else opts.shards, opts.node_bytes)
+    check_apart({"the input": opts.input, "the output": opts.output,
+                 "the rejects": opts.rejects})
     index = Staging(opts.output, opts.force)
     try:
         rejects = Staging(opts.rejects, opts.force) if opts.rejects else None
@@ -233,12 +235,12 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         shard = (_shard_column(schema.field("id").type) % shards).cast("int")
         rows = safe_columns(df.withColumn(SHARD, shard))
         route = _route_task([*df.columns, SHARD], index.path, shards)
-        with timings.stage("route"), watch(spark, "route"), task_errors():
+        with timings.stage("route"), timings.watch(spark, "route"), task_errors():
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,
                            opts.node_bytes, shards)
         numbers = spark.range(0, shards, 1, shards)
-        with timings.stage("parse+build"), watch(spark, "build"), task_errors():
+        with timings.stage("parse+build"), timings.watch(spark, "build"), task_errors():
             summaries = numbers.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()
         with timings.stage("finish"):
             _finish(result, sum(row.rows for row in routed), summaries, index.path, opts,

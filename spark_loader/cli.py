@@ -10,9 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from pbtree.cli import common_options, note
 from pbtree.core import check_layout
 from pbtree.errors import PbtreeError
-from pbtree.staging import check_target
+from pbtree.staging import check_apart, check_target
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
@@ -75,16 +76,18 @@ def build_command(args: argparse.Namespace) -> int:
     from spark_loader.progress import Timings
 
     check_layout(1 if args.shards is None else args.shards, args.node_bytes)
+    check_apart({"the input": args.input, "the output": args.output,
+                 "the rejects": args.rejects})
     check_target(args.output, args.force)
     if args.rejects:
         check_target(args.rejects, args.force)
     conf = session.parse_conf(args.spark_conf)
-    timings = Timings()
+    timings = Timings(progress=not args.quiet)
     opts = build.BuildOptions(args.input, args.output, args.shards, args.node_bytes,
                               args.rejects, args.force)
     with session.running(args.master, conf, "pbtree build", timings) as spark:
         result = build.run(spark, opts, timings)
-    _summary(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
+    note(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
                    f"{result.summary()}")
     return 0
 
@@ -94,30 +97,26 @@ def match_command(args: argparse.Namespace) -> int:
     from spark_loader import match, session
     from spark_loader.progress import Timings
 
+    check_apart({"the index": args.index, "the events": args.events, "the output": args.output,
+                 "the rejects": args.rejects})
     check_target(args.output, args.force)
     if args.rejects:
         check_target(args.rejects, args.force)
     conf = session.parse_conf(args.spark_conf)
-    timings = Timings()
+    timings = Timings(progress=not args.quiet)
     with session.running(args.master, conf, "pbtree match-batch", timings) as spark:
         result = match.run(spark, args.index, args.events, args.output,
                            event_id=args.event_id, rejects=args.rejects, force=args.force,
                            timings=timings)
-    _summary(args, f"pbtree match-batch: {result.summary()}")
+    note(args, f"pbtree match-batch: {result.summary()}")
     return 0
-
-
-def _summary(args: argparse.Namespace, line: str) -> None:
-    """A job's summary line on standard error (results alone go to standard output),
-    unless --quiet."""
-    if not getattr(args, "quiet", False):
-        print(line, file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m spark_loader.cli``."""
     parser = argparse.ArgumentParser(prog="python -m spark_loader.cli")
-    register(parser.add_subparsers(dest="command", required=True))
+    register(parser.add_subparsers(dest="command", required=True),
+             parents=[common_options(default=False)])
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pbtree
 from pbtree.core import MANIFEST
 from pbtree.errors import EventError, PbtreeError, shown
-from pbtree.staging import Staging, commit_with
-from spark_loader.progress import Timings, watch
+from pbtree.staging import Staging, check_apart, commit_with
+from spark_loader.progress import Timings
 from spark_loader.session import (
     REASON,
     InputError,
@@ -82,16 +82,11 @@ def subscription_id_type(index: pbtree.Index) -> pa.DataType:
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, rejects_dir: str | None = None, rejected=None):
-    """The job's mapInArrow function: event batches -> (event id, subscription id) rows.
-
-    A bad event fails the job naming it, or with ``rejects_dir`` is written there as
-    (event id, reason) under this task attempt's hidden name and renamed into place;
-    ``events_seen`` and ``rejected`` are the accumulators counting both kinds.
-    """
+                events_seen, rejects_dir: str | None):
+    """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
+    ``events_seen`` is the accumulator counting the events matched. Bad events go to
+    ``_reject``."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         index = _open(index_path)
         for number, batch in enumerate(batches):
             batch = batch.rename_columns(names)
@@ -103,19 +98,8 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
                 [{} for _ in range(batch.num_rows)]
             found = index.match_many(events, return_errors=True)
             bad = [n for n, ids in enumerate(found) if isinstance(ids, EventError)]
-            if bad and rejects_dir is None:
-                label = event_ids[bad[0]].as_py()
-                where = f"row {label}" if event_col == ROW_NUMBER else \
-                    f"event {event_col} = {shown(label)}"
-                raise EventError(f"{where}: {found[bad[0]]} (--rejects PATH matches the other "
-                                 f"events and writes the bad ones there)")
             if bad:
-                task = TaskContext.get()
-                write_part(pa.table([event_ids.take(bad), [str(found[n]) for n in bad]],
-                                    names=[EVENT_ID, REASON]), rejects_dir,
-                           f"part-{task.partitionId():05d}-{number:05d}.parquet",
-                           f".{task.taskAttemptId()}.tmp")
-                rejected.add(len(bad))
+                _reject(bad, found, event_ids, event_col, rejects_dir, number)
                 found = [[] if isinstance(ids, EventError) else ids for ids in found]
             rows = [n for n, ids in enumerate(found) for _ in ids]
             subs = [i for ids in found for i in ids]
@@ -131,6 +115,32 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
                 [event_ids.take(pa.array(rows, pa.int64())), sub_ids], [EVENT_ID, SUBSCRIPTION_ID])
 
     return run
+
+
+def _reject(bad: list[int], found: list, event_ids: pa.Array, event_col: str,
+            rejects_dir: str | None, number: int) -> None:
+    """Fail the job naming the first bad event of a batch, or write the bad ones as (event
+    id, reason) to part ``number`` of this task's partition in ``rejects_dir``, under the
+    task attempt's hidden name and renamed into place."""
+    if rejects_dir is None:
+        label = event_ids[bad[0]].as_py()
+        where = f"row {label}" if event_col == ROW_NUMBER else \
+            f"event {event_col!r} = {shown(label)}"
+        raise EventError(f"{where}: {found[bad[0]]} (--rejects PATH matches the other "
+                         f"events and writes the bad ones there)")
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    write_part(pa.table([event_ids.take(bad), [str(found[n]) for n in bad]],
+                        names=[EVENT_ID, REASON]), rejects_dir,
+               f"part-{task.partitionId():05d}-{number:05d}.parquet",
+               f".{task.taskAttemptId()}.tmp")
+
+
+def _rows(directory: str) -> int:
+    """Rows in the Parquet parts of a job's output directory."""
+    return sum(pq.read_metadata(f).num_rows
+               for f in glob.glob(os.path.join(directory, "*.parquet")))
 
 
 def _with_row_numbers(spark, df):
@@ -154,12 +164,14 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
     events fail the job, or with ``rejects`` go there as (event id, reason) rows."""
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
+    check_apart({"the index": index_path, "the events": events_path, "the output": output,
+                 "the rejects": rejects})
     result = MatchResult(timings=timings or Timings())
     with pbtree.open(index_path, readonly=True) as index:
         id_type = subscription_id_type(index)
     staging = Staging(output, force)
     try:
-        bad = Staging(rejects, force) if rejects else None
+        rejects_out = Staging(rejects, force) if rejects else None
     except BaseException:
         staging.discard()
         raise
@@ -174,26 +186,26 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
         event_type = df.schema[event_id].dataType
         schema = (f"{EVENT_ID} {event_type.simpleString()}, "
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
-        seen, rejected = spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0)
+        seen = spark.sparkContext.accumulator(0)
         task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
-                           bad.path if bad else None, rejected)
+                           rejects_out.path if rejects_out else None)
         out = os.path.join(staging.path, "matches")
-        with result.timings.stage("match"), watch(spark, "match-batch"), task_errors():
+        with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
+                task_errors():
             safe_columns(df).mapInArrow(task, schema).write.parquet(out)
         with result.timings.stage("finish"):
             for name in os.listdir(out):
                 os.rename(os.path.join(out, name), os.path.join(staging.path, name))
             os.rmdir(out)
-            result.events, result.rejected = seen.value, rejected.value
-            result.matches = sum(pq.read_metadata(f).num_rows
-                                 for f in glob.glob(os.path.join(staging.path, "*.parquet")))
-            if bad:
-                close_rejects(bad.path, pa.schema([(EVENT_ID, to_arrow_type(event_type)),
-                                                   (REASON, pa.string())]))
-            commit_with(staging, bad)
+            result.events, result.matches = seen.value, _rows(staging.path)
+            if rejects_out:
+                close_rejects(rejects_out.path, pa.schema([(EVENT_ID, to_arrow_type(event_type)),
+                                                           (REASON, pa.string())]))
+                result.rejected = _rows(rejects_out.path)
+            commit_with(staging, rejects_out)
         return result
     except BaseException:
         staging.discard()
-        if bad:
-            bad.discard()
+        if rejects_out:
+            rejects_out.discard()
         raise

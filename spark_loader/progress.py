@@ -6,16 +6,22 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TextIO
 
 
 class Timings:
-    """Wall-clock seconds per named stage, in the order they ran."""
+    """Wall-clock seconds per named stage, in the order they ran; and whether running
+    stages may print progress (``watch``), which --quiet turns off."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: bool = True) -> None:
         self.seconds: dict[str, float] = {}
         self.started = time.perf_counter()
+        self.progress = progress
+
+    def watch(self, spark, label: str) -> AbstractContextManager[None]:
+        """``watch`` the stages of the block, unless progress is off."""
+        return watch(spark, label) if self.progress else nullcontext()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:

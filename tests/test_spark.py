@@ -7,6 +7,7 @@ updates accepted.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import math
@@ -238,14 +239,14 @@ def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkey
     before = pq.read_table(tmp_path / "rej").sort_by("note")
     pq.write_table(table.slice(0, 3), tmp_path / "fewer.parquet")
 
-    commit = build.Staging.commit
+    swap = build.Staging.swap
 
     def fail_for_the_index(self):
         if self.target == str(tmp_path / "ix"):
             raise OSError("the index cannot be renamed into place")
-        commit(self)
+        swap(self)
 
-    monkeypatch.setattr(build.Staging, "commit", fail_for_the_index)
+    monkeypatch.setattr(build.Staging, "swap", fail_for_the_index)
     with pytest.raises(OSError, match="renamed into place"):
         _build(spark, tmp_path / "fewer.parquet", tmp_path / "ix", force=True,
                rejects=str(tmp_path / "rej"))
@@ -277,7 +278,7 @@ def test_a_string_id_added_during_a_match_job_is_a_clear_error(tmp_path):
     path = str(tmp_path / "ix")
     bulk.build(path, [(1, "a = 1")])
     run = match._match_task(path, ["a", match.ROW_NUMBER], match.ROW_NUMBER, pa.int64(),
-                            types.SimpleNamespace(add=lambda n: None))
+                            types.SimpleNamespace(add=lambda n: None), None)
     batch = pa.record_batch([pa.array([1]), pa.array([0])], names=["c0", "c1"])
     assert [b.to_pylist() for b in run(iter([batch]))] == [
         [{"event_id": 0, "subscription_id": 1}]]
@@ -378,7 +379,7 @@ def test_bad_events_fail_match_batch_or_go_to_rejects(spark, tmp_path):
     index, source = str(tmp_path / "ix"), str(tmp_path / "ev.parquet")
     with pytest.raises(pbtree.PbtreeError, match=r"row 1: event attribute 'a': NaN"):
         match.run(spark, index, source, str(tmp_path / "m"), rejects=None)
-    with pytest.raises(pbtree.PbtreeError, match=r"event eid = 'e1': .*NaN"):
+    with pytest.raises(pbtree.PbtreeError, match=r"event 'eid' = 'e1': .*NaN"):
         match.run(spark, index, source, str(tmp_path / "m"), event_id="eid")
     assert not os.path.exists(tmp_path / "m")
     for event_id, labels in ((None, [0, 1, 2, 3]), ("eid", ["e0", "e1", "e2", "e3"])):
@@ -428,8 +429,14 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     assert capsys.readouterr() == ("", "")
     assert pq.read_table(tmp_path / "bad").column("event_id").to_pylist() == [2]
     assert sorted(pq.read_table(tmp_path / "m").column("subscription_id").to_pylist()) == [1, 2, 3]
-    assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey"]) == 1
+    assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey", "-q"]) == 1
     assert "key=value" in capsys.readouterr().err
+    # a rejects path on the output is refused before Spark starts, whatever --force says
+    assert pbtree_cli.main(["match-batch", out, str(tmp_path / "events.parquet"), "-o",
+                            str(tmp_path / "m"), "--rejects", str(tmp_path / "m"),
+                            "--force"]) == 1
+    assert "must be apart" in capsys.readouterr().err
+    assert pq.read_table(tmp_path / "bad").column("event_id").to_pylist() == [2]
 
 
 class _Tty(io.StringIO):
@@ -453,6 +460,7 @@ def test_progress_lines_only_on_a_terminal():
             time.sleep(0.1)
     assert tty.getvalue().startswith("build: 1/3 tasks done, 2 running")
     assert pipe.getvalue() == ""
+    assert isinstance(Timings(progress=False).watch(fake, "build"), contextlib.nullcontext)
 
 
 def test_parse_conf_and_timings():

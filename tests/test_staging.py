@@ -8,7 +8,7 @@ import os
 import pytest
 
 import pbtree
-from pbtree.staging import Staging
+from pbtree.staging import OverlapError, Staging, check_apart, commit_with
 
 
 def _tree(path) -> dict[str, str]:
@@ -64,3 +64,37 @@ def test_discard_leaves_the_target_as_it_was(tmp_path):
     _stage(target, "kept", force=False).commit()
     _stage(target, "dropped", force=True).discard()
     assert _tree(tmp_path) == {"out/part": "kept"} and os.listdir(tmp_path) == ["out"]
+
+
+def test_two_outputs_commit_together(tmp_path, monkeypatch):
+    """commit_with: both new outputs appear; when the main one cannot move in, the second
+    target is as it was; an interruption while old targets are dropped leaves both new."""
+    main, extra = tmp_path / "matches", tmp_path / "rejects"
+    commit_with(_stage(main, "m1", False), _stage(extra, "r1", False))
+    assert _tree(tmp_path) == {"matches/part": "m1", "rejects/part": "r1"}
+    failing = _stage(main, "m2", force=True)
+    failing.force = False  # its target exists: the swap refuses, after the rejects moved
+    second = _stage(extra, "r2", force=True)
+    with pytest.raises(pbtree.IndexExistsError):
+        commit_with(failing, second)
+    failing.discard()
+    assert _tree(tmp_path) == {"matches/part": "m1", "rejects/part": "r1"}
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Staging, "finish", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            commit_with(_stage(main, "m3", True), _stage(extra, "r3", True))
+    assert {k: v for k, v in _tree(tmp_path).items() if not k.startswith(".")} == {
+        "matches/part": "m3", "rejects/part": "r3"}
+
+
+@pytest.mark.parametrize(("first", "second"), [("out", "out"), ("out", "out/bad"),
+                                               ("out/x", "out"), ("a/../out", "out")])
+def test_paths_of_a_job_must_be_apart(tmp_path, first, second):
+    with pytest.raises(OverlapError, match="must be apart"):
+        check_apart({"the output": str(tmp_path / first), "the rejects": str(tmp_path / second)})
+    check_apart({"the output": str(tmp_path / "out"), "the rejects": str(tmp_path / "out2"),
+                 "the input": str(tmp_path / "in.parquet"), "unused": None})

@@ -275,7 +275,7 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
                 asked += len(unique)
                 bar.update(asked, source.done if source else None)
     if removed < asked and not args.missing_ok:
-        first = "the first ten: " if len(missing) > 10 else ""
+        first = "the first ten: " if asked - removed > 10 else ""
         named = f": {first}{', '.join(map(shown, missing[:10]))}" if missing else ""
         raise CliError(f"removed {plural(removed, 'subscription')}; {asked - removed:,} of the "
                        f"ids were not in the index{named} (--missing-ok to ignore)")

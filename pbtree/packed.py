@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from pbtree.errors import CorruptIndexError
-from pbtree.leaf import EQ, GT, INEQ, LT
+from pbtree.leaf import EQ, GT, INEQ, KIND_NAMES, LT
 from pbtree.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
 from storage import sidset
 
@@ -62,7 +62,7 @@ def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
     below)."""
     m, (t_eq, t_gt, t_lt, t_ineq), keys_at, ends_at, width = _layout(raw, family)
     base = ends_at + 16 * m
-    if base + 4 * (t_eq + t_gt + t_lt + t_ineq) != len(raw):
+    if not m or base + 4 * (t_eq + t_gt + t_lt + t_ineq) != len(raw):
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
     r = count_below(raw, m, keys_at, TOTALS.size, width, payload, not exact)
     hit = exact and r < m and _key(raw, keys_at, width, r) == payload
@@ -168,7 +168,7 @@ class Packed:
         counts = ends.copy()
         counts[:, 1:] -= ends[:, :-1]
         sids_at = at + 16 * m
-        if len(raw) != sids_at + 4 * sum(totals) or (m and ends[:, -1].tolist() != totals) \
+        if not m or len(raw) != sids_at + 4 * sum(totals) or ends[:, -1].tolist() != totals \
                 or (counts < 0).any():
             raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
         return cls(family, keys, counts, np.frombuffer(raw, _SID, -1, sids_at))
@@ -200,8 +200,8 @@ class Packed:
         else:
             i = bisect_left(self.keys, key)
         if i == m or self.key(i) != key or not self.counts[kind, i]:
-            raise CorruptIndexError(f"packed tree has no {kind} place for key {key.hex()} "
-                                    f"of a stored predicate")
+            raise CorruptIndexError(f"the tree holds no {KIND_NAMES[kind]} item for key "
+                                    f"{key.hex()} of a stored predicate (or is missing)")
         self.removes.append((kind, i, sids))
 
     @property

@@ -425,6 +425,7 @@ class Writer:
                 self.nodes.pop(node_id, None)
                 self.dropped.add(node_id)
         self.txn.delete(prefix, db=dbs["trees"])
+        self.packed.pop(prefix, None)  # a tree added again later in this write starts packed
 
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:

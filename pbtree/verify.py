@@ -50,7 +50,10 @@ def shard_stats(shard) -> dict:
         stats["packed_trees"] = 0
         for key, raw in txn.cursor(db=dbs["trees"]):
             if is_packed(raw):  # its keys count as leaf items, its places as list items
-                counts = Packed.decode(raw, bytes(key)[4]).counts
+                try:
+                    counts = Packed.decode(raw, bytes(key)[4]).counts
+                except CorruptIndexError as exc:
+                    raise CorruptIndexError(f"packed tree {bytes(key).hex()}: {exc}") from None
                 stats["packed_trees"] += 1
                 stats["leaf_items"] += counts.shape[1]
                 for kind in LIST_KINDS:

@@ -109,8 +109,27 @@ def test_damaged_records_are_refused():
             packed.Packed.decode(bad, NUMBER)
         with pytest.raises((CorruptIndexError, ValueError, struct.error)):  # matching names
             packed.collect(bad, NUMBER, number_payload(5), True, [])  # a damaged record
-    with pytest.raises(CorruptIndexError, match="no 1 place"):
+    with pytest.raises(CorruptIndexError, match="no gt item"):
         packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])
+    keyless = packed.TOTALS.pack(0, 0, 2, 0, 0) + b"\1\0\0\0\2\0\0\0"  # sids, no key
+    with pytest.raises(CorruptIndexError):
+        packed.Packed.decode(keyless, NUMBER)
+    with pytest.raises(CorruptIndexError):
+        packed.collect(keyless, NUMBER, number_payload(5), True, [])
+
+
+def test_a_damaged_record_is_named_by_stats_and_verify(tmp_path):
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(1, "a > 3"), (2, "a < 9")])
+        ix.fold()
+        shard = ix.shards[0]
+        with shard.env.env.begin(write=True) as txn:
+            key, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
+            txn.put(bytes(key), bytes(raw)[:-4], db=shard.dbs["trees"])
+    with pbtree.open(tmp_path / "ix") as ix:
+        for call in (ix.stats, ix.verify, lambda: ix.match({"a": 5})):
+            with pytest.raises(CorruptIndexError, match="packed tree|damaged"):
+                call()
 
 
 def test_close_negative_constants_are_found_for_removal(tmp_path):
@@ -122,6 +141,20 @@ def test_close_negative_constants_are_found_for_removal(tmp_path):
         assert ix.unsubscribe(1) and ix.unsubscribe(4)
         assert ix.match({"a": 0}) == [2] and ix.match({"a": -1}) == [3]
         assert ix.verify()["packed_trees"] == 1
+
+
+def test_a_tree_emptied_and_refilled_in_one_write_starts_packed(tmp_path):
+    """Replacing every subscription of a PB+tree by others on the same attribute empties
+    the tree and adds to it in one transaction: it comes back as a new, packed, tree."""
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=1) as ix:
+        ix.subscribe_many([(n, f"w > {n}") for n in range(120)])
+        assert ix.stats()["packed_trees"] == 0
+        ix.subscribe_many([(n, "w < 7" if n == 0 else f"v > {n}") for n in range(120)],
+                          replace=True)
+        report = ix.verify()
+        # w (one LT key) is packed; v (119 GT keys, over 4 nodes' worth) a PB+tree
+        assert report["packed_trees"] == 1 and report["lt_nodes"] == 0 < report["gt_nodes"]
+        assert ix.match({"w": 5}) == [0]
 
 
 def test_trees_grow_out_of_the_packed_form(tmp_path):

@@ -123,3 +123,23 @@ def check_apart(paths: dict[str, str | None]) -> None:
                     path.startswith(other_path + os.sep):
                 raise OverlapError(f"{what} ({path}) and {other} ({other_path}) must be "
                                    f"apart: neither the same path nor one inside the other")
+
+
+def check_outputs(inputs: dict[str, str], outputs: dict[str, str | None], force: bool) -> None:
+    """Refuse a job before it starts: its paths must be apart, and each output (None: not
+    asked for) must not exist unless it may be replaced."""
+    check_apart({**inputs, **outputs})
+    for path in outputs.values():
+        if path:
+            check_target(path, force)
+
+
+def stage_outputs(main: str, extra: str | None, force: bool) -> tuple[Staging, Staging | None]:
+    """Stagings for a job's output and, if asked for, its second output; none is left
+    behind when the second cannot be made."""
+    first = Staging(main, force)
+    try:
+        return first, Staging(extra, force) if extra else None
+    except BaseException:
+        first.discard()
+        raise

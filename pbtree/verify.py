@@ -215,7 +215,7 @@ class _Checker:
         most = limit(self.shard.node_bytes)
         if len(raw) > most:
             self.fail(f"{what}: {len(raw)} bytes, over the {most} a packed tree may take")
-        if not len(tree.keys) or not tree.counts.any(axis=0).all():
+        if not tree.counts.any(axis=0).all():  # decode refuses a record without keys
             self.fail(f"{what}: a key holds no sids")
         if not tree.ordered():
             self.fail(f"{what}: keys are not in strictly increasing order")

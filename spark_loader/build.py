@@ -23,7 +23,7 @@ import pyarrow as pa
 from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
-from pbtree.staging import Staging, check_apart, commit_with
+from pbtree.staging import check_outputs, commit_with, stage_outputs
 from spark_loader import layouts
 from spark_loader.arrowparse import filled
 from spark_loader.progress import Timings
@@ -210,20 +210,20 @@ def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
     write_part(bad, directory, f"part-{part:05d}.parquet", tmp)
 
 
+def check(opts: BuildOptions) -> None:
+    """Refuse a build before it starts (the CLI calls this before starting Spark)."""
+    check_layout(1 if opts.shards is None else opts.shards, opts.node_bytes)
+    check_outputs({"the input": opts.input}, {"the output": opts.output,
+                                              "the rejects": opts.rejects}, opts.force)
+
+
 def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResult:
     """Build the index ``opts.output`` from ``opts.input`` on ``spark``; see module doc."""
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     timings = timings or Timings()
-    check_layout(1 if opts.shards is None else opts.shards, opts.node_bytes)
-    check_apart({"the input": opts.input, "the output": opts.output,
-                 "the rejects": opts.rejects})
-    index = Staging(opts.output, opts.force)
-    try:
-        rejects = Staging(opts.rejects, opts.force) if opts.rejects else None
-    except BaseException:
-        index.discard()
-        raise
+    check(opts)
+    index, rejects = stage_outputs(opts.output, opts.rejects, opts.force)
     try:
         with timings.stage("read"):
             df = read_parquet(spark, opts.input)

@@ -11,9 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from pbtree.cli import common_options, note
-from pbtree.core import check_layout
 from pbtree.errors import PbtreeError
-from pbtree.staging import check_apart, check_target
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
@@ -75,16 +73,11 @@ def build_command(args: argparse.Namespace) -> int:
     from spark_loader import build, session
     from spark_loader.progress import Timings
 
-    check_layout(1 if args.shards is None else args.shards, args.node_bytes)
-    check_apart({"the input": args.input, "the output": args.output,
-                 "the rejects": args.rejects})
-    check_target(args.output, args.force)
-    if args.rejects:
-        check_target(args.rejects, args.force)
-    conf = session.parse_conf(args.spark_conf)
-    timings = Timings(progress=not args.quiet)
     opts = build.BuildOptions(args.input, args.output, args.shards, args.node_bytes,
                               args.rejects, args.force)
+    build.check(opts)
+    conf = session.parse_conf(args.spark_conf)
+    timings = Timings(progress=not args.quiet)
     with session.running(args.master, conf, "pbtree build", timings) as spark:
         result = build.run(spark, opts, timings)
     note(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
@@ -97,11 +90,7 @@ def match_command(args: argparse.Namespace) -> int:
     from spark_loader import match, session
     from spark_loader.progress import Timings
 
-    check_apart({"the index": args.index, "the events": args.events, "the output": args.output,
-                 "the rejects": args.rejects})
-    check_target(args.output, args.force)
-    if args.rejects:
-        check_target(args.rejects, args.force)
+    match.check(args.index, args.events, args.output, args.rejects, args.force)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings(progress=not args.quiet)
     with session.running(args.master, conf, "pbtree match-batch", timings) as spark:

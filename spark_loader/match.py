@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pbtree
 from pbtree.core import MANIFEST
 from pbtree.errors import EventError, PbtreeError, shown
-from pbtree.staging import Staging, check_apart, commit_with
+from pbtree.staging import check_outputs, commit_with, stage_outputs
 from spark_loader.progress import Timings
 from spark_loader.session import (
     REASON,
@@ -157,6 +157,13 @@ def _with_row_numbers(spark, df):
     return df.withColumn(ROW_NUMBER, (start + index).cast("long"))
 
 
+def check(index_path: str, events_path: str, output: str, rejects: str | None,
+          force: bool) -> None:
+    """Refuse a match-batch job before it starts (the CLI calls this before starting Spark)."""
+    check_outputs({"the index": index_path, "the events": events_path},
+                  {"the output": output, "the rejects": rejects}, force)
+
+
 def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
         rejects: str | None = None, force: bool = False,
         timings: Timings | None = None) -> MatchResult:
@@ -164,17 +171,11 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
     events fail the job, or with ``rejects`` go there as (event id, reason) rows."""
     from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
 
-    check_apart({"the index": index_path, "the events": events_path, "the output": output,
-                 "the rejects": rejects})
+    check(index_path, events_path, output, rejects, force)
     result = MatchResult(timings=timings or Timings())
     with pbtree.open(index_path, readonly=True) as index:
         id_type = subscription_id_type(index)
-    staging = Staging(output, force)
-    try:
-        rejects_out = Staging(rejects, force) if rejects else None
-    except BaseException:
-        staging.discard()
-        raise
+    staging, rejects_out = stage_outputs(output, rejects, force)
     try:
         with result.timings.stage("read"):
             df = read_parquet(spark, events_path)

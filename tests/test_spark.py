@@ -28,6 +28,7 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import cli as pbtree_cli
 from pbtree.expr import format_predicates, parse
+from pbtree.staging import Staging
 
 pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.slow,
@@ -239,14 +240,14 @@ def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkey
     before = pq.read_table(tmp_path / "rej").sort_by("note")
     pq.write_table(table.slice(0, 3), tmp_path / "fewer.parquet")
 
-    swap = build.Staging.swap
+    swap = Staging.swap
 
     def fail_for_the_index(self):
         if self.target == str(tmp_path / "ix"):
             raise OSError("the index cannot be renamed into place")
         swap(self)
 
-    monkeypatch.setattr(build.Staging, "swap", fail_for_the_index)
+    monkeypatch.setattr(Staging, "swap", fail_for_the_index)
     with pytest.raises(OSError, match="renamed into place"):
         _build(spark, tmp_path / "fewer.parquet", tmp_path / "ix", force=True,
                rejects=str(tmp_path / "rej"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree import packed
+from pbtree import delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
@@ -85,6 +85,7 @@ class Search:
                 if leaf is not None:
                     self._eq(leaf, target, HEADER.unpack_from(leaf)[3])
             state.collect(payload, exact, self.out)
+            self._delta(prefix, payload, exact)
             return
         raw = self.txn.get(prefix, db=self.trees_db)
         if raw is None:  # no constant of this attribute and family
@@ -102,6 +103,13 @@ class Search:
             return
         self.trees[prefix] = state + 1
         self._walk(prefix, payload, exact, ends)
+        self._delta(prefix, payload, exact)
+
+    def _delta(self, prefix: bytes, payload: bytes, exact: bool) -> None:
+        """Collect what the event value satisfies in the PB+tree's delta, if it has one."""
+        raw = self.txn.get(delta.key(prefix), db=self.trees_db)
+        if raw is not None:
+            packed.collect(raw, prefix[4], payload, exact, self.out)
 
     def _walk(self, prefix: bytes, payload: bytes, exact: bool, ends: tuple) -> None:
         """The PB+tree search: one leaf descent, then each list from its pointer.

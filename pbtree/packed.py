@@ -140,7 +140,7 @@ class Packed:
                  sids: np.ndarray) -> None:
         self.family, self.width = family, FIXED_WIDTH.get(family)
         self.keys, self.counts, self.sids = keys, counts, sids
-        self.adds: list[tuple[int, bytes, list[int]]] = []
+        self.adds: list[tuple[int, list[bytes], np.ndarray]] = []  # runs, as ``add`` takes
         self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
 
     @classmethod
@@ -186,9 +186,10 @@ class Packed:
             return int(self.keys[i]).to_bytes(self.width, "big")
         return self.keys[i]
 
-    def add(self, kind: int, key: bytes, sids: list[int]) -> None:
-        """Queue sorted sids for the place (kind, key), each above every sid stored there."""
-        self.adds.append((kind, key, sids))
+    def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
+        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]``, the keys in
+        order and each place's sids rising, above every sid stored there."""
+        self.adds.append((kind, keys, sids))
 
     def remove(self, kind: int, key: bytes, sids: list[int]) -> None:
         """Queue the removal of every occurrence of ``sids`` at the place (kind, key)."""
@@ -246,43 +247,37 @@ class Packed:
                 [key for key, kept in zip(self.keys, used.tolist(), strict=True) if kept]
 
     def _add(self) -> None:
-        """Put the queued sids at the end of their places' runs, new keys getting empty
-        places first; a few array steps whatever the number of places."""
+        """Insert the queued runs' sids at the ends of their places, new keys getting
+        empty places first; a few array steps whatever the number of places."""
         adds, self.adds = self.adds, []
-        adds.sort(key=_place)  # the record's place order: kind, then key
         old, m = self.keys, len(self.keys)
-        kinds = np.fromiter((kind for kind, _, _ in adds), np.int64, len(adds))
+        sids = np.concatenate([run for _, _, run in adds]).astype(_SID, copy=False)
+        kinds = np.repeat(np.array([kind for kind, _, _ in adds], np.int64),
+                          [len(run) for _, _, run in adds])
         if self.width:
-            wanted = np.frombuffer(b"".join(key for _, key, _ in adds),
+            wanted = np.frombuffer(b"".join(b"".join(keys) for _, keys, _ in adds),
                                    FIXED_DTYPE[self.family]).astype(np.uint64)
-            at = np.searchsorted(old, wanted)
-            found = old[np.minimum(at, m - 1)] == wanted if m else np.zeros(len(adds), bool)
-            fresh = np.unique(wanted[~found])
-            keys = np.sort(np.concatenate((old, fresh))) if fresh.size else old
+            keys = np.union1d(old, wanted)
             rank = np.searchsorted(keys, wanted)
+            moved = np.searchsorted(keys, old) if len(keys) > m else None
         else:
-            wanted = [key for _, key, _ in adds]
-            at = np.array([bisect_left(old, key) for key in wanted], np.int64)
-            found = np.array([a < m and old[a] == key for a, key in
-                              zip(at.tolist(), wanted, strict=True)], bool)
-            fresh = {key for key, here in zip(wanted, found.tolist(), strict=True) if not here}
-            keys = sorted(old + list(fresh)) if fresh else old
-            rank = np.array([bisect_left(keys, key) for key in wanted], np.int64)
-        starts = np.concatenate(([0], np.cumsum(self.counts.ravel())))
-        parts, done = [], 0
-        for (_, _, sids), end in zip(adds, starts[kinds * m + at + found].tolist(),
-                                     strict=True):
-            parts += (self.sids[done:end], np.array(sids, _SID))
-            done = end
-        parts.append(self.sids[done:])
-        self.sids = np.concatenate(parts)
+            wanted = [key for _, run, _ in adds for key in run]
+            fresh = set(wanted).difference(old)
+            keys = sorted(fresh.union(old)) if fresh else old
+            index = {key: i for i, key in enumerate(keys)}
+            rank = np.fromiter(map(index.__getitem__, wanted), np.int64, len(wanted))
+            moved = np.fromiter(map(index.__getitem__, old), np.int64, m) if fresh else None
         counts = self.counts
-        if len(keys) > m:  # old key i moves up by the new keys below it
+        if moved is not None:  # old key i moves up by the new keys below it
             counts = np.zeros((4, len(keys)), np.int64)
-            counts[:, np.searchsorted(keys, old) if self.width else
-                   np.array([bisect_left(keys, key) for key in old], np.int64)] = self.counts
-        np.add.at(counts, (kinds, rank), [len(sids) for _, _, sids in adds])
-        self.keys, self.counts = keys, counts
+            counts[:, moved] = self.counts
+        places = kinds * len(keys) + rank
+        order = np.argsort(places, kind="stable")  # each place's sids keep their order
+        places = places[order]
+        ends = np.cumsum(counts.ravel())
+        self.sids = np.insert(self.sids, ends[places], sids[order])
+        self.keys = keys
+        self.counts = counts + np.bincount(places, minlength=counts.size).reshape(counts.shape)
 
     def encode(self) -> bytes | None:
         """The merged tree's record; None once it holds no sids."""
@@ -291,6 +286,3 @@ class Packed:
             return None
         return encode(self.family, self.keys, self.counts, self.sids)
 
-
-def _place(add: tuple[int, bytes, list[int]]) -> tuple[int, bytes]:
-    return add[0], add[1]

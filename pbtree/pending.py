@@ -26,6 +26,14 @@ class Place:
     def __init__(self, keys: list[bytes], sids: np.ndarray) -> None:
         self.keys, self.sids = keys, sids
 
+    def kept(self, alive: np.ndarray, folded: int) -> tuple[list[bytes], np.ndarray]:
+        """The keys and sids of the postings whose sid ``s`` has ``alive[s - folded]``."""
+        keep = alive[self.sids - folded]
+        if keep.all():
+            return self.keys, self.sids
+        return [key for key, ok in zip(self.keys, keep.tolist(), strict=True) if ok], \
+            self.sids[keep]
+
     def join(self, newer: Place) -> None:
         """Take in the postings of a place of later sids, after any equal key held."""
         keys = self.keys + newer.keys
@@ -149,17 +157,6 @@ class Pending:
         for run in self.runs:
             run.search(name, family, payload, exact, out)
 
-    def postings(self, alive: np.ndarray, places: dict[tuple, list[int]]) -> None:
-        """Add the postings read in to ``places`` ((name, family, payload, kind) -> sids,
-        in sid order), leaving out sids ``s`` with ``alive[s - folded]`` False."""
-        for run in self.runs:  # older runs hold lower sids
-            for (name, family), kinds in run.places.items():
-                for kind, place in kinds.items():
-                    keep = alive[place.sids - self.folded]
-                    sids = place.sids.tolist()
-                    for key, sid, ok in zip(place.keys, sids, keep.tolist(), strict=True):
-                        if ok:
-                            places.setdefault((name, family, key, kind), []).append(sid)
 
 
 def _first(pair: tuple[bytes, int]) -> bytes:

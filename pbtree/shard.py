@@ -24,8 +24,9 @@ from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
+from pbtree.pending import Run
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, split_sub, stored, sub_record
+from pbtree.subs import Posting, decoded, sid_key, split_sub, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
@@ -33,10 +34,11 @@ from storage.keys import tree_prefix
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
             "intids", "chunks")
 FORMAT = b"pbtree-shard"
-#: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees
-VERSION = 4
+#: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
+#: 5: deltas of PB+trees
+VERSION = 5
 #: older versions this one reads, and upgrades on opening for writes
-UPGRADES = (2, 3)
+UPGRADES = (2, 3, 4)
 #: pending sids from which a write folds them into the trees
 FOLD_AT = 10_000
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_apply``
@@ -180,7 +182,7 @@ class Shard:
             w.int_ids.set_run(first, int_ids)
             txn.cursor(db=dbs["subs"]).putmulti(subs)
             txn.cursor(db=dbs["ids"]).putmulti(ids)
-            self._apply(w, gone, adding=False)
+            self._remove(w, gone)
             if w.next_sid - w.folded >= self.fold_at:
                 self._fold(w, txn)
             w.flush()
@@ -201,29 +203,33 @@ class Shard:
         return self._write(apply)
 
     def _fold(self, w: Writer, txn) -> int:
-        """Add the postings of every pending subscription to the trees, grouped by place
-        and in sid order (as ``Writer.add`` requires: each sid above those stored);
-        returns how many subscriptions that was.
+        """Add the postings of every pending subscription to the trees, run by run as
+        ``Writer.add`` takes them; returns how many subscriptions that was.
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, without decoding their records again;
-        of those, the ones removed since (predicate count 0) are left out."""
-        places: dict[Posting, list[int]] = {}
+        the ones removed since (predicate count 0) are left out."""
         pending = self._cache.pending
-        start = w.folded
-        count = 0
-        if pending is not None and pending.folded == w.folded and pending.runs:
-            start = pending.next
-            alive = w.needed.values(w.folded, start) != 0
-            count = int(np.count_nonzero(alive))
-            pending.postings(alive, places)
-        for sid, _, _, found in stored(txn, self.dbs["subs"], start):
-            count += 1
-            for posting in found:
-                places.setdefault(posting, []).append(sid)
-        self._apply(w, places, adding=True)
+        runs, start = [], w.folded
+        if pending is not None and pending.folded == w.folded:
+            runs, start = list(pending.runs), pending.next
+        if start < w.next_sid:
+            runs.append(Run(txn, self.dbs, start, w.next_sid))
+        alive = w.needed.values(w.folded, w.next_sid) != 0
+        attr_ids: dict[bytes, int] = {}
+        for run in runs:  # older runs hold lower sids
+            for (name, family), kinds in run.places.items():
+                aid = attr_ids.get(name)
+                if aid is None:
+                    aid = attr_ids[name] = w.attr_id(name, True)
+                prefix = tree_prefix(aid, family)
+                for kind, place in kinds.items():
+                    keys, sids = place.kept(alive, w.folded)
+                    if sids.size:
+                        w.add(prefix, kind, keys, sids)
+                        w.trees_changed = True
         w.folded = w.next_sid
-        return count
+        return int(np.count_nonzero(alive))
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""
@@ -238,7 +244,7 @@ class Shard:
                 if old is not None:
                     self._forget(w, txn, int.from_bytes(old, "big"), gone)
                     found += 1
-            self._apply(w, gone, adding=False)
+            self._remove(w, gone)
             w.flush()
             return found
 
@@ -282,26 +288,25 @@ class Shard:
         if isinstance(exc, CorruptIndexError) and not str(exc).startswith(self.path):
             exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 
-    def _apply(self, w: Writer, places: dict[Posting, list[int]], adding: bool) -> None:
-        """Add or remove grouped postings (one visit per place), sorted by one bytes key
-        per place (leaf key, then kind), which sorts several times faster than the posting
-        tuples: each leaf and node page is then met in one run. That is leaf key order
-        except between a string and its extensions by NUL bytes, which the order of
-        changes does not affect."""
+    def _remove(self, w: Writer, places: dict[Posting, list[int]]) -> None:
+        """Remove grouped postings (one visit per place), sorted by one bytes key per place
+        (leaf key, then kind), which sorts several times faster than the posting tuples:
+        each leaf and node page is then met in one run. That is leaf key order except
+        between a string and its extensions by NUL bytes, which the order of changes does
+        not affect."""
         if places:
             w.trees_changed = True
-        change = w.add if adding else w.remove
         attr_ids: dict[bytes, int] = {}
         keyed: dict[bytes, list[int]] = {}
         for (name, family, payload, kind), sids in places.items():
             aid = attr_ids.get(name)
             if aid is None:
-                aid = attr_ids[name] = w.attr_id(name, adding)
+                aid = attr_ids[name] = w.attr_id(name, False)
                 if aid is None:
                     raise CorruptIndexError(f"{self.path}: stored attribute {name!r} unknown")
             keyed[tree_prefix(aid, family) + payload + _KIND_BYTE[kind]] = sids
         for key in sorted(keyed):
-            change(key[:5], key[-1], key[5:-1], keyed[key])
+            w.remove(key[:5], key[-1], key[5:-1], keyed[key])
 
     def _forget(self, w: Writer, txn, sid: int, gone: dict[Posting, list[int]]) -> None:
         """Delete a subscription's records and queue its postings for removal."""

@@ -15,7 +15,9 @@ from bisect import bisect_left, bisect_right
 import lmdb
 import numpy as np
 
+from pbtree import delta
 from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
+from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
@@ -79,6 +81,8 @@ class Writer:
         # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
         self.packed: dict[bytes, Packed | None] = {}
         self.pack_limit = limit(node_bytes)
+        self.deltas: dict[bytes, Delta] = {}  # of PB+trees, by prefix
+        self.delta_limit = delta.limit(node_bytes)
         self.over = Store(txn, dbs, node_bytes)
         self.trees_changed = False  # set by whoever adds or removes postings
         self.needed = ColumnWriter(NEEDED, txn, dbs)
@@ -189,7 +193,31 @@ class Writer:
             if record is not None:
                 self.packed[prefix] = None
                 for kind, key, sids in tree.items():
-                    self.add(prefix, kind, key, sids.tolist())
+                    self._insert(prefix, kind, key, sids.tolist())
+
+    def _delta(self, prefix: bytes) -> Delta:
+        """The delta of the PB+tree ``prefix``."""
+        found = self.deltas.get(prefix)
+        if found is None:
+            raw = self.txn.get(delta.key(prefix), db=self.dbs["trees"])
+            family = prefix[4]
+            found = self.deltas[prefix] = Delta.empty(family) if raw is None else \
+                Delta.decode(raw, family)
+        return found
+
+    def _write_deltas(self) -> None:
+        """Store the deltas changed; one grown over the limit is inserted into its tree."""
+        trees = self.dbs["trees"]
+        for prefix, found in self.deltas.items():
+            if not found.changed:
+                continue
+            record = found.encode()
+            if record is not None and len(record) <= self.delta_limit:
+                self.txn.put(delta.key(prefix), record, db=trees)
+                continue
+            self.txn.delete(delta.key(prefix), db=trees)
+            for kind, key, sids in found.take():
+                self._insert(prefix, kind, key, sids)
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
@@ -281,12 +309,16 @@ class Writer:
         self._split(prefix, right)
 
     # --- postings ---------------------------------------------------------------------
-    def add(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
-        """Add sorted sids at one posting place; each must exceed every sid stored."""
+    def add(self, prefix: bytes, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
+        """Add a run of postings of one kind to a tree (``Packed.add``), each sid above
+        every sid stored: to the packed tree, or to the PB+tree's delta."""
         packed = self._packed(prefix)
-        if packed is not None:
-            packed.add(kind, payload, sids)
-            return
+        if packed is None:
+            packed = self._delta(prefix)
+        packed.add(kind, keys, sids)
+
+    def _insert(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
+        """Add sorted sids at one place of the PB+tree itself (``add``)."""
         key = prefix + payload
         if key not in self.leaves and self._add_stored(prefix, key, kind, payload, sids):
             return
@@ -357,6 +389,11 @@ class Writer:
         if packed is not None:
             packed.remove(kind, payload, sids)
             return
+        sids, newer = self._delta(prefix).split(sids)
+        if newer:
+            self.deltas[prefix].remove(kind, payload, newer)
+            if not sids:
+                return
         key = prefix + payload
         leaf = self.leaf(key)
         if leaf is None:
@@ -426,6 +463,8 @@ class Writer:
                 self.dropped.add(node_id)
         self.txn.delete(prefix, db=dbs["trees"])
         self.packed.pop(prefix, None)  # a tree added again later in this write starts packed
+        for kind, key, sids in self._delta(prefix).take():  # the delta's postings go with it
+            self.add(prefix, kind, [key] * len(sids), np.array(sids, np.uint32))
 
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:
@@ -476,6 +515,7 @@ class Writer:
         self.eq_appends.clear()
 
     def flush(self) -> None:
+        self._write_deltas()
         self._write_packed()
         self._flush_appends()
         self._flush_eq_appends()

@@ -7,6 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from pbtree import delta
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
@@ -28,8 +29,13 @@ def shard_stats(shard) -> dict:
     with shard.read() as txn:
         names = {int.from_bytes(v, "little"): bytes(k).decode("utf-8")
                  for k, v in txn.cursor(db=dbs["attrs"])}
-        used = {names[int.from_bytes(bytes(k)[:4], "big")]
-                for k in txn.cursor(db=dbs["trees"]).iternext(values=False)}
+        used = set()
+        for key in txn.cursor(db=dbs["trees"]).iternext(values=False):
+            aid = int.from_bytes(bytes(key)[:4], "big")
+            if aid not in names:
+                raise CorruptIndexError(f"{shard.path}: trees record {bytes(key).hex()} is of "
+                                        f"attribute id {aid}, which has no name")
+            used.add(names[aid])
         pending = 0
         meta = dbs["meta"]
         first = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
@@ -47,9 +53,11 @@ def shard_stats(shard) -> dict:
         }
         for kind in LIST_KINDS:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
-        stats["packed_trees"] = 0
+        stats["packed_trees"] = stats["deltas"] = 0
         for key, raw in txn.cursor(db=dbs["trees"]):
-            if is_packed(raw):  # its keys count as leaf items, its places as list items
+            if len(key) > 5:
+                stats["deltas"] += 1
+            elif is_packed(raw):  # its keys count as leaf items, its places as list items
                 try:
                     counts = Packed.decode(raw, bytes(key)[4]).counts
                 except CorruptIndexError as exc:
@@ -204,17 +212,20 @@ class _Checker:
                 if key not in leaf_keys:
                     self.fail(f"{KIND_NAMES[kind]} item {key.hex()} has no leaf item")
 
-    def packed(self, prefix: bytes, raw: bytes) -> None:
+    def packed(self, prefix: bytes, raw: bytes, what: str = "packed tree",
+               most: int | None = None) -> Packed:
         """A tree packed in its record: consistent, within the size limit, every key
-        holding sids (it has no leaf items: those would lie outside any PB+tree)."""
-        what = f"packed tree {prefix.hex()}"
+        holding sids (it has no leaf items: those would lie outside any PB+tree). A
+        delta (``what`` and ``most`` given) is checked the same way, its sids added
+        after its tree's."""
+        what = f"{what} {prefix.hex()}"
         try:
             tree = Packed.decode(raw, prefix[4])
         except CorruptIndexError as exc:
             self.fail(f"{what}: {exc}")
-        most = limit(self.shard.node_bytes)
+        most = limit(self.shard.node_bytes) if most is None else most
         if len(raw) > most:
-            self.fail(f"{what}: {len(raw)} bytes, over the {most} a packed tree may take")
+            self.fail(f"{what}: {len(raw)} bytes, over the {most} it may take")
         if not tree.counts.any(axis=0).all():  # decode refuses a record without keys
             self.fail(f"{what}: a key holds no sids")
         if not tree.ordered():
@@ -222,7 +233,24 @@ class _Checker:
         for kind, key, sids in tree.items():
             item = f"{what} {KIND_NAMES[kind]} item {key.hex()}"
             self.sids(item, sids)
-            self.actual[(prefix, kind, key)] = sids
+            held = self.actual.get((prefix, kind, key), sidset.EMPTY)
+            self.actual[(prefix, kind, key)] = np.concatenate((held, sids))
+        return tree
+
+    def deltas(self, found: dict[bytes, bytes], trees: dict) -> None:
+        """Each delta beside a PB+tree, its sids above all of the tree's."""
+        highest: dict[bytes, int] = {}
+        for (prefix, _, _), sids in self.actual.items():
+            if prefix in found:
+                highest[prefix] = max(highest.get(prefix, -1), int(sids[-1]))
+        for prefix, raw in found.items():
+            if prefix not in trees:
+                self.fail(f"delta {prefix.hex()} beside no PB+tree")
+            low = int(self.packed(prefix, raw, "delta", delta.limit(self.shard.node_bytes))
+                      .sids.min())
+            if low <= highest.get(prefix, -1):
+                self.fail(f"delta {prefix.hex()} holds sid {low}, not above its tree's "
+                          f"{highest[prefix]}")
 
     def leaf(self, prefix, key, value, lists, keys, sentinels) -> None:
         gt, lt, ineq, flags = HEADER.unpack_from(value)
@@ -298,15 +326,20 @@ class _Checker:
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs
         expected = self.subscriptions()
-        trees = {}
+        trees, deltas = {}, {}
         for prefix, raw in txn.cursor(db=dbs["trees"]):
             prefix, raw = bytes(prefix), bytes(raw)
-            if is_packed(raw):
+            if len(prefix) == len(delta.key(prefix[:5])) and prefix.endswith(delta.SUFFIX):
+                deltas[prefix[:5]] = raw
+            elif len(prefix) != 5:
+                self.fail(f"trees record {prefix.hex()} is neither a tree nor a delta")
+            elif is_packed(raw):
                 self.packed(prefix, raw)
             else:
                 trees[prefix] = tree_sentinels(raw)
         for prefix, sentinels in trees.items():
             self.tree(prefix, sentinels)
+        self.deltas(deltas, trees)
         for key in txn.cursor(db=dbs["leaf"]).iternext(values=False):
             if bytes(key)[:5] not in trees:
                 self.fail(f"leaf item {bytes(key).hex()} outside any tree")

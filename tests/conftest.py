@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from pbtree import packed
+from pbtree import delta, packed
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -21,5 +21,7 @@ def pytest_collect_file(file_path, parent):
 
 @pytest.fixture
 def pbtrees(monkeypatch):
-    """Every tree stored as a PB+tree, none packed: for tests of leaf items and lists."""
+    """Every tree stored as a PB+tree, none packed, postings put in it by every fold (no
+    delta kept): for tests of leaf items and lists."""
     monkeypatch.setattr(packed, "PACKED_NODES", 0)
+    monkeypatch.setattr(delta, "DELTA_NODES", 0)

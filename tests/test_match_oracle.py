@@ -15,7 +15,7 @@ from oracle import oracle_match
 from strategies import events, random_event, random_subscription, subscriptions
 
 import pbtree
-from pbtree import matcher, packed
+from pbtree import delta, matcher, packed
 from pbtree.expr import parse
 
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -25,12 +25,15 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
 @pytest.fixture(params=["packed", "flatten-at-once", "walk-only"])
 def form(request, monkeypatch):
     """Run with small trees packed (the default), and with every tree a PB+tree, flattened
-    from its second use or searched by the plain walk only."""
+    from its second use or searched by the plain walk only; folds then go into the trees
+    at once (no deltas) or into deltas of one node that are merged every few folds."""
     if request.param != "packed":  # also "pbtree": PB+trees flattened as by default
         monkeypatch.setattr(packed, "PACKED_NODES", 0)
     if request.param in ("flatten-at-once", "walk-only"):
         monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1 if request.param == "flatten-at-once"
                             else 10**9)
+        monkeypatch.setattr(delta, "DELTA_NODES", 0 if request.param == "flatten-at-once"
+                            else 1)
     return request.param
 
 

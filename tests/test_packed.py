@@ -30,14 +30,14 @@ FAMILY_KEYS = {
 
 @st.composite
 def histories(draw):
-    """A family and rounds of changes: each round adds postings (sids above all before)
-    and removes some stored ones."""
+    """A family and rounds of changes: each round adds runs of postings (sids above all
+    before; a kind may have several runs) and removes some stored ones."""
     family = draw(st.sampled_from(sorted(FAMILY_KEYS)))
     keys = FAMILY_KEYS[family]
     rounds = []
     for _ in range(draw(st.integers(1, 5))):
-        adds = draw(st.lists(st.tuples(st.sampled_from(packed.KINDS), keys,
-                                       st.integers(1, 3)), max_size=8))
+        adds = draw(st.lists(st.tuples(st.sampled_from(packed.KINDS), st.lists(
+            st.tuples(keys, st.integers(1, 3)), min_size=1, max_size=5)), max_size=4))
         removes = draw(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 3)), max_size=4))
         rounds.append((adds, removes))
     probes = draw(st.lists(st.tuples(keys, st.booleans()), min_size=1, max_size=6))
@@ -63,13 +63,15 @@ def test_packed_tree_follows_a_model(history):
     model: dict[tuple[int, bytes], list[int]] = {}
     tree, next_sid = packed.Packed.empty(family), 0
     for adds, removes in rounds:
-        places = sorted({(kind, key) for kind, key, _ in adds})
-        for kind, key in places:  # one call per place, as the writer groups them
-            count = sum(n for k, p, n in adds if (k, p) == (kind, key))
-            sids = [next_sid + i // 2 for i in range(count)]  # some twice: a multiset
-            next_sid += count
-            tree.add(kind, key, sids)
-            model.setdefault((kind, key), []).extend(sids)
+        for kind, postings in adds:  # a run: keys in order, as a fold gives them
+            run_keys, sids = [], []
+            for key, count in sorted(postings):
+                place = [next_sid + i // 2 for i in range(count)]  # some twice: a multiset
+                next_sid += count
+                run_keys += [key] * count
+                sids += place
+                model.setdefault((kind, key), []).extend(place)
+            tree.add(kind, run_keys, np.array(sids, np.uint32))
         stored = sorted(model)
         for pick, drop in removes:
             if not stored:
@@ -102,7 +104,7 @@ def test_packed_tree_follows_a_model(history):
 
 def test_damaged_records_are_refused():
     tree = packed.Packed.empty(NUMBER)
-    tree.add(GT, number_payload(3), [1, 2])
+    tree.add(GT, [number_payload(3)] * 2, np.array([1, 2], np.uint32))
     record = tree.encode()
     for bad in (record[:-4], record + b"\0\0\0\0", record[:10]):
         with pytest.raises(CorruptIndexError):

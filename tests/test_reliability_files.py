@@ -562,8 +562,9 @@ def test_list_node_linked_to_itself_does_not_hang(damaged):
     assert json.loads(proc.stdout).get("error") == "CorruptIndexError", proc.stderr
 
 
-def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path):
-    """Errors raised deep in a shard's records say which shard's files are damaged."""
+def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path, pbtrees):
+    """Errors raised deep in a shard's records say which shard's files are damaged (a fold
+    then puts its postings into the tree itself, not into a delta)."""
     path = _chunked_index(tmp_path, "a = 1", 300,
                           lambda txn, chunks: txn.drop(chunks, delete=False))
     shard = str(path / "shard-0000")

@@ -258,7 +258,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
     decodes only the records written since; subscriptions removed or replaced after the
     runs were read put nothing in the trees (verify compares every SidSet with the
     subscriptions), and the answers stay the oracle's."""
-    from pbtree import shard as shard_module
+    from pbtree import pending as pending_module
 
     decoded_from: list[int] = []
 
@@ -266,7 +266,6 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
         decoded_from.append(first)
         return subs.stored(txn, db, first, end)
 
-    monkeypatch.setattr(shard_module, "stored", recorded)
     rng = random.Random(11)
     model = {}
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
@@ -288,6 +287,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             expr = random_subscription(rng, ["a", "b", "c"], 20)
             ix.subscribe(n, expr, replace=True)
             model[n] = parse(expr)
+        monkeypatch.setattr(pending_module, "stored", recorded)
         assert ix.fold() == len(model)
         assert decoded_from == [300]
         ix.verify()

@@ -1,0 +1,72 @@
+"""Postings folded into a PB+tree lately, kept beside it in one packed record (FORMAT §3.4).
+
+Inserting a fold's postings into a big PB+tree costs a leaf item and a list node per
+place, whatever few sids each place gains; a fold of ten thousand subscriptions meets
+tens of thousands of places. So a fold adds to the tree's delta instead: a record in the
+packed tree layout (``pbtree.packed``), merged in a few array steps and searched as a
+packed tree is. Only when the delta outgrows ``limit(node_bytes)`` are its postings
+inserted into the PB+tree, each place then gaining many sids at once. Every sid of a
+delta is above every sid of its tree, so a removal knows where each sid is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pbtree.packed import Packed
+
+#: key suffix of a tree's delta record in the trees database, after the tree's prefix
+SUFFIX = b"+"
+#: list nodes' worth of bytes a delta may take before it is merged into its tree: a merge
+#: then inserts the postings of many folds, and a delta's rewrite per fold stays small
+DELTA_NODES = 16
+
+
+def limit(node_bytes: int) -> int:
+    """Bytes a delta record may take in a shard of ``node_bytes`` list nodes."""
+    return DELTA_NODES * node_bytes
+
+
+def key(prefix: bytes) -> bytes:
+    """The trees-database key of the delta of the tree ``prefix``."""
+    return prefix + SUFFIX
+
+
+class Delta(Packed):
+    """A tree's delta changed inside a write transaction.
+
+    ``first`` bounds the sids it may hold from below: sids under it are in the tree.
+    """
+
+    __slots__ = ("first", "cleared")
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.first = int(self.sids.min()) if self.sids.size else None
+        self.cleared = False  # emptied at once (its tree was dropped): delete the record
+
+    def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
+        low = int(sids.min())
+        if self.first is None or low < self.first:
+            self.first = low
+        super().add(kind, keys, sids)
+
+    def split(self, sids: list[int]) -> tuple[list[int], list[int]]:
+        """``sids`` as (those in the tree, those here)."""
+        first = self.first
+        if first is None:
+            return sids, []
+        return [s for s in sids if s < first], [s for s in sids if s >= first]
+
+    def take(self) -> list[tuple[int, bytes, list[int]]]:
+        """Every posting held, (kind, key, sids) by place, leaving the delta empty."""
+        self.merge()
+        held = [(kind, key, sids.tolist()) for kind, key, sids in self.items()]
+        empty = Packed.empty(self.family)
+        self.keys, self.counts, self.sids = empty.keys, empty.counts, empty.sids
+        self.first, self.cleared = None, True
+        return held
+
+    @property
+    def changed(self) -> bool:
+        return self.cleared or super().changed

@@ -1,0 +1,174 @@
+"""Deltas beside PB+trees: folds land there, big ones are merged into the tree, removals
+find each sid on its side, and an emptied tree takes its delta's postings along."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from oracle import oracle_match
+from strategies import random_event
+
+import pbtree
+from pbtree import delta, packed
+from pbtree.errors import CorruptIndexError
+from pbtree.expr import parse
+from storage.keys import BOOL, NUMBER
+
+
+@pytest.fixture
+def no_packing(monkeypatch):
+    monkeypatch.setattr(packed, "PACKED_NODES", 0)
+
+
+def _check(ix, model: dict, attrs: list[str], seed: int) -> dict:
+    """verify(), then events against the oracle; returns the verify report."""
+    report = ix.verify()
+    assert report["subscriptions"] == len(model)
+    rng = random.Random(seed)
+    events = [random_event(rng, attrs, 400) for _ in range(200)]
+    assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+    return report
+
+
+def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing):
+    """Folds add to the delta and leave the tree's items alone until the delta outgrows
+    its limit; then the tree holds them all and the delta starts again."""
+    model: dict = {}
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
+        sizes = []
+        for round_no in range(12):
+            base = 10 * round_no  # ten new keys of each kind a round
+            batch = {100 * round_no + n: f"a > {base + n % 10} and a < {200 + base + n % 10}"
+                     for n in range(100)}
+            ix.subscribe_many(batch.items())
+            ix.fold()
+            model.update((i, parse(s)) for i, s in batch.items())
+            report = _check(ix, model, ["a"], round_no)
+            sizes.append((report["deltas"], report["gt_items"]))
+        assert sizes[0] == (0, 10)  # the first fold built the tree
+        kept = [(a, b) for (_, a), (deltas, b) in zip(sizes, sizes[1:], strict=False)
+                if deltas]
+        assert kept and all(a == b for a, b in kept), sizes  # the tree's items untouched
+        assert 10 < sizes[-1][1] < 120, sizes  # some folds merged, not all
+
+
+def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, monkeypatch):
+    model: dict = {}
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
+        monkeypatch.setattr(delta, "DELTA_NODES", 0)  # the first fold goes into the tree
+        old = {n: f"a > {n % 40} and a != {n % 9}" for n in range(300)}
+        ix.subscribe_many(old.items())
+        ix.fold()
+        monkeypatch.setattr(delta, "DELTA_NODES", 16)
+        new = {n: f"a > {n % 35} and a != {n % 7}" for n in range(300, 500)}
+        ix.subscribe_many(new.items())
+        ix.fold()
+        model.update((i, parse(s)) for i, s in {**old, **new}.items())
+        assert _check(ix, model, ["a"], 1)["deltas"] == 1
+        gone = random.Random(5).sample(sorted(model), 220)
+        assert ix.unsubscribe_many(gone) == len(gone)
+        for i in gone:
+            del model[i]
+        _check(ix, model, ["a"], 2)
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_an_emptied_tree_takes_its_delta_along(tmp_path, monkeypatch, packing):
+    """Removing every sid the tree holds drops it; the delta's postings become a new tree
+    (packed when it fits), in the same write."""
+    if not packing:
+        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
+        monkeypatch.setattr(delta, "DELTA_NODES", 0)
+        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+        ix.subscribe_many((n, f"a > {n}") for n in range(100))
+        ix.fold()
+        monkeypatch.setattr(delta, "DELTA_NODES", 16)
+        if packing:
+            monkeypatch.undo()
+        ix.subscribe_many((n, f"a < {n}") for n in range(100, 110))
+        ix.fold()
+        assert ix.stats()["deltas"] == 1
+        assert ix.unsubscribe_many(range(100)) == 100
+        report = ix.verify()
+        assert report["deltas"] == 0 and report["packed_trees"] == int(packing)
+        model = {n: parse(f"a < {n}") for n in range(100, 110)}
+        assert _check(ix, model, ["a"], 3)["lt_items"] == 10
+
+
+def _delta_shard(tmp_path):
+    """An index of one PB+tree on ``a`` with a delta; its shard and the tree prefix."""
+    ix = pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6)
+    ix.subscribe_many((n, f"a > {n}") for n in range(100))
+    ix.fold()
+    ix.subscribe_many((n, f"a > {n}") for n in range(100, 103))
+    ix.fold()
+    shard = ix.shards[0]
+    with shard.read() as txn:
+        keys = [bytes(k) for k in txn.cursor(db=shard.dbs["trees"]).iternext(values=False)]
+    assert len(keys) == 2 and keys[1] == delta.key(keys[0])
+    return ix, shard, keys[0]
+
+
+def _put(shard, key: bytes, value: bytes | None) -> None:
+    with shard.env.env.begin(write=True) as txn:
+        if value is None:
+            txn.delete(key, db=shard.dbs["trees"])
+        else:
+            txn.put(key, value, db=shard.dbs["trees"])
+
+
+def test_verify_checks_deltas(tmp_path, no_packing, monkeypatch):
+    ix, shard, prefix = _delta_shard(tmp_path)
+    with ix:
+        one = (np.array([1], np.uint64), np.array([[0], [1], [0], [0]]), np.array([1], np.uint32))
+        low = packed.encode(NUMBER, *one)
+        orphan = delta.key(prefix[:4] + bytes([BOOL]))  # a bool tree of ``a``: there is none
+        _put(shard, orphan, packed.encode(BOOL, *one))
+        with pytest.raises(CorruptIndexError, match="beside no PB\\+tree"):
+            ix.verify()
+        _put(shard, orphan, None)
+        _put(shard, delta.key(prefix), low)
+        with pytest.raises(CorruptIndexError, match="holds sid 1, not above its tree's 99"):
+            ix.verify()
+
+
+def test_verify_refuses_a_delta_over_its_limit(tmp_path, no_packing, monkeypatch):
+    ix, _, _ = _delta_shard(tmp_path)
+    with ix:
+        ix.verify()
+        monkeypatch.setattr(delta, "DELTA_NODES", 0)
+        with pytest.raises(CorruptIndexError, match="delta .* over the 0 it may take"):
+            ix.verify()
+
+
+def test_a_damaged_delta_is_named(tmp_path, no_packing):
+    ix, shard, prefix = _delta_shard(tmp_path)
+    with ix:
+        with shard.read() as txn:
+            raw = bytes(txn.get(delta.key(prefix), db=shard.dbs["trees"]))
+        _put(shard, delta.key(prefix), raw[:-4])
+        with pytest.raises(CorruptIndexError, match="delta .*damaged"):
+            ix.verify()
+        with pytest.raises(CorruptIndexError, match="damaged"):
+            ix.match({"a": 50})
+        with pytest.raises(CorruptIndexError, match="damaged"):
+            ix.unsubscribe(101)
+        assert ix.match_many([{"b": 1}]) == [[]]
+
+
+def test_gt_sids_of_delta_and_tree_are_both_collected(tmp_path, no_packing):
+    ix, _, _ = _delta_shard(tmp_path)
+    with ix:
+        assert ix.match({"a": 101.5}) == list(range(102))
+        assert ix.stats()["gt_items"] == 100  # the three of the delta are not in the tree
+
+
+def test_a_tree_of_an_unnamed_attribute_is_named_by_stats(tmp_path, no_packing):
+    ix, shard, prefix = _delta_shard(tmp_path)
+    with ix:
+        _put(shard, delta.key(b"\0\0\0\x09" + prefix[4:]), b"")
+        with pytest.raises(CorruptIndexError, match="attribute id 9, which has no name"):
+            ix.stats()

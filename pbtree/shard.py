@@ -227,7 +227,6 @@ class Shard:
                     keys, sids = place.kept(alive, w.folded)
                     if sids.size:
                         w.add(prefix, kind, keys, sids)
-                        w.trees_changed = True
         w.folded = w.next_sid
         return int(np.count_nonzero(alive))
 
@@ -294,8 +293,6 @@ class Shard:
         each leaf and node page is then met in one run. That is leaf key order except
         between a string and its extensions by NUL bytes, which the order of changes does
         not affect."""
-        if places:
-            w.trees_changed = True
         attr_ids: dict[bytes, int] = {}
         keyed: dict[bytes, list[int]] = {}
         for (name, family, payload, kind), sids in places.items():

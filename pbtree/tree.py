@@ -84,7 +84,9 @@ class Writer:
         self.deltas: dict[bytes, Delta] = {}  # of PB+trees, by prefix
         self.delta_limit = delta.limit(node_bytes)
         self.over = Store(txn, dbs, node_bytes)
-        self.trees_changed = False  # set by whoever adds or removes postings
+        # set on changing a PB+tree (its leaf items, nodes, overflow sets or sentinels), which
+        # readers may have flattened; packed trees and deltas are read afresh each search
+        self.trees_changed = False
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         meta = dbs["meta"]
@@ -319,6 +321,7 @@ class Writer:
 
     def _insert(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
         """Add sorted sids at one place of the PB+tree itself (``add``)."""
+        self.trees_changed = True
         key = prefix + payload
         if key not in self.leaves and self._add_stored(prefix, key, kind, payload, sids):
             return
@@ -394,6 +397,7 @@ class Writer:
             self.deltas[prefix].remove(kind, payload, newer)
             if not sids:
                 return
+        self.trees_changed = True
         key = prefix + payload
         leaf = self.leaf(key)
         if leaf is None:

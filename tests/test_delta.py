@@ -11,9 +11,10 @@ from oracle import oracle_match
 from strategies import random_event
 
 import pbtree
-from pbtree import delta, packed
+from pbtree import delta, matcher, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
+from pbtree.flat import Flat
 from storage.keys import BOOL, NUMBER
 
 
@@ -172,3 +173,33 @@ def test_a_tree_of_an_unnamed_attribute_is_named_by_stats(tmp_path, no_packing):
         _put(shard, delta.key(b"\0\0\0\x09" + prefix[4:]), b"")
         with pytest.raises(CorruptIndexError, match="attribute id 9, which has no name"):
             ix.stats()
+
+
+def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeypatch):
+    """A fold that only fills deltas changes no PB+tree: readers keep their flattened trees
+    (and search the deltas beside them); one that merges a delta into its tree drops them."""
+    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    exprs = {n: f"a > {n % 7} and b != {n % 3}" for n in range(300)}
+    model = {n: parse(e) for n, e in exprs.items() if n < 200}
+    event = {"a": 5, "b": 1}
+    with pbtree.create(tmp_path / "ix", fold_at=10**6) as ix:
+        ix.subscribe_many((n, exprs[n]) for n in range(200))
+        ix.fold()
+        for _ in range(3):
+            assert ix.match(event) == oracle_match(model, event)
+        flat = {k: v for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, Flat)}
+        assert len(flat) == 2
+        ix.subscribe_many((n, exprs[n]) for n in range(200, 250))
+        model.update((n, parse(exprs[n])) for n in range(200, 250))
+        assert ix.match(event) == oracle_match(model, event)  # pins the last commit
+        ix.fold()
+        assert ix.verify()["deltas"] == 2
+        assert ix.match(event) == oracle_match(model, event)
+        assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
+        monkeypatch.setattr(delta, "DELTA_NODES", 0)  # the next fold merges the deltas
+        ix.subscribe_many((n, exprs[n]) for n in range(250, 300))
+        ix.fold()
+        model.update((n, parse(exprs[n])) for n in range(250, 300))
+        assert ix.match(event) == oracle_match(model, event)
+        assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())
+        assert ix.verify()["deltas"] == 0

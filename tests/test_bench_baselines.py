@@ -225,7 +225,7 @@ def test_bench_harness_runs_small(tmp_path):
         cold=True,
         out=tmp_path,
         settings=dict(sample=3, warmup=2, events=10, budget=2.0, single=5, batched=20, batch=10,
-                      live=30, live_events=2),
+                      live=30, live_events=2, sustained=50),
         n_subs=800,
         log=lambda _m: None,
     )
@@ -242,7 +242,11 @@ def test_bench_harness_runs_small(tmp_path):
     # pbtree's 5 + 20 new subscriptions were pending, matched, then folded into the trees
     assert ours["pending_subs"] == 25 and ours["pending_events_per_s"] > 0
     assert ours["pending_first_ms"] > 0
-    assert 0 < ours["subscribe_many_folded_per_s"] < ours["subscribe_many_per_s"]
+    assert ours["fold_s"] > 0
+    # then 5 batches of 10 more, kept, their folds paid by the subscribes that reach fold_at
+    assert ours["sustained_correct"] and ours["sustained_subs"] == 50
+    assert ours["subscribe_sustained_per_s"] > 0 and ours["sustained_longest_call_s"] > 0
+    assert all("sustained_subs" not in r for r in report["results"][1:])
     # measured in a fresh process: a number, not an error (it may be ~0 at this size)
     assert isinstance(ours["matcher_rss_bytes"], int)
     assert report["results"][3]["cold_first_event_ms"] > 0

@@ -257,7 +257,8 @@ class Packed:
         if self.width:
             wanted = np.frombuffer(b"".join(b"".join(keys) for _, keys, _ in adds),
                                    FIXED_DTYPE[self.family]).astype(np.uint64)
-            keys = np.union1d(old, wanted)
+            keys = np.sort(np.concatenate((old, wanted)))
+            keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
             rank = np.searchsorted(keys, wanted)
             moved = np.searchsorted(keys, old) if len(keys) > m else None
         else:
@@ -274,8 +275,13 @@ class Packed:
         places = kinds * len(keys) + rank
         order = np.argsort(places, kind="stable")  # each place's sids keep their order
         places = places[order]
-        ends = np.cumsum(counts.ravel())
-        self.sids = np.insert(self.sids, ends[places], sids[order])
+        at = np.cumsum(counts.ravel())[places] + np.arange(places.size)  # in the result
+        merged = np.empty(self.sids.size + places.size, _SID)
+        old_at = np.ones(merged.size, bool)
+        old_at[at] = False
+        merged[old_at] = self.sids
+        merged[at] = sids[order]
+        self.sids = merged
         self.keys = keys
         self.counts = counts + np.bincount(places, minlength=counts.size).reshape(counts.shape)
 

@@ -60,9 +60,10 @@ class Run:
         order: list[int] = []
         spans = []
         for (name, family, kind), pairs in groups.items():
-            pairs.sort(key=_first)  # stable: appended in sid order
-            spans.append((name, family, kind, [key for key, _ in pairs], len(order)))
-            order += [sid for _, sid in pairs]
+            pairs.sort()  # by key, then sid
+            keys, group_sids = zip(*pairs, strict=True)
+            spans.append((name, family, kind, list(keys), len(order)))
+            order += group_sids
         sids = np.array(order, np.uint32)
         self.size, self.places = len(order), {}
         for name, family, kind, keys, start in spans:
@@ -158,6 +159,3 @@ class Pending:
             run.search(name, family, payload, exact, out)
 
 
-
-def _first(pair: tuple[bytes, int]) -> bytes:
-    return pair[0]

@@ -216,6 +216,7 @@ class Shard:
         if start < w.next_sid:
             runs.append(Run(txn, self.dbs, start, w.next_sid))
         alive = w.needed.values(w.folded, w.next_sid) != 0
+        everyone = bool(alive.all())
         attr_ids: dict[bytes, int] = {}
         for run in runs:  # older runs hold lower sids
             for (name, family), kinds in run.places.items():
@@ -224,7 +225,8 @@ class Shard:
                     aid = attr_ids[name] = w.attr_id(name, True)
                 prefix = tree_prefix(aid, family)
                 for kind, place in kinds.items():
-                    keys, sids = place.kept(alive, w.folded)
+                    keys, sids = (place.keys, place.sids) if everyone else \
+                        place.kept(alive, w.folded)
                     if sids.size:
                         w.add(prefix, kind, keys, sids)
         w.folded = w.next_sid

@@ -262,12 +262,14 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     source = Source(args.file) if args.file is not None else None
     removed = asked = 0
     missing: list = []
+    seen: set = set()  # an id given again, in a later batch, is not missing
     with pbtree.open(args.index) as index:
         total = source.total if source else None
         with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
               _stopped_after(lambda: removed, "removed")):
             for ids in _unsubscribe_ids(args, source):
-                unique = list(dict.fromkeys(ids))
+                unique = [i for i in dict.fromkeys(ids) if i not in seen]
+                seen.update(unique)
                 if len(missing) < 10:  # enough to name in the error
                     missing += index.missing(unique)
                 count = index.unsubscribe_many(unique)

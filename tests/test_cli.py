@@ -151,6 +151,10 @@ def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     err = run("unsubscribe", index, "--file", jsonl(tmp_path / "gone.jsonl", [1, 5, "x"]),
               "--batch", 2, status=1).stderr  # ids read from a file are named too
     assert "removed 1 subscription; 2 of the ids were not in the index: 1, 'x'" in err
+    run("subscribe", index, 6, "a = 1")
+    err = run("unsubscribe", index, "--file", jsonl(tmp_path / "twice.jsonl", [6, 6, 6]),
+              "--batch", 2).stderr  # an id given again, in a later batch, is not missing
+    assert "removed 1 subscription" in err
     err = run("unsubscribe", index, *range(1000, 1011), status=1).stderr
     assert "11 of the ids were not in the index: the first ten: 1000, 1001," in err
     assert "1009 (--missing-ok" in err

@@ -59,11 +59,8 @@ class Delta(Packed):
         return [s for s in sids if s < first], [s for s in sids if s >= first]
 
     def take(self) -> list[tuple[int, bytes, list[int]]]:
-        """Every posting held, (kind, key, sids) by place, leaving the delta empty."""
-        self.merge()
-        held = [(kind, key, sids.tolist()) for kind, key, sids in self.items()]
-        empty = Packed.empty(self.family)
-        self.keys, self.counts, self.sids = empty.keys, empty.counts, empty.sids
+        """``Packed.take``; the record is then deleted at flush."""
+        held = super().take()
         self.first, self.cleared = None, True
         return held
 

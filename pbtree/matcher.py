@@ -107,9 +107,13 @@ class Search:
 
     def _delta(self, prefix: bytes, payload: bytes, exact: bool) -> None:
         """Collect what the event value satisfies in the PB+tree's delta, if it has one."""
-        raw = self.txn.get(delta.key(prefix), db=self.trees_db)
+        key = delta.key(prefix)
+        raw = self.txn.get(key, db=self.trees_db)
         if raw is not None:
-            packed.collect(raw, prefix[4], payload, exact, self.out)
+            try:
+                packed.collect(raw, prefix[4], payload, exact, self.out)
+            except CorruptIndexError as exc:
+                raise CorruptIndexError(f"delta {key.hex()}: {exc}") from None
 
     def _walk(self, prefix: bytes, payload: bytes, exact: bool, ends: tuple) -> None:
         """The PB+tree search: one leaf descent, then each list from its pointer.

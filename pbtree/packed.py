@@ -221,6 +221,14 @@ class Packed:
                 if hi > lo:
                     yield kind, key, self.sids[lo:hi]
 
+    def take(self) -> list[tuple[int, bytes, list[int]]]:
+        """Every posting held, (kind, key, sids) by place, leaving the tree empty."""
+        self.merge()
+        held = [(kind, key, sids.tolist()) for kind, key, sids in self.items()]
+        empty = Packed.empty(self.family)
+        self.keys, self.counts, self.sids = empty.keys, empty.counts, empty.sids
+        return held
+
     def merge(self) -> None:
         """Apply the queued postings: the removals (queued after any earlier additions
         were merged), then the additions."""

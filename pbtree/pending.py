@@ -157,5 +157,3 @@ class Pending:
         value satisfies (``Run.search``)."""
         for run in self.runs:
             run.search(name, family, payload, exact, out)
-
-

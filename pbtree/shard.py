@@ -41,7 +41,7 @@ VERSION = 5
 UPGRADES = (2, 3, 4)
 #: pending sids from which a write folds them into the trees
 FOLD_AT = 10_000
-#: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_apply``
+#: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
 
@@ -220,15 +220,15 @@ class Shard:
         attr_ids: dict[bytes, int] = {}
         for run in runs:  # older runs hold lower sids
             for (name, family), kinds in run.places.items():
-                aid = attr_ids.get(name)
-                if aid is None:
-                    aid = attr_ids[name] = w.attr_id(name, True)
-                prefix = tree_prefix(aid, family)
                 for kind, place in kinds.items():
                     keys, sids = (place.keys, place.sids) if everyone else \
                         place.kept(alive, w.folded)
-                    if sids.size:
-                        w.add(prefix, kind, keys, sids)
+                    if not sids.size:
+                        continue
+                    aid = attr_ids.get(name)  # given once a live subscription uses it
+                    if aid is None:
+                        aid = attr_ids[name] = w.attr_id(name, True)
+                    w.add(tree_prefix(aid, family), kind, keys, sids)
         w.folded = w.next_sid
         return int(np.count_nonzero(alive))
 

@@ -77,7 +77,7 @@ class Snapshot:
         Per-sid tables are updated in the chunks that changed or were added
         (``Column.changed``), in place unless they grow, or dropped when that cannot tell
         (the map was remapped, or chunks are missing). Flattened trees are kept when no
-        commit in between changed a tree record: their pages are then the same pages in
+        commit in between changed a PB+tree (``TREE_GEN``): their pages are then the same pages in
         ``txn``, which LMDB cannot reuse while it is open. Updates are in place, so after
         an exception here neither snapshot's caches may be used.
         """

@@ -29,7 +29,7 @@ from storage.keys import split_key, tree_prefix
 #: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
 TREE = struct.Struct("<6I")
 COUNTER = struct.Struct("<Q")
-#: meta counter of the transactions that changed a tree record (docs/FORMAT.md §2.1)
+#: meta counter of the transactions that changed a PB+tree (docs/FORMAT.md §2.1)
 TREE_GEN = b"tree_gen"
 MAX_SID = 2**32 - 1
 
@@ -183,19 +183,24 @@ class Writer:
 
     def _write_packed(self) -> None:
         """Store the packed trees changed; one grown over the limit becomes a PB+tree."""
-        trees = self.dbs["trees"]
         for prefix, tree in list(self.packed.items()):
-            if tree is None or not tree.changed:
-                continue
-            record = tree.encode()
-            if record is not None and len(record) <= self.pack_limit:
-                self.txn.put(prefix, record, db=trees)
-                continue
-            self.txn.delete(prefix, db=trees)
-            if record is not None:
-                self.packed[prefix] = None
-                for kind, key, sids in tree.items():
-                    self._insert(prefix, kind, key, sids.tolist())
+            if tree is not None and tree.changed:
+                grown = self._write_record(prefix, tree, self.pack_limit)
+                if grown:
+                    self.packed[prefix] = None
+                for kind, payload, sids in grown:
+                    self._insert(prefix, kind, payload, sids)
+
+    def _write_record(self, key: bytes, tree: Packed, most: int) -> list:
+        """Store a changed record in the packed layout (a packed tree or a delta) at
+        ``key``, or delete it once empty; one grown over ``most`` bytes is deleted too, and
+        its postings returned (``Packed.take``) for the PB+tree."""
+        record = tree.encode()
+        if record is not None and len(record) <= most:
+            self.txn.put(key, record, db=self.dbs["trees"])
+            return []
+        self.txn.delete(key, db=self.dbs["trees"])
+        return tree.take() if record is not None else []
 
     def _delta(self, prefix: bytes) -> Delta:
         """The delta of the PB+tree ``prefix``."""
@@ -209,17 +214,11 @@ class Writer:
 
     def _write_deltas(self) -> None:
         """Store the deltas changed; one grown over the limit is inserted into its tree."""
-        trees = self.dbs["trees"]
         for prefix, found in self.deltas.items():
-            if not found.changed:
-                continue
-            record = found.encode()
-            if record is not None and len(record) <= self.delta_limit:
-                self.txn.put(delta.key(prefix), record, db=trees)
-                continue
-            self.txn.delete(delta.key(prefix), db=trees)
-            for kind, key, sids in found.take():
-                self._insert(prefix, kind, key, sids)
+            if found.changed:
+                for kind, payload, sids in self._write_record(delta.key(prefix), found,
+                                                              self.delta_limit):
+                    self._insert(prefix, kind, payload, sids)
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
@@ -467,8 +466,8 @@ class Writer:
                 self.dropped.add(node_id)
         self.txn.delete(prefix, db=dbs["trees"])
         self.packed.pop(prefix, None)  # a tree added again later in this write starts packed
-        for kind, key, sids in self._delta(prefix).take():  # the delta's postings go with it
-            self.add(prefix, kind, [key] * len(sids), np.array(sids, np.uint32))
+        for kind, payload, sids in self._delta(prefix).take():  # its postings go with it
+            self.add(prefix, kind, [payload] * len(sids), np.array(sids, np.uint32))
 
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:

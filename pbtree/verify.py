@@ -55,7 +55,7 @@ def shard_stats(shard) -> dict:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
         stats["packed_trees"] = stats["deltas"] = 0
         for key, raw in txn.cursor(db=dbs["trees"]):
-            if len(key) > 5:
+            if bytes(key).endswith(delta.SUFFIX) and len(key) == 6:
                 stats["deltas"] += 1
             elif is_packed(raw):  # its keys count as leaf items, its places as list items
                 try:

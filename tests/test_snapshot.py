@@ -345,3 +345,17 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
             assert flat() == set()
         assert ix.match(event) == oracle_match(model, event)
         assert flat() == hot
+
+
+def test_a_fold_names_only_attributes_of_live_subscriptions(tmp_path):
+    """An attribute used only by a pending subscription removed before the fold gets no id,
+    also when the fold takes the postings matching read in."""
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        ix.subscribe_many([(1, "a = 1"), (2, "zzz = 5")])
+        assert ix.match({"a": 1}) == [1]  # reads both pending subscriptions in
+        assert ix.unsubscribe(2)
+        assert ix.fold() == 1
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]
+        assert names == [b"a"]

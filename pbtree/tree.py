@@ -5,6 +5,8 @@ call, so a batch touches each record once, and writes them all back in
 flush(). Leaf keys are put immediately when created so cursor walks over the
 leaf level (for re-pointing) see them. Sids added to places that already
 exist decode neither: they are appended to the records as they were read.
+A fold's postings go to packed trees (``pbtree.packed``) or to the deltas beside
+PB+trees (``pbtree.delta``); only a delta's merge inserts into a PB+tree itself.
 """
 
 from __future__ import annotations

@@ -32,6 +32,11 @@ def key(prefix: bytes) -> bytes:
     return prefix + SUFFIX
 
 
+def tree_of(trees_key: bytes) -> bytes | None:
+    """The tree prefix whose delta a trees-database key is, or None (a tree's own key)."""
+    return trees_key[:-1] if len(trees_key) == 6 and trees_key.endswith(SUFFIX) else None
+
+
 class Delta(Packed):
     """A tree's delta changed inside a write transaction.
 

@@ -187,8 +187,8 @@ class Packed:
         return self.keys[i]
 
     def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
-        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]``, the keys in
-        order and each place's sids rising, above every sid stored there."""
+        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]``, each place's
+        sids rising and above every sid stored there (runs queued in sid order)."""
         self.adds.append((kind, keys, sids))
 
     def remove(self, kind: int, key: bytes, sids: list[int]) -> None:

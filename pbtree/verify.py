@@ -55,7 +55,7 @@ def shard_stats(shard) -> dict:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
         stats["packed_trees"] = stats["deltas"] = 0
         for key, raw in txn.cursor(db=dbs["trees"]):
-            if bytes(key).endswith(delta.SUFFIX) and len(key) == 6:
+            if delta.tree_of(bytes(key)) is not None:
                 stats["deltas"] += 1
             elif is_packed(raw):  # its keys count as leaf items, its places as list items
                 try:
@@ -329,8 +329,8 @@ class _Checker:
         trees, deltas = {}, {}
         for prefix, raw in txn.cursor(db=dbs["trees"]):
             prefix, raw = bytes(prefix), bytes(raw)
-            if len(prefix) == len(delta.key(prefix[:5])) and prefix.endswith(delta.SUFFIX):
-                deltas[prefix[:5]] = raw
+            if (tree := delta.tree_of(prefix)) is not None:
+                deltas[tree] = raw
             elif len(prefix) != 5:
                 self.fail(f"trees record {prefix.hex()} is neither a tree nor a delta")
             elif is_packed(raw):

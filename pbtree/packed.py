@@ -140,7 +140,7 @@ class Packed:
                  sids: np.ndarray) -> None:
         self.family, self.width = family, FIXED_WIDTH.get(family)
         self.keys, self.counts, self.sids = keys, counts, sids
-        self.adds: list[tuple[int, list[bytes], np.ndarray]] = []  # runs, as ``add`` takes
+        self.adds: list[tuple[int, np.ndarray | list[bytes], np.ndarray]] = []  # as ``add``
         self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
 
     @classmethod
@@ -186,9 +186,10 @@ class Packed:
             return int(self.keys[i]).to_bytes(self.width, "big")
         return self.keys[i]
 
-    def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
-        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]``, each place's
-        sids rising and above every sid stored there (runs queued in sid order)."""
+    def add(self, kind: int, keys: np.ndarray | list[bytes], sids: np.ndarray) -> None:
+        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]`` (held as
+        ``self.keys`` are), each place's sids rising and above every sid stored there
+        (runs queued in sid order)."""
         self.adds.append((kind, keys, sids))
 
     def remove(self, kind: int, key: bytes, sids: list[int]) -> None:
@@ -220,6 +221,12 @@ class Packed:
                 lo, hi = starts[kind * m + i], starts[kind * m + i + 1]
                 if hi > lo:
                     yield kind, key, self.sids[lo:hi]
+
+    def repeated(self, payload: bytes, n: int) -> np.ndarray | list[bytes]:
+        """``n`` keys ``payload``, held as ``self.keys`` are (a run for ``add``)."""
+        if self.width:
+            return np.full(n, int.from_bytes(payload, "big"), np.uint64)
+        return [payload] * n
 
     def take(self) -> list[tuple[int, bytes, list[int]]]:
         """Every posting held, (kind, key, sids) by place, leaving the tree empty."""
@@ -263,8 +270,7 @@ class Packed:
         kinds = np.repeat(np.array([kind for kind, _, _ in adds], np.int64),
                           [len(run) for _, _, run in adds])
         if self.width:
-            wanted = np.frombuffer(b"".join(b"".join(keys) for _, keys, _ in adds),
-                                   FIXED_DTYPE[self.family]).astype(np.uint64)
+            wanted = np.concatenate([keys for _, keys, _ in adds])
             keys = np.sort(np.concatenate((old, wanted)))
             keys = keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
             rank = np.searchsorted(keys, wanted)

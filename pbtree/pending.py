@@ -14,34 +14,54 @@ import lmdb
 import numpy as np
 
 from pbtree.leaf import EQ, GT, LT
-from pbtree.subs import stored
+from pbtree.postings import Keys, grouped
 from pbtree.tree import read_counter, read_folded
 
 
 class Place:
-    """The pending postings of one kind in one (attribute, family): keys sorted, sids aligned."""
+    """The pending postings of one kind in one (attribute, family): keys sorted
+    (``postings.Keys``), sids aligned."""
 
-    __slots__ = ("keys", "sids")
+    __slots__ = ("keys", "sids", "_probe")
 
-    def __init__(self, keys: list[bytes], sids: np.ndarray) -> None:
+    def __init__(self, keys: Keys, sids: np.ndarray) -> None:
         self.keys, self.sids = keys, sids
+        self._probe: list | None = None
 
-    def kept(self, alive: np.ndarray, folded: int) -> tuple[list[bytes], np.ndarray]:
+    def kept(self, alive: np.ndarray, folded: int) -> tuple[Keys, np.ndarray]:
         """The keys and sids of the postings whose sid ``s`` has ``alive[s - folded]``."""
         keep = alive[self.sids - folded]
         if keep.all():
             return self.keys, self.sids
+        if isinstance(self.keys, np.ndarray):
+            return self.keys[keep], self.sids[keep]
         return [key for key, ok in zip(self.keys, keep.tolist(), strict=True) if ok], \
             self.sids[keep]
 
     def join(self, newer: Place) -> None:
         """Take in the postings of a place of later sids, after any equal key held."""
-        keys = self.keys + newer.keys
         sids = np.concatenate((self.sids, newer.sids))
-        if newer.keys[0] < self.keys[-1]:
-            order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
-            keys, sids = [keys[i] for i in order], sids[order]
-        self.keys, self.sids = keys, sids
+        if isinstance(self.keys, np.ndarray):
+            keys = np.concatenate((self.keys, newer.keys))
+            if newer.keys[0] < self.keys[-1]:
+                order = np.argsort(keys, kind="stable")
+                keys, sids = keys[order], sids[order]
+        else:
+            keys = self.keys + newer.keys
+            if newer.keys[0] < self.keys[-1]:
+                order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
+                keys, sids = [keys[i] for i in order], sids[order]
+        self.keys, self.sids, self._probe = keys, sids, None
+
+    def bounds(self, payload: bytes) -> tuple[int, int]:
+        """The positions of the first key at least ``payload`` and of the first above it."""
+        keys, probe = self.keys, self._probe
+        fixed = isinstance(keys, np.ndarray)
+        if probe is None:
+            probe = self._probe = keys.tolist() if fixed else keys
+        key = int.from_bytes(payload, "big") if fixed else payload
+        lo = bisect_left(probe, key)
+        return lo, bisect_right(probe, key, lo)
 
 
 class Run:
@@ -51,24 +71,10 @@ class Run:
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int) -> None:
         """Read the subscriptions of sids ``first .. end`` that still exist: postings
-        grouped by place, each place sorted by key (sid order kept among equal keys), and
-        one sid array for all places to slice."""
-        groups: dict[tuple[bytes, int, int], list[tuple[bytes, int]]] = {}
-        for sid, _, _, found in stored(txn, dbs["subs"], first, end):
-            for name, family, payload, kind in found:
-                groups.setdefault((name, family, kind), []).append((payload, sid))
-        order: list[int] = []
-        spans = []
-        for (name, family, kind), pairs in groups.items():
-            pairs.sort()  # by key, then sid
-            keys, group_sids = zip(*pairs, strict=True)
-            spans.append((name, family, kind, list(keys), len(order)))
-            order += group_sids
-        sids = np.array(order, np.uint32)
-        self.size, self.places = len(order), {}
-        for name, family, kind, keys, start in spans:
-            self.places.setdefault((name, family), {})[kind] = Place(
-                keys, sids[start:start + len(keys)])
+        grouped by place, each place sorted by key (sid order kept among equal keys)."""
+        self.size, places = grouped(txn, dbs["subs"], first, end)
+        self.places = {group: {kind: Place(*held) for kind, held in kinds.items()}
+                       for group, kinds in places.items()}
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids."""
@@ -94,9 +100,8 @@ class Run:
         if places is None:
             return
         for kind, place in places.items():
-            keys, sids = place.keys, place.sids
-            lo = bisect_left(keys, payload)
-            hi = bisect_right(keys, payload, lo)
+            sids = place.sids
+            lo, hi = place.bounds(payload)
             if kind == EQ:
                 parts = (sids[lo:hi],) if exact else ()
             elif kind == GT:

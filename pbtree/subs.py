@@ -17,8 +17,8 @@ from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import const_payload
 
-_PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
-           "!=": (INEQ,)}
+PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
+           "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to
 
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
 CACHED_CHARS = 64
@@ -29,10 +29,17 @@ def postings(preds: list) -> Iterator[Posting]:
     for attr, op, value in preds:
         name = attr.encode("utf-8")
         for v in value if op == "in" else (value,):
-            long = type(v) is str and len(v) > CACHED_CHARS
-            family, payload = const_payload(v) if long else _cached_payload(v)
-            for kind in _PLACES[op]:
+            family, payload = constant(v)
+            for kind in PLACES[op]:
                 yield name, family, payload, kind
+
+
+def constant(value: object) -> tuple[int, bytes]:
+    """(family, payload) of a stored constant (``const_payload``, remembered but for long
+    strings)."""
+    if type(value) is str and len(value) > CACHED_CHARS:
+        return const_payload(value)
+    return _cached_payload(value)
 
 
 @lru_cache(maxsize=1 << 14, typed=True)  # typed: 1, 1.0 and True stay apart

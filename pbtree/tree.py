@@ -312,7 +312,8 @@ class Writer:
         self._split(prefix, right)
 
     # --- postings ---------------------------------------------------------------------
-    def add(self, prefix: bytes, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
+    def add(self, prefix: bytes, kind: int, keys: np.ndarray | list[bytes],
+            sids: np.ndarray) -> None:
         """Add a run of postings of one kind to a tree (``Packed.add``), each sid above
         every sid stored: to the packed tree, or to the PB+tree's delta."""
         packed = self._packed(prefix)
@@ -468,8 +469,9 @@ class Writer:
                 self.dropped.add(node_id)
         self.txn.delete(prefix, db=dbs["trees"])
         self.packed.pop(prefix, None)  # a tree added again later in this write starts packed
-        for kind, payload, sids in self._delta(prefix).take():  # its postings go with it
-            self.add(prefix, kind, [payload] * len(sids), np.array(sids, np.uint32))
+        moved = self._delta(prefix)
+        for kind, payload, sids in moved.take():  # its postings go with it
+            self.add(prefix, kind, moved.repeated(payload, len(sids)), np.array(sids, np.uint32))
 
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:

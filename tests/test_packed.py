@@ -68,10 +68,11 @@ def test_packed_tree_follows_a_model(history):
             for key, count in sorted(postings):
                 place = [next_sid + i // 2 for i in range(count)]  # some twice: a multiset
                 next_sid += count
-                run_keys += [key] * count
+                run_keys.append(tree.repeated(key, count))  # held as the tree holds keys
                 sids += place
                 model.setdefault((kind, key), []).extend(place)
-            tree.add(kind, run_keys, np.array(sids, np.uint32))
+            joined = np.concatenate(run_keys) if tree.width else sum(run_keys, [])
+            tree.add(kind, joined, np.array(sids, np.uint32))
         stored = sorted(model)
         for pick, drop in removes:
             if not stored:
@@ -104,7 +105,7 @@ def test_packed_tree_follows_a_model(history):
 
 def test_damaged_records_are_refused():
     tree = packed.Packed.empty(NUMBER)
-    tree.add(GT, [number_payload(3)] * 2, np.array([1, 2], np.uint32))
+    tree.add(GT, tree.repeated(number_payload(3), 2), np.array([1, 2], np.uint32))
     record = tree.encode()
     for bad in (record[:-4], record + b"\0\0\0\0", record[:10]):
         with pytest.raises(CorruptIndexError):

@@ -576,9 +576,12 @@ def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_pa
         assert len(ix) == 300
 
 
-@pytest.mark.parametrize("preds", [[["a", "~", 1]], [[5, "=", 1]], [["a", "="]], "text"],
+@pytest.mark.parametrize("preds", [[["a", "~", 1]], [[5, "=", 1]], [["a", "="]], "text",
+                                   [["a", "=", float("nan")]], [["a", "<", 2**60]],
+                                   [["a", "=", None]], [["a", "in", 5]]],
                          ids=["unknown operator", "attribute not a string", "no value",
-                              "not a list"])
+                              "not a list", "NaN", "inexact integer", "no constant",
+                              "in without a set"])
 def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
     """A pending subscription is matched from its record alone: verify, match and fold
     must each name the damage (and the shard), and the failed fold must change nothing."""

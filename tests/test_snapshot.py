@@ -19,10 +19,11 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
-from pbtree import matcher, subs
+from pbtree import matcher
 from pbtree import pending as pending_module
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
+from pbtree.postings import grouped
 from pbtree.snapshot import Snapshot
 from pbtree.subs import postings
 
@@ -225,11 +226,11 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
     a handful of runs, and every answer is the oracle's."""
     reads: list[tuple[int, int | None]] = []
 
-    def recorded(txn, db, first, end=None):
+    def recorded(txn, db, first, end):
         reads.append((first, end))
-        return subs.stored(txn, db, first, end)
+        return grouped(txn, db, first, end)
 
-    monkeypatch.setattr(pending_module, "stored", recorded)
+    monkeypatch.setattr(pending_module, "grouped", recorded)
     rng = random.Random(7)
     model = {}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -262,9 +263,9 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
 
     decoded_from: list[int] = []
 
-    def recorded(txn, db, first, end=None):
+    def recorded(txn, db, first, end):
         decoded_from.append(first)
-        return subs.stored(txn, db, first, end)
+        return grouped(txn, db, first, end)
 
     rng = random.Random(11)
     model = {}
@@ -287,7 +288,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             expr = random_subscription(rng, ["a", "b", "c"], 20)
             ix.subscribe(n, expr, replace=True)
             model[n] = parse(expr)
-        monkeypatch.setattr(pending_module, "stored", recorded)
+        monkeypatch.setattr(pending_module, "grouped", recorded)
         assert ix.fold() == len(model)
         assert decoded_from == [300]
         ix.verify()

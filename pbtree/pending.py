@@ -14,7 +14,7 @@ import lmdb
 import numpy as np
 
 from pbtree.leaf import EQ, GT, LT
-from pbtree.postings import Keys, grouped
+from pbtree.postings import Keys, group, grouped
 from pbtree.tree import read_counter, read_folded
 
 
@@ -69,19 +69,22 @@ class Run:
 
     __slots__ = ("size", "places")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int) -> None:
-        """Read the subscriptions of sids ``first .. end`` that still exist: postings
-        grouped by place, each place sorted by key (sid order kept among equal keys)."""
-        self.size, places = grouped(txn, dbs["subs"], first, end)
-        self.places = {group: {kind: Place(*held) for kind, held in kinds.items()}
-                       for group, kinds in places.items()}
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
+                 written: Written) -> None:
+        """The subscriptions of sids ``first .. end`` (those ``written`` holds, else those
+        whose records still exist): postings grouped by place, each place sorted by key
+        (sid order kept among equal keys)."""
+        held = written.take(first, end)
+        self.size, places = group(*held) if held else grouped(txn, dbs["subs"], first, end)
+        self.places = {where: {kind: Place(*place) for kind, place in kinds.items()}
+                       for where, kinds in places.items()}
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids."""
-        for group, kinds in newer.places.items():
-            mine = self.places.get(group)
+        for where, kinds in newer.places.items():
+            mine = self.places.get(where)
             if mine is None:
-                self.places[group] = kinds
+                self.places[where] = kinds
                 continue
             for kind, place in kinds.items():
                 held = mine.get(kind)
@@ -113,6 +116,47 @@ class Run:
             out += [part for part in parts if part.size]
 
 
+class Written:
+    """The predicate lists of the subscriptions this process committed since its last
+    fold, by sid: a fold or a read of pending sids takes them from here rather than
+    decoding their records again. Sids are never reused and records never change, so
+    what is here stays true (a removed subscription's postings are left out by the fold,
+    and reach no event when pending). At most HELD lists are kept, the oldest dropped."""
+
+    HELD = 20_000
+
+    __slots__ = ("chunks", "held")
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[int, list]] = []  # (first sid, lists), in sid order
+        self.held = 0
+
+    def add(self, first: int, lists: list) -> None:
+        """Keep the lists of sids ``first ..``, in place of any held from ``first`` on (a
+        write tried again gives its sids again)."""
+        while self.chunks and self.chunks[-1][0] >= first:
+            self.held -= len(self.chunks.pop()[1])
+        self.chunks.append((first, lists))
+        self.held += len(lists)
+        while self.held > self.HELD:
+            self.held -= len(self.chunks.pop(0)[1])
+
+    def take(self, start: int, end: int) -> tuple[np.ndarray, list] | None:
+        """(sids, predicate lists) of sids ``start .. end``, or None unless all are held."""
+        lists: list = []
+        at = start
+        for first, chunk in self.chunks:
+            if at == end or first > at:
+                break
+            if first + len(chunk) > at:
+                lists += chunk[at - first:end - first]
+                at = min(first + len(chunk), end)
+        return (np.arange(start, end, dtype=np.uint32), lists) if at == end > start else None
+
+    def clear(self) -> None:
+        self.chunks, self.held = [], 0
+
+
 class Pending:
     """Postings of the pending sids ``folded .. next`` of one snapshot, as runs.
 
@@ -129,7 +173,8 @@ class Pending:
         self.runs: list[Run] = []
 
     @classmethod
-    def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict) -> Pending:
+    def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict,
+           written: Written) -> Pending:
         """The pending postings of ``txn``: ``old`` extended by the sids subscribed since,
         or read afresh when a fold has happened in between."""
         meta = dbs["meta"]
@@ -137,16 +182,17 @@ class Pending:
         folded = read_folded(txn, meta, next_sid)
         pending = old if old is not None and old.folded == folded else cls(folded)
         if pending.next < next_sid:
-            pending.extend(txn, dbs, next_sid)
+            pending.extend(txn, dbs, next_sid, written)
         return pending
 
-    def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int) -> None:
-        """Read the subscriptions of sids ``self.next .. next_sid`` that still exist.
+    def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int,
+               written: Written) -> None:
+        """Read the subscriptions of sids ``self.next .. next_sid`` (``Run``).
 
         Postings read earlier stay when their subscription is removed: its count in the
         counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
         """
-        run = Run(txn, dbs, self.next, next_sid)
+        run = Run(txn, dbs, self.next, next_sid, written)
         self.next = next_sid
         if not run.size:
             return

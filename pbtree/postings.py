@@ -59,7 +59,7 @@ def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> tuple[int, Place
         unpack = msgpack.unpackb
         lists = [unpack(raw[2 + int.from_bytes(raw[:2], "little"):], use_list=False)
                  for raw in raws]
-        return _group(np.array(sids, np.uint32), lists)
+        return group(np.array(sids, np.uint32), lists)
     except _DECODE_ERRORS:
         for _ in stored(txn, db, first, end):  # names the damaged record
             pass
@@ -67,8 +67,9 @@ def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> tuple[int, Place
                                 f"damaged") from None
 
 
-def _group(sids: np.ndarray, lists: list[tuple]) -> tuple[int, Places]:
-    """``grouped`` of the decoded predicate lists of ``sids``."""
+def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
+    """``grouped`` of the predicate lists of ``sids`` (as decoded, or as ``normalize``
+    gave them: tuples, an 'in' set a tuple)."""
     preds = list(chain.from_iterable(lists))
     n = len(preds)
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):
@@ -76,13 +77,13 @@ def _group(sids: np.ndarray, lists: list[tuple]) -> tuple[int, Places]:
     attrs, ops, values = [p[0] for p in preds], [p[1] for p in preds], [p[2] for p in preds]
     op = np.fromiter(map(_OP_CODE.__getitem__, ops), np.int64, n)
     pred_sid = np.repeat(sids, list(map(len, lists)))
-    ins = np.flatnonzero(op == _IN)
-    if ins.size:  # one constant per element of an 'in' set
-        reps = np.ones(n, np.int64)
-        reps[ins] = [len(values[i]) for i in ins.tolist()]
-        values = list(chain.from_iterable(v if o == "in" else (v,)
-                                          for o, v in zip(ops, values, strict=True)))
-        pred_of = np.repeat(np.arange(n), reps)
+    is_in = op == _IN
+    if is_in.any():  # the scalars, then one constant per element of each 'in' set
+        held = np.fromiter(values, object, n)
+        sets = held[is_in].tolist()
+        values = [*held[~is_in].tolist(), *chain.from_iterable(sets)]
+        pred_of = np.concatenate((np.flatnonzero(~is_in),
+                                  np.repeat(np.flatnonzero(is_in), list(map(len, sets)))))
     else:
         pred_of = np.arange(n)
     keys, family, strings = _constant_keys(values)
@@ -130,9 +131,10 @@ def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     string = np.flatnonzero(code == STRING)
     strings: list[bytes] = []
     if string.size:
-        payloads = [constant(v)[1] for v in held[string].tolist()]
-        strings = sorted(set(payloads))
-        rank = {p: i for i, p in enumerate(strings)}
-        keys[string] = np.fromiter(map(rank.__getitem__, payloads), np.uint64, string.size)
+        texts = held[string].tolist()
+        distinct = sorted(set(texts))  # code point order, which is UTF-8 byte order
+        strings = [constant(text)[1] for text in distinct]
+        rank = {text: i for i, text in enumerate(distinct)}
+        keys[string] = np.fromiter(map(rank.__getitem__, texts), np.uint64, string.size)
     code[number] = NUMBER
     return keys, code, strings

@@ -24,7 +24,7 @@ from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
-from pbtree.pending import Run
+from pbtree.pending import Run, Written
 from pbtree.snapshot import Snapshot, count
 from pbtree.subs import Posting, decoded, sid_key, split_sub, sub_record
 from pbtree.tree import Writer
@@ -91,6 +91,7 @@ class Shard:
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
+        self._written = Written()
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -158,9 +159,11 @@ class Shard:
         bring the pending sids to ``fold_at``, the same transaction folds them all.
         """
         dbs = self.dbs
+        lists = [preds for _, _, preds in items]
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
+            self._written.add(w.next_sid, lists)  # all dropped should the write fail
             gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
@@ -207,14 +210,16 @@ class Shard:
         ``Writer.add`` takes them; returns how many subscriptions that was.
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
-        came in between) are taken from its runs, without decoding their records again;
-        the ones removed since (predicate count 0) are left out."""
+        came in between) are taken from its runs, and those this process wrote since from
+        the lists it kept (``Written``), without decoding their records again; the ones
+        removed since (predicate count 0) are left out."""
         pending = self._cache.pending
         runs, start = [], w.folded
         if pending is not None and pending.folded == w.folded:
             runs, start = list(pending.runs), pending.next
         if start < w.next_sid:
-            runs.append(Run(txn, self.dbs, start, w.next_sid))
+            runs.append(Run(txn, self.dbs, start, w.next_sid, self._written))
+        self._written.clear()  # all folded (or, should the write fail, read again)
         alive = w.needed.values(w.folded, w.next_sid) != 0
         everyone = bool(alive.all())
         attr_ids: dict[bytes, int] = {}
@@ -256,13 +261,15 @@ class Shard:
         next match renews its caches chunk by chunk. That pins no page the write could
         reuse (LMDB reuses only pages freed before the last commit, which its readers do
         not reach); an older snapshot would, and is released, and so is any before the map
-        is grown (LMDB remaps only with no transaction open in the process)."""
+        is grown (LMDB remaps only with no transaction open in the process). A write that
+        fails drops ``Written``: its sids will be given again."""
         with self._lock:
             if self._stale():
                 self._release()
             try:
                 return self.env.write(apply, self._release)
-            except CorruptIndexError as exc:
+            except BaseException as exc:
+                self._written.clear()
                 self._locate(exc)
                 raise
 
@@ -337,7 +344,7 @@ class Shard:
         """Sids of the subscriptions that a prepared event satisfies."""
         search = Search(txn, self.dbs, cache)
         try:
-            pending = cache.pending_of(txn, self.dbs)
+            pending = cache.pending_of(txn, self.dbs, self._written)
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)
                 if aid is not None:

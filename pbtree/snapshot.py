@@ -8,7 +8,7 @@ import numpy as np
 from pbtree.columns import INT_IDS, NEEDED, Column
 from pbtree.counter import Counter
 from pbtree.flat import Flat
-from pbtree.pending import Pending
+from pbtree.pending import Pending, Written
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
@@ -42,10 +42,10 @@ class Snapshot:
         self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
         self.current = False
 
-    def pending_of(self, txn: lmdb.Transaction, dbs: dict) -> Pending:
+    def pending_of(self, txn: lmdb.Transaction, dbs: dict, written: Written) -> Pending:
         """The pending subscriptions' postings, brought up to this snapshot on first use."""
         if not self.current:
-            self.pending = Pending.of(self.pending, txn, dbs)
+            self.pending = Pending.of(self.pending, txn, dbs, written)
             self.current = True
         return self.pending
 

@@ -231,6 +231,7 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
         return grouped(txn, db, first, end)
 
     monkeypatch.setattr(pending_module, "grouped", recorded)
+    monkeypatch.setattr(pending_module.Written, "HELD", 0)  # records read, not lists kept
     rng = random.Random(7)
     model = {}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -267,6 +268,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
         decoded_from.append(first)
         return grouped(txn, db, first, end)
 
+    monkeypatch.setattr(pending_module.Written, "HELD", 0)  # records read, not lists kept
     rng = random.Random(11)
     model = {}
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:

@@ -1,0 +1,159 @@
+"""A shard's own pending subscriptions are folded and matched from the predicate lists it
+wrote (``pending.Written``), not decoded again; what it did not write, or what a failed
+write left, is read from the records, and every answer stays the oracle's."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree import pending as pending_module
+from pbtree.expr import parse
+from pbtree.pending import Written
+from pbtree.postings import grouped
+from pbtree.tree import Writer
+
+ATTRS = ["a", "b", "s"]
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[tuple[int, int]]:
+    """The sid ranges read from subs records for folds and pending reads."""
+    seen: list[tuple[int, int]] = []
+
+    def recorded(txn, db, first, end):
+        seen.append((first, end))
+        return grouped(txn, db, first, end)
+
+    monkeypatch.setattr(pending_module, "grouped", recorded)
+    return seen
+
+
+def _batch(rng: random.Random, ids: range) -> list[tuple[int, str]]:
+    return [(n, random_subscription(rng, ATTRS, 8)) for n in ids]
+
+
+def _check(ix, model: dict, rng: random.Random, events: int = 20) -> None:
+    for _ in range(events):
+        event = random_event(rng, ATTRS, 8)
+        assert ix.match(event) == oracle_match(model, event)
+
+
+def test_folds_and_matches_read_no_record_this_process_wrote(tmp_path, reads):
+    """Batches, single subscribes, removals and replacements of pending subscriptions, with
+    folds reached on their own: no record is decoded, and verify finds the trees right."""
+    rng = random.Random(3)
+    model: dict = {}
+    with pbtree.create(tmp_path / "index", fold_at=700) as ix:
+        for start in range(0, 3000, 250):
+            batch = _batch(rng, range(start, start + 250))
+            ix.subscribe_many(batch)
+            model.update((n, parse(text)) for n, text in batch)
+            gone = rng.sample(sorted(model), 20)
+            ix.unsubscribe_many(gone[:10])
+            for n in gone[:10]:
+                del model[n]
+            for n in gone[10:]:
+                text = random_subscription(rng, ATTRS, 8)
+                ix.subscribe(n, text, replace=True)
+                model[n] = parse(text)
+            _check(ix, model, rng, 5)
+        assert ix.fold() > 0
+        ix.verify()
+        _check(ix, model, rng)
+    assert reads == []
+
+
+WRITER = """import json, sys, pbtree
+with pbtree.open(sys.argv[1], fold_at=10**6) as ix:
+    ix.subscribe_many(json.loads(sys.argv[2]))"""
+
+
+def _other_process(path, batch: list) -> None:
+    subprocess.run([sys.executable, "-c", WRITER, str(path), json.dumps(batch)], check=True)
+
+
+def test_sids_of_a_failed_write_are_read_again(tmp_path, monkeypatch, reads):
+    """A write that fails after taking sids leaves them to the next write, here another
+    process's: what this one had kept for them is dropped, so their subscriptions are
+    matched and folded as they are, from their records."""
+    rng = random.Random(4)
+    model: dict = {}
+    path = tmp_path / "index"
+    with pbtree.create(path, fold_at=10**6) as ix:
+        first = _batch(rng, range(100))
+        ix.subscribe_many(first)
+        model.update((n, parse(text)) for n, text in first)
+        flush = Writer.flush
+
+        def failing(self) -> None:
+            raise OSError("disk gone")
+
+        monkeypatch.setattr(Writer, "flush", failing)
+        with pytest.raises(OSError, match="disk gone"):
+            ix.subscribe_many(_batch(rng, range(100, 200)))
+        monkeypatch.setattr(Writer, "flush", flush)
+        again = _batch(rng, range(200, 300))  # given the same sids, in another process
+        _other_process(path, again)
+        model.update((n, parse(text)) for n, text in again)
+        _check(ix, model, rng)
+        assert reads == [(0, 200)]
+        assert ix.fold() == 200
+        ix.verify()
+        _check(ix, model, rng)
+
+
+def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
+    """Another process writes in between: its sids break the runs of this process's own,
+    and what they are in is read from the records, by matches and folds alike."""
+    rng = random.Random(5)
+    model: dict = {}
+    path = tmp_path / "index"
+    with pbtree.create(path, fold_at=10**6) as ix:
+        def write(start: int, here: bool) -> None:
+            batch = _batch(rng, range(start, start + 100))
+            if here:
+                ix.subscribe_many(batch)
+            else:
+                _other_process(path, batch)
+            model.update((n, parse(text)) for n, text in batch)
+
+        for turn in range(4):
+            write(100 * turn, turn % 2 == 0)
+        _check(ix, model, rng, 3)
+        assert reads == [(0, 400)]
+        write(400, True)
+        _check(ix, model, rng, 3)
+        assert ix.fold() == 500
+        assert reads == [(0, 400)]  # its own sids since, from its lists
+        write(500, False)
+        write(600, True)
+        assert ix.fold() == 200
+        assert reads == [(0, 400), (500, 700)]
+        ix.verify()
+        _check(ix, model, rng)
+
+
+def test_written_keeps_the_newest_lists_and_takes_only_whole_ranges():
+    """A range is taken only when every sid in it is held; a write given again replaces
+    what it gave before; beyond HELD lists the oldest go."""
+    written = Written()
+    written.add(0, [["x"]] * 10)
+    written.add(10, [["y"]] * 5)
+    sids, lists = written.take(8, 13)
+    assert sids.tolist() == list(range(8, 13)) and lists == [["x"]] * 2 + [["y"]] * 3
+    assert written.take(8, 16) is None and written.take(5, 5) is None
+    written.add(10, [["z"]] * 3)  # the same sids again
+    assert written.take(9, 13)[1] == [["x"]] + [["z"]] * 3 and written.held == 13
+    written.add(20, [["w"]] * 2)  # a gap: 13 .. 19 written by someone else
+    assert written.take(12, 21) is None and written.take(20, 22)[1] == [["w"]] * 2
+    written.add(22, [["v"]] * (Written.HELD - 5))  # 10 over: the oldest 10 go
+    assert written.take(0, 1) is None and written.take(10, 11)[1] == [["z"]]
+    assert written.held == Written.HELD

@@ -119,9 +119,10 @@ class Run:
 class Written:
     """The predicate lists of the subscriptions this process committed since its last
     fold, by sid: a fold or a read of pending sids takes them from here rather than
-    decoding their records again. Sids are never reused and records never change, so
-    what is here stays true (a removed subscription's postings are left out by the fold,
-    and reach no event when pending). At most HELD lists are kept, the oldest dropped."""
+    decoding their records again. A committed sid is never given again and its record
+    never changes, so what is here stays true (a removed subscription's postings are
+    left out by the fold, and reach no event when pending). At most HELD lists are
+    kept, the oldest dropped first."""
 
     HELD = 20_000
 

@@ -18,8 +18,8 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.lists import FIXED_WIDTH
-from pbtree.subs import PLACES, constant, sid_key, stored
-from storage.keys import BOOL, MAX_EXACT_INT, NUMBER, STRING
+from pbtree.subs import PLACES, constant, records, split_sub, stored
+from storage.keys import BOOL, MAX_EXACT_INT, NUMBER, STRING, number_keys
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
 #: holds them, else the payloads
@@ -34,7 +34,6 @@ _SECOND_KIND = np.array([kinds[1] if len(kinds) > 1 else -1 for kinds in PLACES.
                         np.int64)
 #: a constant's type -> code: its family, and 0 for an int (checked for exactness)
 _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
-_SIGN = np.uint64(1 << 63)
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
                   msgpack.UnpackException)
 
@@ -43,24 +42,14 @@ def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> tuple[int, Place
     """(number of postings, places) of the subs records of sids ``first .. end`` that
     exist; each place's keys in order, sid order kept among equal keys. A record that
     does not decode to predicates is a CorruptIndexError naming its sid."""
-    cur = txn.cursor(db=db)
-    sids: list[int] = []
-    raws = []
-    if cur.set_range(sid_key(first)):
-        for key, raw in cur:
-            sid = int.from_bytes(key, "big")
-            if sid >= end:
-                break
-            sids.append(sid)
-            raws.append(raw)
-    if not sids:
+    found = list(records(txn, db, first, end))
+    if not found:
         return 0, {}
     try:
         unpack = msgpack.unpackb
-        lists = [unpack(raw[2 + int.from_bytes(raw[:2], "little"):], use_list=False)
-                 for raw in raws]
-        return group(np.array(sids, np.uint32), lists)
-    except _DECODE_ERRORS:
+        lists = [unpack(split_sub(raw)[1], use_list=False) for _, raw in found]
+        return group(np.array([sid for sid, _ in found], np.uint32), lists)
+    except (*_DECODE_ERRORS, CorruptIndexError):
         for _ in stored(txn, db, first, end):  # names the damaged record
             pass
         raise CorruptIndexError(f"a subscription record of sids {first} to {end - 1} is "
@@ -79,9 +68,9 @@ def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
     pred_sid = np.repeat(sids, list(map(len, lists)))
     is_in = op == _IN
     if is_in.any():  # the scalars, then one constant per element of each 'in' set
-        held = np.fromiter(values, object, n)
-        sets = held[is_in].tolist()
-        values = [*held[~is_in].tolist(), *chain.from_iterable(sets)]
+        objects = np.fromiter(values, object, n)
+        sets = objects[is_in].tolist()
+        values = [*objects[~is_in].tolist(), *chain.from_iterable(sets)]
         pred_of = np.concatenate((np.flatnonzero(~is_in),
                                   np.repeat(np.flatnonzero(is_in), list(map(len, sets)))))
     else:
@@ -93,7 +82,7 @@ def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
     second = np.flatnonzero(_SECOND_KIND[op] >= 0)  # >= and <= also post to GT or LT
     post = np.concatenate((np.arange(len(values)), second))
     kind = np.concatenate((_FIRST_KIND[op], _SECOND_KIND[op[second]]))
-    place = (attr[post] * 4 + family[post]) * 4 + kind
+    place = (attr[post] * 4 + family[post]) * 4 + kind  # families and kinds are below 4
     keys, post_sid = keys[post], pred_sid[pred_of[post]]
     if not place.size:
         return 0, {}
@@ -103,10 +92,10 @@ def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
     encoded = [name.encode("utf-8") for name in names]
     out: Places = {}
     for code, lo, hi in zip(place[bounds[:-1]].tolist(), bounds, bounds[1:], strict=False):
-        group, kind_of = divmod(code, 4)
-        a, fam = divmod(group, 4)
-        held = keys[lo:hi] if fam in FIXED_WIDTH else [strings[i] for i in keys[lo:hi].tolist()]
-        out.setdefault((encoded[a], fam), {})[kind_of] = (held, post_sid[lo:hi])
+        where, kind_of = divmod(code, 4)
+        a, fam = divmod(where, 4)
+        at = keys[lo:hi] if fam in FIXED_WIDTH else [strings[i] for i in keys[lo:hi].tolist()]
+        out.setdefault((encoded[a], fam), {})[kind_of] = (at, post_sid[lo:hi])
     return place.size, out
 
 
@@ -120,11 +109,10 @@ def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     held = np.fromiter(values, object, m)
     number = code <= NUMBER
     if number.any():
-        floats = held[number].astype(np.float64) + 0.0  # -0.0 is 0.0
+        floats = held[number].astype(np.float64)
         if np.isnan(floats).any() or (np.abs(floats[code[number] == 0]) > MAX_EXACT_INT).any():
             raise ValueError("a number constant is NaN or an inexact integer")
-        bits = floats.view(np.uint64)
-        keys[number] = np.where(bits & _SIGN, ~bits, bits | _SIGN)
+        keys[number] = number_keys(floats)
     boolean = code == BOOL
     if boolean.any():
         keys[boolean] = held[boolean].astype(np.uint64)

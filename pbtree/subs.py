@@ -49,11 +49,9 @@ def _cached_payload(value: object) -> tuple[int, bytes]:
     return const_payload(value)
 
 
-def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
-           ) -> Iterator[tuple[int, bytes, list, list[Posting]]]:
-    """(sid, id bytes, predicates, postings) of the subs records of sids ``first`` up to
-    ``end``, in sid order; a record that does not decode to predicates is a
-    CorruptIndexError (a pending subscription has nothing else to be matched by)."""
+def records(txn: lmdb.Transaction, db, first: int, end: int | None = None
+            ) -> Iterator[tuple[int, bytes | memoryview]]:
+    """(sid, raw subs value) of the records of sids ``first`` up to ``end``, in sid order."""
     cur = txn.cursor(db=db)
     if not cur.set_range(sid_key(first)):
         return
@@ -61,13 +59,26 @@ def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
         sid = int.from_bytes(key, "big")
         if end is not None and sid >= end:
             return
+        yield sid, raw
+
+
+def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
+           ) -> Iterator[tuple[int, bytes, list, list[Posting]]]:
+    """(sid, id bytes, predicates, postings) of the subs records of sids ``first`` up to
+    ``end``, in sid order; a record that does not decode to predicates is a
+    CorruptIndexError (a pending subscription has nothing else to be matched by)."""
+    for sid, raw in records(txn, db, first, end):
         yield sid, *decoded(sid, raw)
 
 
 def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Posting]]:
     """(id bytes, predicates, postings) of the subs record of ``sid``; a record that does
     not decode to predicates is a CorruptIndexError naming the sid."""
-    idkey, packed = split_sub(raw)
+    try:
+        idkey, packed = split_sub(raw)
+    except CorruptIndexError:
+        raise CorruptIndexError(f"the subscription record of sid {sid} is truncated") \
+            from None
     try:
         preds = msgpack.unpackb(packed)
         return idkey, preds, list(postings(preds))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
+
 from pbtree.errors import shown
 
 NUMBER, STRING, BOOL = 1, 2, 3
@@ -73,6 +75,13 @@ def number_payload(value: int | float) -> bytes:
     bits = _U64.unpack(_F64.pack(float(value) + 0.0))[0]
     bits = bits ^ _ALL if bits & _SIGN else bits | _SIGN
     return _U64.pack(bits)
+
+
+def number_keys(values: np.ndarray) -> np.ndarray:
+    """``number_payload`` of many float64 values at once, each as the unsigned integer
+    its 8 bytes spell (so the integers order as the payloads do)."""
+    bits = (values + 0.0).view(np.uint64)
+    return np.where(bits & np.uint64(_SIGN), ~bits, bits | np.uint64(_SIGN))
 
 
 def number_from_payload(payload: bytes) -> int | float:

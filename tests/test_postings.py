@@ -1,10 +1,12 @@
 """Grouping many subscriptions' postings at once (``pbtree.postings``) gives what the
-per-record postings (``subs.postings``) give, grouped and sorted by hand."""
+per-record postings (``subs.postings``) give, grouped and sorted by hand; its number keys
+are the payloads' integers."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import random_subscription, subscriptions
@@ -13,6 +15,7 @@ import pbtree
 from pbtree.lists import FIXED_WIDTH
 from pbtree.postings import grouped
 from pbtree.subs import stored
+from storage.keys import number_keys, number_payload
 
 
 def _by_hand(txn, db, first: int, end: int) -> dict:
@@ -74,3 +77,12 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
                 want = _by_hand(txn, shard.dbs["subs"], first, end)
                 assert _as_pairs(places) == want
                 assert size == sum(len(p) for kinds in want.values() for p in kinds.values())
+
+
+@given(st.lists(st.floats(allow_nan=False) | st.integers(-2**53, 2**53)
+                | st.sampled_from([0.0, -0.0, 5e-324, -5e-324]), max_size=40))
+def test_number_keys_spell_the_number_payloads(values):
+    """The vectorised number encoding gives each payload's integer, so keys order as the
+    payloads (and the numbers) do."""
+    keys = number_keys(np.array(values, np.float64)).tolist()
+    assert keys == [int.from_bytes(number_payload(v), "big") for v in values]

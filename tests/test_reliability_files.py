@@ -607,9 +607,23 @@ def test_damaged_folded_subscription_is_named_by_get_and_unsubscribe(tmp_path):
         assert len(ix) == 10 and ix.match({"a": 1, "b": 2}) == list(range(10))
 
 
-def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool) -> Path:
+def test_truncated_pending_subscription_names_its_sid(tmp_path):
+    """A subs record cut inside its id header is named by sid, not only as truncated."""
+    path = _damaged_subs_record(tmp_path, None, fold=False, truncate=True)
+    shard = re.escape(str(path / "shard-0000"))
+    with pbtree.open(path) as ix:
+        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
+            with pytest.raises(pbtree.CorruptIndexError,
+                               match=f"^{shard}: .*sid 4 is truncated"):
+                call()
+        assert len(ix) == 10
+
+
+def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool,
+                         truncate: bool = False) -> Path:
     """An index of 10 subscriptions (pending, or folded) whose 5th subs record's
-    predicates are then replaced by ``preds`` behind pbtree's back."""
+    predicates are then replaced by ``preds`` (or the record cut to one byte, with
+    ``truncate``) behind pbtree's back."""
     path = tmp_path / "index"
     with pbtree.create(path) as ix:
         ix.subscribe_many([(n, "a = 1 and b < 5") for n in range(10)])
@@ -620,6 +634,7 @@ def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool) -> Path:
         subs = env.open_db(b"subs", txn=txn)
         key, raw = list(txn.cursor(db=subs))[4]
         id_len = struct.unpack_from("<H", raw)[0]
-        txn.put(key, bytes(raw[:2 + id_len]) + msgpack.packb(preds), db=subs)
+        record = bytes(raw[:2 + id_len]) + msgpack.packb(preds)
+        txn.put(key, record[:1] if truncate else record, db=subs)
     env.close()
     return path

@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
+from operator import itemgetter
 
 import numpy as np
 
@@ -38,6 +39,9 @@ _SID = sidset.DTYPE
 #: list nodes' worth of bytes a packed tree record may take: rewriting it on a write then
 #: costs about what the node writes of a PB+tree would (0: every tree is a PB+tree)
 PACKED_NODES = 4
+#: most postings a write splices into a stored packed record one by one (a fold adds a
+#: few to each of many small trees); more are merged in array steps
+SPLICE_MOST = 12
 
 
 def limit(node_bytes: int) -> int:
@@ -53,6 +57,39 @@ def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, 
         return m, totals, TOTALS.size, TOTALS.size + width * m, width
     keys_at = TOTALS.size + 4 * m
     return m, totals, keys_at, keys_at + (_U32.unpack_from(raw, keys_at - 4)[0] if m else 0), None
+
+
+def _sized(raw: bytes, family: int) -> tuple[int, list[int], int, int]:
+    """(m, sid count per kind, offset of the keys, offset of ``end``), the record's
+    length checked against them."""
+    try:
+        m, totals, keys_at, ends_at, _ = _layout(raw, family)
+    except struct.error:
+        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is truncated") \
+            from None
+    if not m or len(raw) != ends_at + 16 * m + 4 * sum(totals):
+        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
+    return m, totals, keys_at, ends_at
+
+
+def _ends(raw: bytes, m: int, totals: list[int], ends_at: int) -> np.ndarray:
+    """The record's ``end`` rows, checked to rise to the kinds' sid counts."""
+    ends = np.frombuffer(raw, _SID, 4 * m, ends_at).reshape(4, m)
+    if ends[:, -1].tolist() != totals or (ends[:, 1:] < ends[:, :-1]).any():
+        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
+    return ends
+
+
+def _index(raw: bytes, m: int, keys_at: int, width: int | None, payload: bytes) -> int | None:
+    """The position of the key ``payload`` among the record's m keys, or None."""
+    if width:  # a fixed-width key is found where a match starts a key
+        end = keys_at + width * m
+        at = raw.find(payload, keys_at, end)
+        while at >= 0 and (at - keys_at) % width:
+            at = raw.find(payload, at + 1, end)
+        return None if at < 0 else (at - keys_at) // width
+    i = count_below(raw, m, keys_at, TOTALS.size, None, payload, False)
+    return i if i < m and _key(raw, keys_at, None, i) == payload else None
 
 
 def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
@@ -126,6 +163,21 @@ def size(family: int, keys: list[bytes], sid_count: int) -> int:
     return TOTALS.size + key_bytes + 16 * len(keys) + 4 * sid_count
 
 
+def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarray, np.ndarray]:
+    """The keys (as ``Packed`` holds them), the sid counts of every place and the sids of
+    a record."""
+    m, totals, keys_at, ends_at = _sized(raw, family)
+    ends = _ends(raw, m, totals, ends_at).astype(np.int64)
+    if FIXED_WIDTH.get(family):
+        keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
+    else:
+        key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
+        keys = [raw[keys_at + a:keys_at + b] for a, b in zip([0, *key_end], key_end, strict=False)]
+    counts = ends.copy()
+    counts[:, 1:] -= ends[:, :-1]
+    return keys, counts, np.frombuffer(raw, _SID, -1, ends_at + 16 * m)
+
+
 class Packed:
     """A packed tree changed inside a write transaction: ``add`` and ``remove`` queue
     postings, ``encode`` merges them, the additions in a few vectorised steps.
@@ -134,7 +186,7 @@ class Packed:
     order as integers), those of strings as a list of payloads.
     """
 
-    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes")
+    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "raw")
 
     def __init__(self, family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
                  sids: np.ndarray) -> None:
@@ -142,6 +194,7 @@ class Packed:
         self.keys, self.counts, self.sids = keys, counts, sids
         self.adds: list[tuple[int, np.ndarray | list[bytes], np.ndarray]] = []  # as ``add``
         self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
+        self.raw: bytes | None = None  # the record, while not decoded (``stored``)
 
     @classmethod
     def empty(cls, family: int) -> Packed:
@@ -152,26 +205,21 @@ class Packed:
     def decode(cls, raw: bytes | memoryview, family: int) -> Packed:
         """The tree of a record, checked for consistent lengths (``ordered`` checks the
         keys)."""
-        raw = bytes(raw)
-        try:
-            m, totals, keys_at, at, width = _layout(raw, family)
-            if width:
-                keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
-            else:
-                key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
-                keys = [raw[keys_at + a:keys_at + b]
-                        for a, b in zip([0, *key_end], key_end, strict=False)]
-            ends = np.frombuffer(raw, _SID, 4 * m, at).reshape(4, m).astype(np.int64)
-        except (struct.error, ValueError):
-            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is truncated") \
-                from None
-        counts = ends.copy()
-        counts[:, 1:] -= ends[:, :-1]
-        sids_at = at + 16 * m
-        if not m or len(raw) != sids_at + 4 * sum(totals) or ends[:, -1].tolist() != totals \
-                or (counts < 0).any():
-            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
-        return cls(family, keys, counts, np.frombuffer(raw, _SID, -1, sids_at))
+        return cls(family, *_fields(bytes(raw), family))
+
+    @staticmethod
+    def stored(raw: bytes | memoryview, family: int) -> Packed:
+        """The packed tree of a record, decoded only when a change needs more than
+        splicing new postings into the record's bytes (``encode``)."""
+        tree = Packed(family, None, None, None)
+        tree.raw = bytes(raw)
+        return tree
+
+    def _load(self) -> None:
+        """Decode the record held, if any, into keys, counts and sids."""
+        if self.raw is not None:
+            self.keys, self.counts, self.sids = _fields(self.raw, self.family)
+            self.raw = None
 
     def ordered(self) -> bool:
         """Whether the keys are strictly increasing."""
@@ -196,6 +244,7 @@ class Packed:
         """Queue the removal of every occurrence of ``sids`` at the place (kind, key)."""
         if self.adds:  # removals apply to what is stored, so merge what came first
             self.merge()
+        self._load()
         m = len(self.keys)
         if self.width:
             i = int(np.searchsorted(self.keys, np.uint64(int.from_bytes(key, "big"))))
@@ -213,6 +262,7 @@ class Packed:
 
     def items(self) -> Iterator[tuple[int, bytes, np.ndarray]]:
         """(kind, key, sids) of every place holding sids, key by key."""
+        self._load()
         m = len(self.keys)
         starts = np.concatenate(([0], np.cumsum(self.counts.ravel()))).tolist()
         for i in range(m):
@@ -239,6 +289,7 @@ class Packed:
     def merge(self) -> None:
         """Apply the queued postings: the removals (queued after any earlier additions
         were merged), then the additions."""
+        self._load()
         if self.removes:
             self._remove()
         if self.adds:
@@ -299,8 +350,49 @@ class Packed:
         self.keys = keys
         self.counts = counts + np.bincount(places, minlength=counts.size).reshape(counts.shape)
 
+    def _spliced(self) -> bytes | None:
+        """The stored record with the queued postings added, or None when they are more
+        than SPLICE_MOST or one of their keys is not stored: each sid is spliced into the
+        record's bytes and the ends moved on, without decoding the record."""
+        adds, raw, width = self.adds, self.raw, self.width
+        if sum(len(run) for _, _, run in adds) > SPLICE_MOST:
+            return None
+        m, totals, keys_at, ends_at = _sized(raw, self.family)
+        ends = _ends(raw, m, totals, ends_at)
+        starts = (0, totals[0], totals[0] + totals[1], totals[0] + totals[1] + totals[2])
+        inserts = []  # (place, position among the stored sids, sid), in run order
+        found: dict = {}
+        for kind, keys, run in adds:
+            for key, sid in zip(keys.tolist() if width else keys, run.tolist(), strict=True):
+                i = found.get(key)
+                if i is None:
+                    i = found[key] = _index(raw, m, keys_at, width,
+                                            key.to_bytes(width, "big") if width else key)
+                    if i is None:
+                        return None
+                place = kind * m + i
+                inserts.append((place, starts[kind] + int(ends.flat[place]), sid))
+        inserts.sort(key=itemgetter(0))  # by place; stable: a place's sids keep their order
+        grown = np.bincount([place for place, _, _ in inserts], minlength=4 * m)
+        ends = ends + grown.reshape(4, m).cumsum(axis=1)
+        sids_at = at = ends_at + 16 * m
+        pieces = [TOTALS.pack(m, *ends[:, -1].tolist()), raw[TOTALS.size:ends_at],
+                  ends.astype(_SID).tobytes()]
+        for _, position, sid in inserts:
+            pieces += (raw[at:sids_at + 4 * position], _U32.pack(sid))
+            at = sids_at + 4 * position
+        pieces.append(raw[at:])
+        return b"".join(pieces)
+
     def encode(self) -> bytes | None:
-        """The merged tree's record; None once it holds no sids."""
+        """The merged tree's record; None once it holds no sids. Postings added only at
+        keys a stored record holds are spliced into it (``_spliced``), which costs a few
+        array steps rather than a decode, a merge and an encode."""
+        if self.raw is not None and self.adds:
+            record = self._spliced()
+            if record is not None:
+                self.raw, self.adds = record, []
+                return record
         self.merge()
         if not len(self.keys):
             return None

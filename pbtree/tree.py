@@ -179,7 +179,7 @@ class Writer:
         if raw is None:
             tree = Packed.empty(prefix[4])
         elif is_packed(raw):
-            tree = Packed.decode(raw, prefix[4])
+            tree = Packed.stored(raw, prefix[4])
         self.packed[prefix] = tree
         return tree
 

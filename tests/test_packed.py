@@ -61,8 +61,9 @@ def _expected(model: dict, payload: bytes, exact: bool) -> list[int]:
 def test_packed_tree_follows_a_model(history):
     family, rounds, probes = history
     model: dict[tuple[int, bytes], list[int]] = {}
-    tree, next_sid = packed.Packed.empty(family), 0
+    trees, next_sid = [packed.Packed.empty(family)], 0
     for adds, removes in rounds:
+        tree = trees[0]
         for kind, postings in adds:  # a run: keys in order, as a fold gives them
             run_keys, sids = [], []
             for key, count in sorted(postings):
@@ -72,26 +73,30 @@ def test_packed_tree_follows_a_model(history):
                 sids += place
                 model.setdefault((kind, key), []).extend(place)
             joined = np.concatenate(run_keys) if tree.width else sum(run_keys, [])
-            tree.add(kind, joined, np.array(sids, np.uint32))
+            for tree in trees:
+                tree.add(kind, joined, np.array(sids, np.uint32))
         stored = sorted(model)
         for pick, drop in removes:
             if not stored:
                 break
             place = stored[pick % len(stored)]
             gone = sorted(set(model[place]))[:drop + 1]
-            tree.remove(*place, gone)
+            for tree in trees:
+                tree.remove(*place, gone)
             model[place] = [s for s in model[place] if s not in gone]
             if not model[place]:
                 del model[place]
                 stored.remove(place)
-        record = tree.encode()
+        record, *others = [tree.encode() for tree in trees]
+        assert others == [record] * len(others)  # spliced into the record as merged
         if not model:
             assert record is None
-            tree = packed.Packed.empty(family)
+            trees = [packed.Packed.empty(family)]
             continue
         assert len(record) == packed.size(family, sorted({k for _, k in model}),
                                           sum(map(len, model.values())))
         tree = packed.Packed.decode(record, family)
+        trees = [tree, packed.Packed.stored(record, family)]
         assert tree.ordered()
         assert {(k, p): s.tolist() for k, p, s in tree.items()} == model
         for payload, exact in probes:
@@ -112,6 +117,10 @@ def test_damaged_records_are_refused():
             packed.Packed.decode(bad, NUMBER)
         with pytest.raises((CorruptIndexError, ValueError, struct.error)):  # matching names
             packed.collect(bad, NUMBER, number_payload(5), True, [])  # a damaged record
+        spliced = packed.Packed.stored(bad, NUMBER)  # a write into the record
+        spliced.add(GT, spliced.repeated(number_payload(3), 1), np.array([3], np.uint32))
+        with pytest.raises(CorruptIndexError):
+            spliced.encode()
     with pytest.raises(CorruptIndexError, match="no gt item"):
         packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])
     keyless = packed.TOTALS.pack(0, 0, 2, 0, 0) + b"\1\0\0\0\2\0\0\0"  # sids, no key

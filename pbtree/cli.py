@@ -559,7 +559,7 @@ def build_parser() -> Parser:
 
     p = _command(sub, "fold", cmd_fold,
                  "move pending subscriptions into the trees now (writes do it every "
-                 f"{FOLD_AT:,} per shard)", "pbtree fold alerts.pbt")
+                 f"{FOLD_AT:,} or more per shard)", "pbtree fold alerts.pbt")
     p.add_argument("index", metavar="INDEX")
 
     p = _command(sub, "generate", cmd_generate,

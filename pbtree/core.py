@@ -29,7 +29,7 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.ids import encode_id, shard_of
-from pbtree.shard import FOLD_AT, Shard
+from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
@@ -110,9 +110,10 @@ def check_layout(shards: int, node_bytes: int) -> None:
             f"not {node_bytes!r}")
 
 
-def check_options(fold_at: int, map_size: int) -> None:
+def check_options(fold_at: int | None, map_size: int) -> None:
     """The options ``create`` and ``open`` share."""
-    check_positive("fold_at", fold_at)
+    if fold_at is not None:
+        check_positive("fold_at", fold_at)
     check_positive("map_size", map_size, "number of bytes")
 
 
@@ -353,7 +354,7 @@ class Index:
 
 def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
            map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-           fold_at: int = FOLD_AT) -> Index:
+           fold_at: int | None = None) -> Index:
     """Create a new, empty index directory at ``path`` (which must not hold files).
 
     ``durable=False`` skips the fsync of each commit: a killed process still
@@ -361,7 +362,9 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     data file where the file system does not keep the order of writes (README,
     Durability).
     New subscriptions are matched from memory until a shard has ``fold_at`` of them,
-    and the write that reaches that folds them into its trees (1: at once).
+    and the write that reaches that folds them into its trees (1: at once). By default
+    that is 10,000, or 4 per record of the shard's trees database up to 80,000: a fold
+    rewrites each small tree it adds to, so a wide schema's many trees wait for more.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
@@ -380,7 +383,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
          map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-         fold_at: int = FOLD_AT) -> Index:
+         fold_at: int | None = None) -> Index:
     """Open an existing index; readonly opens allow many reader processes.
 
     ``durable`` and ``fold_at`` as for ``create``.

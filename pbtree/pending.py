@@ -122,9 +122,9 @@ class Written:
     decoding their records again. A committed sid is never given again and its record
     never changes, so what is here stays true (a removed subscription's postings are
     left out by the fold, and reach no event when pending). At most HELD lists are
-    kept, the oldest dropped first."""
+    kept, the oldest dropped first (about 300 bytes each)."""
 
-    HELD = 20_000
+    HELD = 80_000
 
     __slots__ = ("chunks", "held")
 

@@ -5,8 +5,9 @@ chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
 and intids (per-sid columns, in chunks).
 
 A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
-``fold_at`` sids are, and the write that reaches that folds them all into the trees
-at once, where a batch costs a fraction per subscription of one at a time.
+``fold_at`` sids are (by default ``fold_due``), and the write that reaches that folds them
+all into the trees at once, where a batch costs a fraction per subscription of one at a
+time.
 """
 
 from __future__ import annotations
@@ -39,8 +40,15 @@ FORMAT = b"pbtree-shard"
 VERSION = 5
 #: older versions this one reads, and upgrades on opening for writes
 UPGRADES = (2, 3, 4)
-#: pending sids from which a write folds them into the trees
+#: pending sids from which a write folds them into the trees, by default at the least
 FOLD_AT = 10_000
+#: ... and per record of the trees database: a fold rewrites every small tree (packed
+#: record or delta) it adds to, so a shard of many (a wide schema) folds less often, each
+#: rewrite then carrying more postings
+FOLD_PER_TREE = 4
+#: ... but at most as many as ``Written`` keeps, so a fold decodes no record this process
+#: wrote since the last one
+FOLD_MOST = Written.HELD
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
@@ -50,7 +58,7 @@ class Shard:
 
     def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
                  node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE,
-                 durable: bool = True, fold_at: int = FOLD_AT) -> None:
+                 durable: bool = True, fold_at: int | None = None) -> None:
         self.path = path
         self.fold_at = fold_at
         self.env = Environment(path, DB_NAMES, readonly=readonly, create=create,
@@ -156,7 +164,8 @@ class Shard:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
 
         Ids must be distinct within ``items``. The new sids are pending; when they
-        bring the pending sids to ``fold_at``, the same transaction folds them all.
+        bring the pending sids to ``fold_at`` (``fold_due``), the same transaction folds
+        them all.
         """
         dbs = self.dbs
         lists = [preds for _, _, preds in items]
@@ -186,12 +195,20 @@ class Shard:
             txn.cursor(db=dbs["subs"]).putmulti(subs)
             txn.cursor(db=dbs["ids"]).putmulti(ids)
             self._remove(w, gone)
-            if w.next_sid - w.folded >= self.fold_at:
+            if self.fold_due(w.next_sid - w.folded, txn):
                 self._fold(w, txn)
             w.flush()
             return len(items)
 
         return self._write(apply)
+
+    def fold_due(self, pending: int, txn: lmdb.Transaction) -> bool:
+        """Whether ``pending`` sids are to be folded: ``fold_at`` of them, or by default
+        FOLD_AT, FOLD_PER_TREE per trees record, or FOLD_MOST, whichever is in between."""
+        if self.fold_at is not None:
+            return pending >= self.fold_at
+        return pending >= FOLD_MOST or pending >= FOLD_AT and \
+            pending >= FOLD_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
 
     def fold(self) -> int:
         """Fold every pending subscription into the trees now; returns how many."""

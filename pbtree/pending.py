@@ -9,111 +9,119 @@ count; a later write folds them into the trees in one batch (``Shard``).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 
 import lmdb
 import numpy as np
 
 from pbtree.leaf import EQ, GT, LT
-from pbtree.postings import Keys, group, grouped
+from pbtree.lists import FIXED_WIDTH
+from pbtree.packed import KINDS
+from pbtree.postings import Grouped, group, grouped, places, starts
 from pbtree.tree import read_counter, read_folded
-
-
-class Place:
-    """The pending postings of one kind in one (attribute, family): keys sorted
-    (``postings.Keys``), sids aligned."""
-
-    __slots__ = ("keys", "sids", "_probe")
-
-    def __init__(self, keys: Keys, sids: np.ndarray) -> None:
-        self.keys, self.sids = keys, sids
-        self._probe: list | None = None
-
-    def kept(self, alive: np.ndarray, folded: int) -> tuple[Keys, np.ndarray]:
-        """The keys and sids of the postings whose sid ``s`` has ``alive[s - folded]``."""
-        keep = alive[self.sids - folded]
-        if keep.all():
-            return self.keys, self.sids
-        if isinstance(self.keys, np.ndarray):
-            return self.keys[keep], self.sids[keep]
-        return [key for key, ok in zip(self.keys, keep.tolist(), strict=True) if ok], \
-            self.sids[keep]
-
-    def join(self, newer: Place) -> None:
-        """Take in the postings of a place of later sids, after any equal key held."""
-        sids = np.concatenate((self.sids, newer.sids))
-        if isinstance(self.keys, np.ndarray):
-            keys = np.concatenate((self.keys, newer.keys))
-            if newer.keys[0] < self.keys[-1]:
-                order = np.argsort(keys, kind="stable")
-                keys, sids = keys[order], sids[order]
-        else:
-            keys = self.keys + newer.keys
-            if newer.keys[0] < self.keys[-1]:
-                order = sorted(range(len(keys)), key=keys.__getitem__)  # stable
-                keys, sids = [keys[i] for i in order], sids[order]
-        self.keys, self.sids, self._probe = keys, sids, None
-
-    def bounds(self, payload: bytes) -> tuple[int, int]:
-        """The positions of the first key at least ``payload`` and of the first above it."""
-        keys, probe = self.keys, self._probe
-        fixed = isinstance(keys, np.ndarray)
-        if probe is None:
-            probe = self._probe = keys.tolist() if fixed else keys
-        key = int.from_bytes(payload, "big") if fixed else payload
-        lo = bisect_left(probe, key)
-        return lo, bisect_right(probe, key, lo)
+from storage.keys import STRING
 
 
 class Run:
-    """The postings of a range of pending sids, by (attribute, family) and kind."""
+    """The postings of a range of pending sids (``postings.Grouped``), and each place's
+    span of them. A wide schema's run holds thousands of places of a few postings each,
+    so runs are joined in array steps, not place by place."""
 
-    __slots__ = ("size", "places")
+    __slots__ = ("postings", "attrs", "spans", "probes")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
                  written: Written) -> None:
         """The subscriptions of sids ``first .. end`` (those ``written`` holds, else those
-        whose records still exist): postings grouped by place, each place sorted by key
-        (sid order kept among equal keys)."""
+        whose records still exist)."""
         held = written.take(first, end)
-        self.size, places = group(*held) if held else grouped(txn, dbs["subs"], first, end)
-        self.places = {where: {kind: Place(*place) for kind, place in kinds.items()}
-                       for where, kinds in places.items()}
+        self._hold(group(*held) if held else grouped(txn, dbs["subs"], first, end))
+
+    def _hold(self, found: Grouped) -> None:
+        self.postings = found
+        self.attrs = {name: i for i, name in enumerate(found.names)}
+        bounds = starts(found.place)
+        self.spans = dict(zip(found.place[bounds[:-1]].tolist(),
+                              zip(bounds, bounds[1:], strict=False), strict=True))
+        self.probes: dict[int, list] = {}  # a searched place's keys as a list, by code
+
+    @property
+    def size(self) -> int:
+        return self.postings.place.size
 
     def join(self, newer: Run) -> None:
-        """Take in a run of later sids."""
-        for where, kinds in newer.places.items():
-            mine = self.places.get(where)
-            if mine is None:
-                self.places[where] = kinds
-                continue
-            for kind, place in kinds.items():
-                held = mine.get(kind)
-                if held is None:
-                    mine[kind] = place
-                else:
-                    held.join(place)
-        self.size += newer.size
+        """Take in a run of later sids: attributes and strings renumbered, then one sort."""
+        mine, theirs = self.postings, newer.postings
+        attrs = self.attrs
+        renumbered = np.array([attrs.setdefault(name, len(attrs)) for name in theirs.names],
+                              np.int64)
+        place = np.concatenate((mine.place, renumbered[theirs.place >> 4] << 4 |
+                                theirs.place & 15))
+        strings = mine.strings
+        if theirs.strings and theirs.strings != strings:
+            strings = sorted(set(strings).union(theirs.strings))
+        keys = np.concatenate([_ranked(found, strings) for found in (mine, theirs)])
+        sids = np.concatenate((mine.sids, theirs.sids))
+        order = np.lexsort((sids, keys, place))
+        self._hold(Grouped(list(attrs), strings, place[order], keys[order], sids[order]))
+
+    def kept(self, alive: np.ndarray, folded: int) -> Iterator[tuple]:
+        """``postings.places`` of the postings whose sid ``s`` has ``alive[s - folded]``."""
+        found = self.postings
+        keep = alive[found.sids - folded]
+        if not keep.all():
+            found = found._replace(place=found.place[keep], keys=found.keys[keep],
+                                   sids=found.sids[keep])
+        return places(found)
 
     def search(self, name: bytes, family: int, payload: bytes, exact: bool,
                out: list[np.ndarray]) -> None:
         """Append the sids of this run's predicates on the attribute that the event value
         satisfies; ``exact`` as in the tree walk (False: a longer string cut to
         ``payload``, which no key equals and which every key up to it lies below)."""
-        places = self.places.get((name, family))
-        if places is None:
+        attr = self.attrs.get(name)
+        if attr is None:
             return
-        for kind, place in places.items():
-            sids = place.sids
-            lo, hi = place.bounds(payload)
+        base, spans, key = (attr * 4 + family) * 4, self.spans, None
+        for kind in KINDS:
+            span = spans.get(base + kind)
+            if span is None:
+                continue
+            if key is None:  # the value as keys are held, and whether a key may equal it
+                if family in FIXED_WIDTH:
+                    key, equal = int.from_bytes(payload, "big"), True
+                else:
+                    strings = self.postings.strings
+                    key = bisect_left(strings, payload)
+                    equal = key < len(strings) and strings[key] == payload
+            probe = self.probes.get(base + kind)
+            lo, hi = span
+            if probe is None:
+                probe = self.probes[base + kind] = self.postings.keys[lo:hi].tolist()
+            sids = self.postings.sids[lo:hi]
+            start = bisect_left(probe, key)
+            stop = bisect_right(probe, key, start) if equal else start
             if kind == EQ:
-                parts = (sids[lo:hi],) if exact else ()
+                parts = (sids[start:stop],) if exact else ()
             elif kind == GT:
-                parts = (sids[:lo if exact else hi],)
+                parts = (sids[:start if exact else stop],)
             elif kind == LT:
-                parts = (sids[hi:],)
+                parts = (sids[stop:],)
             else:
-                parts = (sids[:lo], sids[hi:]) if exact else (sids,)
+                parts = (sids[:start], sids[stop:]) if exact else (sids,)
             out += [part for part in parts if part.size]
+
+
+def _ranked(found: Grouped, strings: list[bytes]) -> np.ndarray:
+    """The keys of ``found``, its string ranks made ranks among ``strings`` (which hold
+    its own)."""
+    if not found.strings or found.strings == strings:
+        return found.keys
+    rank = {payload: i for i, payload in enumerate(strings)}
+    ranks = np.array([rank[payload] for payload in found.strings], np.uint64)
+    keys = found.keys.copy()
+    of = np.flatnonzero((found.place >> 2 & 3) == STRING)
+    keys[of] = ranks[keys[of].astype(np.int64)]
+    return keys
 
 
 class Written:

@@ -10,7 +10,9 @@ constant once.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from itertools import chain
+from typing import NamedTuple
 
 import lmdb
 import msgpack
@@ -24,8 +26,23 @@ from storage.keys import BOOL, MAX_EXACT_INT, NUMBER, STRING, number_keys
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
 #: holds them, else the payloads
 Keys = np.ndarray | list[bytes]
-#: (attribute name, family) -> kind -> (keys in order, sids aligned)
-Places = dict[tuple[bytes, int], dict[int, tuple[Keys, np.ndarray]]]
+
+
+class Grouped(NamedTuple):
+    """Postings in three aligned columns sorted by place, key and sid: the place code
+    ``(attribute * 4 + family) * 4 + kind`` (attribute an index into ``names``), the key
+    (a fixed-width family's integer value, else a rank into ``strings``, the distinct
+    string payloads in order) and the sid."""
+
+    names: list[bytes]
+    strings: list[bytes]
+    place: np.ndarray
+    keys: np.ndarray
+    sids: np.ndarray
+
+
+NOTHING = Grouped([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64),
+                  np.zeros(0, np.uint32))
 
 _OP_CODE = {op: i for i, op in enumerate(PLACES)}
 _IN = _OP_CODE["in"]
@@ -38,13 +55,12 @@ _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError
                   msgpack.UnpackException)
 
 
-def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> tuple[int, Places]:
-    """(number of postings, places) of the subs records of sids ``first .. end`` that
-    exist; each place's keys in order, sid order kept among equal keys. A record that
-    does not decode to predicates is a CorruptIndexError naming its sid."""
+def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
+    """The postings of the subs records of sids ``first .. end`` that exist. A record
+    that does not decode to predicates is a CorruptIndexError naming its sid."""
     found = list(records(txn, db, first, end))
     if not found:
-        return 0, {}
+        return NOTHING
     try:
         unpack = msgpack.unpackb
         lists = [unpack(split_sub(raw)[1], use_list=False) for _, raw in found]
@@ -56,7 +72,7 @@ def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> tuple[int, Place
                                 f"damaged") from None
 
 
-def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
+def group(sids: np.ndarray, lists: list) -> Grouped:
     """``grouped`` of the predicate lists of ``sids`` (as decoded, or as ``normalize``
     gave them: tuples, an 'in' set a tuple)."""
     preds = list(chain.from_iterable(lists))
@@ -84,19 +100,28 @@ def group(sids: np.ndarray, lists: list) -> tuple[int, Places]:
     kind = np.concatenate((_FIRST_KIND[op], _SECOND_KIND[op[second]]))
     place = (attr[post] * 4 + family[post]) * 4 + kind  # families and kinds are below 4
     keys, post_sid = keys[post], pred_sid[pred_of[post]]
-    if not place.size:
-        return 0, {}
     order = np.lexsort((post_sid, keys, place))
-    place, keys, post_sid = place[order], keys[order], post_sid[order]
-    bounds = [0, *(np.flatnonzero(place[1:] != place[:-1]) + 1).tolist(), place.size]
-    encoded = [name.encode("utf-8") for name in names]
-    out: Places = {}
-    for code, lo, hi in zip(place[bounds[:-1]].tolist(), bounds, bounds[1:], strict=False):
-        where, kind_of = divmod(code, 4)
-        a, fam = divmod(where, 4)
-        at = keys[lo:hi] if fam in FIXED_WIDTH else [strings[i] for i in keys[lo:hi].tolist()]
-        out.setdefault((encoded[a], fam), {})[kind_of] = (at, post_sid[lo:hi])
-    return place.size, out
+    return Grouped([name.encode("utf-8") for name in names], strings, place[order],
+                   keys[order], post_sid[order])
+
+
+def starts(place: np.ndarray) -> list[int]:
+    """Where each place's postings start in sorted place codes, and their end."""
+    if not place.size:
+        return [0]
+    return [0, *(np.flatnonzero(place[1:] != place[:-1]) + 1).tolist(), place.size]
+
+
+def places(found: Grouped) -> Iterator[tuple[bytes, int, int, Keys, np.ndarray]]:
+    """(attribute name, family, kind, keys in order, sids aligned) of each place."""
+    bounds = starts(found.place)
+    for code, lo, hi in zip(found.place[bounds[:-1]].tolist(), bounds, bounds[1:],
+                            strict=False):
+        where, kind = divmod(code, 4)
+        attr, family = divmod(where, 4)
+        keys = found.keys[lo:hi]
+        yield found.names[attr], family, kind, keys if family in FIXED_WIDTH else \
+            [found.strings[i] for i in keys.tolist()], found.sids[lo:hi]
 
 
 def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:

@@ -238,19 +238,13 @@ class Shard:
             runs.append(Run(txn, self.dbs, start, w.next_sid, self._written))
         self._written.clear()  # all folded (or, should the write fail, read again)
         alive = w.needed.values(w.folded, w.next_sid) != 0
-        everyone = bool(alive.all())
         attr_ids: dict[bytes, int] = {}
         for run in runs:  # older runs hold lower sids
-            for (name, family), kinds in run.places.items():
-                for kind, place in kinds.items():
-                    keys, sids = (place.keys, place.sids) if everyone else \
-                        place.kept(alive, w.folded)
-                    if not sids.size:
-                        continue
-                    aid = attr_ids.get(name)  # given once a live subscription uses it
-                    if aid is None:
-                        aid = attr_ids[name] = w.attr_id(name, True)
-                    w.add(tree_prefix(aid, family), kind, keys, sids)
+            for name, family, kind, keys, sids in run.kept(alive, w.folded):
+                aid = attr_ids.get(name)  # given once a live subscription uses it
+                if aid is None:
+                    aid = attr_ids[name] = w.attr_id(name, True)
+                w.add(tree_prefix(aid, family), kind, keys, sids)
         w.folded = w.next_sid
         return int(np.count_nonzero(alive))
 

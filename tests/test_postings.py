@@ -13,7 +13,7 @@ from strategies import random_subscription, subscriptions
 
 import pbtree
 from pbtree.lists import FIXED_WIDTH
-from pbtree.postings import grouped
+from pbtree.postings import Grouped, grouped, places
 from pbtree.subs import stored
 from storage.keys import number_keys, number_payload
 
@@ -28,15 +28,15 @@ def _by_hand(txn, db, first: int, end: int) -> dict:
             for group, kinds in places.items()}
 
 
-def _as_pairs(places: dict) -> dict:
+def _as_pairs(found: Grouped) -> dict:
     """``grouped``'s places in ``_by_hand``'s form: fixed-width keys back to payloads."""
     out = {}
-    for (name, family), kinds in places.items():
+    for name, family, kind, keys, sids in places(found):
         width = FIXED_WIDTH.get(family)
-        for kind, (keys, sids) in kinds.items():
-            payloads = [int(k).to_bytes(width, "big") for k in keys] if width else keys
-            out.setdefault((name, family), {})[kind] = list(
-                zip(payloads, sids.tolist(), strict=True))
+        payloads = [int(k).to_bytes(width, "big") for k in keys] if width else keys
+        assert kind not in out.get((name, family), {})  # each place once
+        out.setdefault((name, family), {})[kind] = list(zip(payloads, sids.tolist(),
+                                                            strict=True))
     return out
 
 
@@ -56,10 +56,11 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
         end = data.draw(st.integers(first, len(subs) + 1))
         shard = ix.shards[0]
         with shard.read() as txn:
-            size, places = grouped(txn, shard.dbs["subs"], first, end)
+            found = grouped(txn, shard.dbs["subs"], first, end)
             want = _by_hand(txn, shard.dbs["subs"], first, end)
-    assert _as_pairs(places) == want
-    assert size == sum(len(pairs) for kinds in want.values() for pairs in kinds.values())
+    assert _as_pairs(found) == want
+    assert found.place.size == sum(len(pairs) for kinds in want.values()
+                                   for pairs in kinds.values())
 
 
 def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
@@ -73,10 +74,11 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
         shard = ix.shards[0]
         with shard.read() as txn:
             for first, end in ((0, 3000), (1000, 2500)):
-                size, places = grouped(txn, shard.dbs["subs"], first, end)
+                found = grouped(txn, shard.dbs["subs"], first, end)
                 want = _by_hand(txn, shard.dbs["subs"], first, end)
-                assert _as_pairs(places) == want
-                assert size == sum(len(p) for kinds in want.values() for p in kinds.values())
+                assert _as_pairs(found) == want
+                assert found.place.size == sum(len(p) for kinds in want.values()
+                                               for p in kinds.values())
 
 
 @given(st.lists(st.floats(allow_nan=False) | st.integers(-2**53, 2**53)

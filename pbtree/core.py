@@ -258,7 +258,7 @@ class Index:
 
     def fold(self) -> int:
         """Fold every pending subscription into the trees now (writes do it on their own
-        whenever a shard has ``fold_at`` pending); returns how many there were."""
+        whenever a shard has enough pending, ``Shard.fold_due``); returns how many there were."""
         return sum(shard.fold() for shard in self._live())
 
     # --- reads ----------------------------------------------------------------------

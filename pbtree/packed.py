@@ -7,8 +7,9 @@ stored as one record: its distinct keys in order, and per kind the sids of every
 key by key. The leaf items' pointers into the lists become positions: the GT sids an
 event value satisfies are a prefix of the GT sids, the LT ones a suffix, INEQ all but
 one key's. A search is one binary search, a few u32 reads and zero-copy slices of the
-record the walk reads first anyway. A write rewrites the record in one vectorised merge;
-a tree that outgrows the limit becomes a PB+tree for good.
+record the walk reads first anyway. A write rewrites the record in one vectorised merge,
+or splices a few new sids into its bytes; a tree that outgrows the limit becomes a
+PB+tree for good.
 
 Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
 ``keys`` are the m payloads, back to back for the fixed-width families, else
@@ -50,26 +51,20 @@ def limit(node_bytes: int) -> int:
 
 
 def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, int, int | None]:
-    """(m, sid count per kind, offset of the keys, offset of ``end``, fixed key width)."""
-    m, *totals = TOTALS.unpack_from(raw)
-    width = FIXED_WIDTH.get(family)
-    if width:
-        return m, totals, TOTALS.size, TOTALS.size + width * m, width
-    keys_at = TOTALS.size + 4 * m
-    return m, totals, keys_at, keys_at + (_U32.unpack_from(raw, keys_at - 4)[0] if m else 0), None
-
-
-def _sized(raw: bytes, family: int) -> tuple[int, list[int], int, int]:
-    """(m, sid count per kind, offset of the keys, offset of ``end``), the record's
-    length checked against them."""
+    """(m, sid count per kind, offset of the keys, offset of ``end``, fixed key width), the
+    record's length checked against them."""
     try:
-        m, totals, keys_at, ends_at, _ = _layout(raw, family)
+        m, *totals = TOTALS.unpack_from(raw)
+        width = FIXED_WIDTH.get(family)
+        keys_at = TOTALS.size if width else TOTALS.size + 4 * m
+        ends_at = keys_at + (width * m if width else
+                             _U32.unpack_from(raw, keys_at - 4)[0] if m else 0)
     except struct.error:
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is truncated") \
             from None
     if not m or len(raw) != ends_at + 16 * m + 4 * sum(totals):
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
-    return m, totals, keys_at, ends_at
+    return m, totals, keys_at, ends_at, width
 
 
 def _ends(raw: bytes, m: int, totals: list[int], ends_at: int) -> np.ndarray:
@@ -99,8 +94,6 @@ def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
     below)."""
     m, (t_eq, t_gt, t_lt, t_ineq), keys_at, ends_at, width = _layout(raw, family)
     base = ends_at + 16 * m
-    if not m or base + 4 * (t_eq + t_gt + t_lt + t_ineq) != len(raw):
-        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
     r = count_below(raw, m, keys_at, TOTALS.size, width, payload, not exact)
     hit = exact and r < m and _key(raw, keys_at, width, r) == payload
     end = _U32.unpack_from
@@ -166,7 +159,7 @@ def size(family: int, keys: list[bytes], sid_count: int) -> int:
 def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarray, np.ndarray]:
     """The keys (as ``Packed`` holds them), the sid counts of every place and the sids of
     a record."""
-    m, totals, keys_at, ends_at = _sized(raw, family)
+    m, totals, keys_at, ends_at, _ = _layout(raw, family)
     ends = _ends(raw, m, totals, ends_at).astype(np.int64)
     if FIXED_WIDTH.get(family):
         keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
@@ -180,7 +173,8 @@ def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarr
 
 class Packed:
     """A packed tree changed inside a write transaction: ``add`` and ``remove`` queue
-    postings, ``encode`` merges them, the additions in a few vectorised steps.
+    postings, ``encode`` merges them, the additions in a few vectorised steps (or, a few
+    at keys the stored record holds, spliced into its bytes).
 
     Keys of a fixed-width family are held as their integer values (big-endian payloads
     order as integers), those of strings as a list of payloads.
@@ -188,8 +182,8 @@ class Packed:
 
     __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "raw")
 
-    def __init__(self, family: int, keys: list[bytes] | np.ndarray, counts: np.ndarray,
-                 sids: np.ndarray) -> None:
+    def __init__(self, family: int, keys: list[bytes] | np.ndarray | None,
+                 counts: np.ndarray | None, sids: np.ndarray | None) -> None:
         self.family, self.width = family, FIXED_WIDTH.get(family)
         self.keys, self.counts, self.sids = keys, counts, sids
         self.adds: list[tuple[int, np.ndarray | list[bytes], np.ndarray]] = []  # as ``add``
@@ -211,7 +205,7 @@ class Packed:
     def stored(raw: bytes | memoryview, family: int) -> Packed:
         """The packed tree of a record, decoded only when a change needs more than
         splicing new postings into the record's bytes (``encode``)."""
-        tree = Packed(family, None, None, None)
+        tree = Packed(family, None, None, None)  # set by ``_load``
         tree.raw = bytes(raw)
         return tree
 
@@ -223,6 +217,7 @@ class Packed:
 
     def ordered(self) -> bool:
         """Whether the keys are strictly increasing."""
+        self._load()
         keys = self.keys
         if isinstance(keys, np.ndarray):
             return bool((keys[1:] > keys[:-1]).all())
@@ -230,6 +225,7 @@ class Packed:
 
     def key(self, i: int) -> bytes:
         """The payload of key ``i``."""
+        self._load()
         if self.width:
             return int(self.keys[i]).to_bytes(self.width, "big")
         return self.keys[i]
@@ -357,7 +353,7 @@ class Packed:
         adds, raw, width = self.adds, self.raw, self.width
         if sum(len(run) for _, _, run in adds) > SPLICE_MOST:
             return None
-        m, totals, keys_at, ends_at = _sized(raw, self.family)
+        m, totals, keys_at, ends_at, _ = _layout(raw, self.family)
         ends = _ends(raw, m, totals, ends_at)
         starts = (0, totals[0], totals[0] + totals[1], totals[0] + totals[1] + totals[2])
         inserts = []  # (place, position among the stored sids, sid), in run order

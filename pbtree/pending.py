@@ -17,7 +17,7 @@ import numpy as np
 from pbtree.leaf import EQ, GT, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, group, grouped, places, starts
+from pbtree.postings import Grouped, code, group, grouped, places, split_code, starts
 from pbtree.tree import read_counter, read_folded
 from storage.keys import STRING
 
@@ -54,8 +54,8 @@ class Run:
         attrs = self.attrs
         renumbered = np.array([attrs.setdefault(name, len(attrs)) for name in theirs.names],
                               np.int64)
-        place = np.concatenate((mine.place, renumbered[theirs.place >> 4] << 4 |
-                                theirs.place & 15))
+        attr, family, kind = split_code(theirs.place)
+        place = np.concatenate((mine.place, code(renumbered[attr], family, kind)))
         strings = mine.strings
         if theirs.strings and theirs.strings != strings:
             strings = sorted(set(strings).union(theirs.strings))
@@ -81,7 +81,7 @@ class Run:
         attr = self.attrs.get(name)
         if attr is None:
             return
-        base, spans, key = (attr * 4 + family) * 4, self.spans, None
+        base, spans, key = code(attr, family, 0), self.spans, None
         for kind in KINDS:
             span = spans.get(base + kind)
             if span is None:
@@ -119,7 +119,7 @@ def _ranked(found: Grouped, strings: list[bytes]) -> np.ndarray:
     rank = {payload: i for i, payload in enumerate(strings)}
     ranks = np.array([rank[payload] for payload in found.strings], np.uint64)
     keys = found.keys.copy()
-    of = np.flatnonzero((found.place >> 2 & 3) == STRING)
+    of = np.flatnonzero(split_code(found.place)[1] == STRING)
     keys[of] = ranks[keys[of].astype(np.int64)]
     return keys
 
@@ -129,8 +129,9 @@ class Written:
     fold, by sid: a fold or a read of pending sids takes them from here rather than
     decoding their records again. A committed sid is never given again and its record
     never changes, so what is here stays true (a removed subscription's postings are
-    left out by the fold, and reach no event when pending). At most HELD lists are
-    kept, the oldest dropped first (about 300 bytes each)."""
+    left out by the fold, and reach no event when pending). Older lists are dropped
+    while the newer still number HELD (about 300 bytes each): a fold of up to HELD
+    (``shard.FOLD_MOST``) finds all it needs, whatever size the batches."""
 
     HELD = 80_000
 
@@ -147,7 +148,7 @@ class Written:
             self.held -= len(self.chunks.pop()[1])
         self.chunks.append((first, lists))
         self.held += len(lists)
-        while self.held > self.HELD:
+        while self.chunks and self.held - len(self.chunks[0][1]) >= self.HELD:
             self.held -= len(self.chunks.pop(0)[1])
 
     def take(self, start: int, end: int) -> tuple[np.ndarray, list] | None:

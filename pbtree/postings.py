@@ -30,7 +30,7 @@ Keys = np.ndarray | list[bytes]
 
 class Grouped(NamedTuple):
     """Postings in three aligned columns sorted by place, key and sid: the place code
-    ``(attribute * 4 + family) * 4 + kind`` (attribute an index into ``names``), the key
+    (``code``, its attribute an index into ``names``), the key
     (a fixed-width family's integer value, else a rank into ``strings``, the distinct
     string payloads in order) and the sid."""
 
@@ -39,6 +39,20 @@ class Grouped(NamedTuple):
     place: np.ndarray
     keys: np.ndarray
     sids: np.ndarray
+
+
+#: an int, or an int64 array of them
+Ints = int | np.ndarray
+
+
+def code(attr: Ints, family: Ints, kind: Ints) -> Ints:
+    """The place code of (attribute index, family, kind): families and kinds are below 4."""
+    return (attr * 4 + family) * 4 + kind
+
+
+def split_code(place: Ints) -> tuple[Ints, Ints, Ints]:
+    """(attribute index, family, kind) of place codes (``code``)."""
+    return place >> 4, place >> 2 & 3, place & 3
 
 
 NOTHING = Grouped([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64),
@@ -98,7 +112,7 @@ def group(sids: np.ndarray, lists: list) -> Grouped:
     second = np.flatnonzero(_SECOND_KIND[op] >= 0)  # >= and <= also post to GT or LT
     post = np.concatenate((np.arange(len(values)), second))
     kind = np.concatenate((_FIRST_KIND[op], _SECOND_KIND[op[second]]))
-    place = (attr[post] * 4 + family[post]) * 4 + kind  # families and kinds are below 4
+    place = code(attr[post], family[post], kind)
     keys, post_sid = keys[post], pred_sid[pred_of[post]]
     order = np.lexsort((post_sid, keys, place))
     return Grouped([name.encode("utf-8") for name in names], strings, place[order],
@@ -115,10 +129,9 @@ def starts(place: np.ndarray) -> list[int]:
 def places(found: Grouped) -> Iterator[tuple[bytes, int, int, Keys, np.ndarray]]:
     """(attribute name, family, kind, keys in order, sids aligned) of each place."""
     bounds = starts(found.place)
-    for code, lo, hi in zip(found.place[bounds[:-1]].tolist(), bounds, bounds[1:],
-                            strict=False):
-        where, kind = divmod(code, 4)
-        attr, family = divmod(where, 4)
+    for place, lo, hi in zip(found.place[bounds[:-1]].tolist(), bounds, bounds[1:],
+                             strict=False):
+        attr, family, kind = split_code(place)
         keys = found.keys[lo:hi]
         yield found.names[attr], family, kind, keys if family in FIXED_WIDTH else \
             [found.strings[i] for i in keys.tolist()], found.sids[lo:hi]

@@ -108,6 +108,26 @@ def test_packed_tree_follows_a_model(history):
             assert got == _expected(model, payload, exact)
 
 
+def test_a_key_is_found_only_where_its_bytes_start_a_key():
+    """A splice finds fixed-width keys in the record's bytes: a key whose bytes also straddle
+    two keys earlier is still found at its own place, and bytes straddling two keys are no
+    key (the posting then goes through the merge, as a new key)."""
+    k0, k1, k2 = 0x00000000FFFFFFFF, 0x0000000100000000, 0xFFFFFFFF00000001  # k2 in k0|k1
+    tree = packed.Packed.empty(NUMBER)
+    tree.add(GT, np.array([k0, k1, k2], np.uint64), np.array([1, 2, 3], np.uint32))
+    record = tree.encode()
+    straddling = 0x0000FFFFFFFF0000  # bytes 2..9 of the keys
+    assert record.find(k2.to_bytes(8, "big")) < record.find(k1.to_bytes(8, "big"))
+    assert straddling.to_bytes(8, "big") in record
+    for key, sid in ((k2, 4), (straddling, 5)):
+        spliced, merged = packed.Packed.stored(record, NUMBER), packed.Packed.decode(record, NUMBER)
+        for one in (spliced, merged):
+            one.add(GT, np.array([key], np.uint64), np.array([sid], np.uint32))
+        assert spliced.encode() == merged.encode()
+        places = {(kind, int.from_bytes(k, "big")): s.tolist() for kind, k, s in spliced.items()}
+        assert places[(GT, key)] == ([3, 4] if key == k2 else [5])
+
+
 def test_damaged_records_are_refused():
     tree = packed.Packed.empty(NUMBER)
     tree.add(GT, tree.repeated(number_payload(3), 2), np.array([1, 2], np.uint32))

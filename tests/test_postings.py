@@ -9,10 +9,12 @@ import random
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from strategies import random_subscription, subscriptions
+from strategies import ATTRS, random_subscription, subscriptions
 
 import pbtree
+from pbtree.core import normalize
 from pbtree.lists import FIXED_WIDTH
+from pbtree.pending import Run, Written
 from pbtree.postings import Grouped, grouped, places
 from pbtree.subs import stored
 from storage.keys import number_keys, number_payload
@@ -20,12 +22,12 @@ from storage.keys import number_keys, number_payload
 
 def _by_hand(txn, db, first: int, end: int) -> dict:
     """(attribute, family) -> kind -> [(payload, sid)], sorted by payload then sid."""
-    places: dict = {}
+    by_place: dict = {}
     for sid, _, _, found in stored(txn, db, first, end):
         for name, family, payload, kind in found:
-            places.setdefault((name, family), {}).setdefault(kind, []).append((payload, sid))
+            by_place.setdefault((name, family), {}).setdefault(kind, []).append((payload, sid))
     return {group: {kind: sorted(pairs) for kind, pairs in kinds.items()}
-            for group, kinds in places.items()}
+            for group, kinds in by_place.items()}
 
 
 def _as_pairs(found: Grouped) -> dict:
@@ -79,6 +81,31 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
                 assert _as_pairs(found) == want
                 assert found.place.size == sum(len(p) for kinds in want.values()
                                                for p in kinds.values())
+
+
+def _listed(run: Run) -> list:
+    """A run's places as plain values, in attribute name order (runs number them apart)."""
+    return sorted((name, family, kind, keys if isinstance(keys, list) else keys.tolist(),
+                   sids.tolist()) for name, family, kind, keys, sids in places(run.postings))
+
+
+def test_joined_runs_hold_what_one_run_of_all_holds():
+    """Runs joined in sid order hold the columns that one run of all their sids holds:
+    attributes new to the older run, strings on one side or on both (ranks renumbered),
+    'in' sets."""
+    rng = random.Random(11)
+    for _ in range(80):
+        n = rng.randint(2, 40)
+        lists = [normalize(random_subscription(rng, rng.sample(ATTRS, 2), rng.choice((3, 30))))
+                 for _ in range(n)]
+        written = Written()
+        written.add(0, lists)
+        bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
+        runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
+        joined = runs[0]
+        for run in runs[1:]:
+            joined.join(run)
+        assert _listed(joined) == _listed(Run(None, {}, 0, n, written))
 
 
 @given(st.lists(st.floats(allow_nan=False) | st.integers(-2**53, 2**53)

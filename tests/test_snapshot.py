@@ -358,6 +358,10 @@ def test_a_fold_names_only_attributes_of_live_subscriptions(tmp_path):
         assert ix.match({"a": 1}) == [1]  # reads both pending subscriptions in
         assert ix.unsubscribe(2)
         assert ix.fold() == 1
+        ix.subscribe(3, "yyy = 1")  # a run whose every subscription is removed
+        assert ix.match({"yyy": 1}) == [3]
+        assert ix.unsubscribe(3)
+        assert ix.fold() == 0
         shard = ix.shards[0]
         with shard.read() as txn:
             names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]

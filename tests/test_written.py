@@ -143,7 +143,7 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
 
 def test_written_keeps_the_newest_lists_and_takes_only_whole_ranges():
     """A range is taken only when every sid in it is held; a write given again replaces
-    what it gave before; beyond HELD lists the oldest go."""
+    what it gave before; the oldest go while the newer number HELD."""
     written = Written()
     written.add(0, [["x"]] * 10)
     written.add(10, [["y"]] * 5)
@@ -157,3 +157,5 @@ def test_written_keeps_the_newest_lists_and_takes_only_whole_ranges():
     written.add(22, [["v"]] * (Written.HELD - 5))  # 10 over: the oldest 10 go
     assert written.take(0, 1) is None and written.take(10, 11)[1] == [["z"]]
     assert written.held == Written.HELD
+    written.add(Written.HELD + 17, [["u"]])  # one over: without the oldest 3, too few
+    assert written.take(10, 11)[1] == [["z"]] and written.held == Written.HELD + 1

@@ -22,7 +22,6 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
-from operator import itemgetter
 
 import numpy as np
 
@@ -40,9 +39,6 @@ _SID = sidset.DTYPE
 #: list nodes' worth of bytes a packed tree record may take: rewriting it on a write then
 #: costs about what the node writes of a PB+tree would (0: every tree is a PB+tree)
 PACKED_NODES = 4
-#: most postings a write splices into a stored packed record one by one (a fold adds a
-#: few to each of many small trees); more are merged in array steps
-SPLICE_MOST = 12
 
 
 def limit(node_bytes: int) -> int:
@@ -66,13 +62,6 @@ def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, 
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
     return m, totals, keys_at, ends_at, width
 
-
-def _ends(raw: bytes, m: int, totals: list[int], ends_at: int) -> np.ndarray:
-    """The record's ``end`` rows, checked to rise to the kinds' sid counts."""
-    ends = np.frombuffer(raw, _SID, 4 * m, ends_at).reshape(4, m)
-    if ends[:, -1].tolist() != totals or (ends[:, 1:] < ends[:, :-1]).any():
-        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
-    return ends
 
 
 def _index(raw: bytes, m: int, keys_at: int, width: int | None, payload: bytes) -> int | None:
@@ -160,21 +149,116 @@ def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarr
     """The keys (as ``Packed`` holds them), the sid counts of every place and the sids of
     a record."""
     m, totals, keys_at, ends_at, _ = _layout(raw, family)
-    ends = _ends(raw, m, totals, ends_at).astype(np.int64)
+    ends = np.frombuffer(raw, _SID, 4 * m, ends_at).reshape(4, m).astype(np.int64)
+    counts = ends.copy()
+    counts[:, 1:] -= ends[:, :-1]
+    if ends[:, -1].tolist() != totals or (counts < 0).any():
+        raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
     if FIXED_WIDTH.get(family):
         keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
     else:
         key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
         keys = [raw[keys_at + a:keys_at + b] for a, b in zip([0, *key_end], key_end, strict=False)]
-    counts = ends.copy()
-    counts[:, 1:] -= ends[:, :-1]
     return keys, counts, np.frombuffer(raw, _SID, -1, ends_at + 16 * m)
+
+
+def _inserted(old: np.ndarray, ends: np.ndarray, places: np.ndarray,
+              sids: np.ndarray) -> np.ndarray:
+    """``old`` with ``sids[j]`` inserted at position ``ends[j]`` (the end of its place
+    ``places[j]``), those of one place in their order."""
+    order = np.argsort(places, kind="stable")
+    at = ends[order] + np.arange(order.size)  # in the result
+    merged = np.empty(old.size + order.size, _SID)
+    old_at = np.ones(merged.size, bool)
+    old_at[at] = False
+    merged[old_at] = old
+    merged[at] = sids[order]
+    return merged
+
+
+def _ranks(raw: bytes, family: int, m: int, keys_at: int, adds: list) -> np.ndarray | None:
+    """The position among the record's keys of each key of the runs ``adds``, or None
+    when one is not there."""
+    if FIXED_WIDTH.get(family):
+        stored = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at)
+        wanted = np.concatenate([keys for _, keys, _ in adds])
+        rank = stored.astype(np.uint64).searchsorted(wanted)
+        if rank.max() == m or (stored[rank] != wanted).any():
+            return None
+        return rank
+    index: dict[bytes, int | None] = {}
+    for _, keys, _ in adds:
+        for key in keys:
+            if key not in index:
+                index[key] = _index(raw, m, keys_at, None, key)
+    if None in index.values():
+        return None
+    return np.fromiter((index[key] for _, keys, _ in adds for key in keys), np.int64)
+
+
+def splice_all(trees: list[Packed]) -> list[bytes | None]:
+    """The records of the stored trees (``Packed.stored``) that have only additions
+    queued, all at keys their records hold, made at once: the new sids spliced into each
+    record's sids and its ends moved on, in array steps over all the trees (a fold adds a
+    few postings to each of many small trees). None for every other tree, which
+    ``encode`` merges. A tree spliced holds its new record, nothing queued."""
+    out: list[bytes | None] = [None] * len(trees)
+    picked, sizes, tails, ranks, kinds, sids = [], [], [], [], [], []
+    for i, tree in enumerate(trees):
+        if tree.raw is None or tree.removes or not tree.adds:
+            continue
+        m, totals, keys_at, ends_at, _ = _layout(tree.raw, tree.family)
+        rank = _ranks(tree.raw, tree.family, m, keys_at, tree.adds)
+        if rank is None:
+            continue
+        picked.append((i, tree, ends_at))
+        sizes.append((m, *totals))
+        tails.append((np.frombuffer(tree.raw, _SID, 4 * m, ends_at),
+                      np.frombuffer(tree.raw, _SID, -1, ends_at + 16 * m)))
+        ranks.append(rank)
+        for kind, _, run in tree.adds:
+            kinds += [kind] * len(run)
+            sids.append(run)
+    if not picked:
+        return out
+    sizes = np.array(sizes, np.int64)
+    m, totals = sizes[:, 0], sizes[:, 1:]
+    ends = np.concatenate([e for e, _ in tails]).astype(np.int64)
+    rows = np.repeat(m, 4)  # every tree's four rows of ends, one after another
+    row_at = np.cumsum(rows) - rows
+    last = row_at + rows - 1
+    rising = np.ones(ends.size, bool)
+    rising[1:] = ends[1:] >= ends[:-1]
+    rising[row_at] = True
+    if (ends[last] != totals.ravel()).any() or not rising.all():
+        return out  # a damaged record: ``encode`` names it
+    tree_of = np.repeat(np.arange(len(picked)), [rank.size for rank in ranks])
+    row = tree_of * 4 + np.array(kinds, np.int64)  # each posting's tree and kind
+    places = row_at[row] + np.concatenate(ranks)
+    firsts = np.cumsum(totals, axis=1) - totals  # of each kind's sids in a tree's sids
+    held = totals.sum(axis=1)
+    at = (np.cumsum(held) - held)[tree_of] + firsts.ravel()[row] + ends[places]
+    merged = _inserted(np.concatenate([s for _, s in tails]), at, places,
+                       np.concatenate(sids).astype(_SID, copy=False))
+    grown = np.cumsum(np.bincount(places, minlength=ends.size))
+    ends += grown - np.repeat(np.concatenate(([0], grown))[row_at], rows)
+    held += np.bincount(tree_of, minlength=len(picked))
+    end_bytes, sid_bytes = ends.astype(_SID).tobytes(), merged.tobytes()
+    for (i, tree, ends_at), n, first, kind_totals, sid_at, count in zip(
+            picked, m.tolist(), row_at[::4].tolist(), ends[last].reshape(-1, 4).tolist(),
+            (np.cumsum(held) - held).tolist(), held.tolist(), strict=True):
+        record = b"".join((TOTALS.pack(n, *kind_totals), tree.raw[TOTALS.size:ends_at],
+                           end_bytes[4 * first:4 * (first + 4 * n)],
+                           sid_bytes[4 * sid_at:4 * (sid_at + count)]))
+        tree.raw, tree.adds = record, []
+        out[i] = record
+    return out
 
 
 class Packed:
     """A packed tree changed inside a write transaction: ``add`` and ``remove`` queue
-    postings, ``encode`` merges them, the additions in a few vectorised steps (or, a few
-    at keys the stored record holds, spliced into its bytes).
+    postings, ``encode`` merges them, the additions in a few vectorised steps (or,
+    for stored trees only added to at keys they hold, ``splice_all`` splices them).
 
     Keys of a fixed-width family are held as their integer values (big-endian payloads
     order as integers), those of strings as a list of payloads.
@@ -204,7 +288,7 @@ class Packed:
     @staticmethod
     def stored(raw: bytes | memoryview, family: int) -> Packed:
         """The packed tree of a record, decoded only when a change needs more than
-        splicing new postings into the record's bytes (``encode``)."""
+        splicing new postings into the record's bytes (``splice_all``)."""
         tree = Packed(family, None, None, None)  # set by ``_load``
         tree.raw = bytes(raw)
         return tree
@@ -334,61 +418,12 @@ class Packed:
             counts = np.zeros((4, len(keys)), np.int64)
             counts[:, moved] = self.counts
         places = kinds * len(keys) + rank
-        order = np.argsort(places, kind="stable")  # each place's sids keep their order
-        places = places[order]
-        at = np.cumsum(counts.ravel())[places] + np.arange(places.size)  # in the result
-        merged = np.empty(self.sids.size + places.size, _SID)
-        old_at = np.ones(merged.size, bool)
-        old_at[at] = False
-        merged[old_at] = self.sids
-        merged[at] = sids[order]
-        self.sids = merged
+        self.sids = _inserted(self.sids, np.cumsum(counts.ravel())[places], places, sids)
         self.keys = keys
         self.counts = counts + np.bincount(places, minlength=counts.size).reshape(counts.shape)
 
-    def _spliced(self) -> bytes | None:
-        """The stored record with the queued postings added, or None when they are more
-        than SPLICE_MOST or one of their keys is not stored: each sid is spliced into the
-        record's bytes and the ends moved on, without decoding the record."""
-        adds, raw, width = self.adds, self.raw, self.width
-        if sum(len(run) for _, _, run in adds) > SPLICE_MOST:
-            return None
-        m, totals, keys_at, ends_at, _ = _layout(raw, self.family)
-        ends = _ends(raw, m, totals, ends_at)
-        starts = (0, totals[0], totals[0] + totals[1], totals[0] + totals[1] + totals[2])
-        inserts = []  # (place, position among the stored sids, sid), in run order
-        found: dict = {}
-        for kind, keys, run in adds:
-            for key, sid in zip(keys.tolist() if width else keys, run.tolist(), strict=True):
-                i = found.get(key)
-                if i is None:
-                    i = found[key] = _index(raw, m, keys_at, width,
-                                            key.to_bytes(width, "big") if width else key)
-                    if i is None:
-                        return None
-                place = kind * m + i
-                inserts.append((place, starts[kind] + int(ends.flat[place]), sid))
-        inserts.sort(key=itemgetter(0))  # by place; stable: a place's sids keep their order
-        grown = np.bincount([place for place, _, _ in inserts], minlength=4 * m)
-        ends = ends + grown.reshape(4, m).cumsum(axis=1)
-        sids_at = at = ends_at + 16 * m
-        pieces = [TOTALS.pack(m, *ends[:, -1].tolist()), raw[TOTALS.size:ends_at],
-                  ends.astype(_SID).tobytes()]
-        for _, position, sid in inserts:
-            pieces += (raw[at:sids_at + 4 * position], _U32.pack(sid))
-            at = sids_at + 4 * position
-        pieces.append(raw[at:])
-        return b"".join(pieces)
-
     def encode(self) -> bytes | None:
-        """The merged tree's record; None once it holds no sids. Postings added only at
-        keys a stored record holds are spliced into it (``_spliced``), which costs a few
-        array steps rather than a decode, a merge and an encode."""
-        if self.raw is not None and self.adds:
-            record = self._spliced()
-            if record is not None:
-                self.raw, self.adds = record, []
-                return record
+        """The merged tree's record; None once it holds no sids."""
         self.merge()
         if not len(self.keys):
             return None

@@ -24,7 +24,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
-from pbtree.packed import Packed, limit
+from pbtree.packed import Packed, limit, splice_all
 from storage import sidset
 from storage.keys import split_key, tree_prefix
 
@@ -184,20 +184,26 @@ class Writer:
         return tree
 
     def _write_packed(self) -> None:
-        """Store the packed trees changed; one grown over the limit becomes a PB+tree."""
-        for prefix, tree in list(self.packed.items()):
-            if tree is not None and tree.changed:
-                grown = self._write_record(prefix, tree, self.pack_limit)
-                if grown:
-                    self.packed[prefix] = None
-                for kind, payload, sids in grown:
-                    self._insert(prefix, kind, payload, sids)
+        """Store the packed trees changed, those only added to at keys they hold spliced
+        all at once (``splice_all``); one grown over the limit becomes a PB+tree."""
+        changed = [(prefix, tree) for prefix, tree in self.packed.items()
+                   if tree is not None and tree.changed]
+        spliced = splice_all([tree for _, tree in changed])
+        for (prefix, tree), record in zip(changed, spliced, strict=True):
+            grown = self._write_record(prefix, tree, self.pack_limit, record)
+            if grown:
+                self.packed[prefix] = None
+            for kind, payload, sids in grown:
+                self._insert(prefix, kind, payload, sids)
 
-    def _write_record(self, key: bytes, tree: Packed, most: int) -> list:
+    def _write_record(self, key: bytes, tree: Packed, most: int,
+                      record: bytes | None = None) -> list:
         """Store a changed record in the packed layout (a packed tree or a delta) at
-        ``key``, or delete it once empty; one grown over ``most`` bytes is deleted too, and
-        its postings returned (``Packed.take``) for the PB+tree."""
-        record = tree.encode()
+        ``key`` (``record``, if already made), or delete it once empty; one grown over
+        ``most`` bytes is deleted too, and its postings returned (``Packed.take``) for the
+        PB+tree."""
+        if record is None:
+            record = tree.encode()
         if record is not None and len(record) <= most:
             self.txn.put(key, record, db=self.dbs["trees"])
             return []

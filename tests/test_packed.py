@@ -87,8 +87,10 @@ def test_packed_tree_follows_a_model(history):
             if not model[place]:
                 del model[place]
                 stored.remove(place)
+        spliced = packed.splice_all(trees)  # the stored tree's additions, if it can
         record, *others = [tree.encode() for tree in trees]
         assert others == [record] * len(others)  # spliced into the record as merged
+        assert {record} >= set(spliced) - {None}
         if not model:
             assert record is None
             trees = [packed.Packed.empty(family)]
@@ -123,9 +125,49 @@ def test_a_key_is_found_only_where_its_bytes_start_a_key():
         spliced, merged = packed.Packed.stored(record, NUMBER), packed.Packed.decode(record, NUMBER)
         for one in (spliced, merged):
             one.add(GT, np.array([key], np.uint64), np.array([sid], np.uint32))
-        assert spliced.encode() == merged.encode()
+        record = packed.splice_all([spliced])[0]
+        assert (record is not None) == (key == k2) and spliced.encode() == merged.encode()
         places = {(kind, int.from_bytes(k, "big")): s.tolist() for kind, k, s in spliced.items()}
         assert places[(GT, key)] == ([3, 4] if key == k2 else [5])
+
+
+@st.composite
+def forests(draw):
+    """Trees of any family, each a stored record and postings then added to it."""
+    forest = []
+    for _ in range(draw(st.integers(1, 6))):
+        family = draw(st.sampled_from(sorted(FAMILY_KEYS)))
+        postings = st.tuples(st.sampled_from(packed.KINDS), FAMILY_KEYS[family])
+        forest.append((family, draw(st.lists(postings, min_size=1, max_size=8)),
+                       draw(st.lists(postings, max_size=8))))
+    return forest
+
+
+@settings(max_examples=200, deadline=None)
+@given(forests())
+def test_trees_spliced_together_equal_each_merged(forest):
+    """``splice_all`` over many trees at once gives each the record its own merge gives, and
+    splices exactly the trees whose additions all fall on stored keys."""
+    stored_trees, merged_trees = [], []
+    for family, stored, added in forest:
+        tree = packed.Packed.empty(family)
+        for sid, (kind, key) in enumerate(stored):
+            tree.add(kind, tree.repeated(key, 1), np.array([sid], np.uint32))
+        record = tree.encode()
+        pair = [packed.Packed.stored(record, family), packed.Packed.decode(record, family)]
+        for sid, (kind, key) in enumerate(added, len(stored)):
+            for one in pair:
+                one.add(kind, one.repeated(key, 1), np.array([sid], np.uint32))
+        stored_trees.append(pair[0])
+        merged_trees.append(pair[1])
+    spliced = packed.splice_all(stored_trees)
+    for (_, stored, added), tree, record, merged in zip(forest, stored_trees, spliced,
+                                                        merged_trees, strict=True):
+        want = merged.encode()
+        assert tree.encode() == want
+        assert (record is not None) == (bool(added) and {k for _, k in added} <= {
+            k for _, k in stored})
+        assert record is None or record == want
 
 
 def test_damaged_records_are_refused():
@@ -140,6 +182,7 @@ def test_damaged_records_are_refused():
         spliced = packed.Packed.stored(bad, NUMBER)  # a write into the record
         spliced.add(GT, spliced.repeated(number_payload(3), 1), np.array([3], np.uint32))
         with pytest.raises(CorruptIndexError):
+            packed.splice_all([spliced])
             spliced.encode()
     with pytest.raises(CorruptIndexError, match="no gt item"):
         packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])

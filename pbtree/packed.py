@@ -8,8 +8,8 @@ key by key. The leaf items' pointers into the lists become positions: the GT sid
 event value satisfies are a prefix of the GT sids, the LT ones a suffix, INEQ all but
 one key's. A search is one binary search, a few u32 reads and zero-copy slices of the
 record the walk reads first anyway. A write rewrites the record in one vectorised merge,
-or splices a few new sids into its bytes; a tree that outgrows the limit becomes a
-PB+tree for good.
+or splices new sids into its bytes (``splice_all``, every tree of the write at once); a
+tree that outgrows the limit becomes a PB+tree for good.
 
 Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
 ``keys`` are the m payloads, back to back for the fixed-width families, else
@@ -62,18 +62,6 @@ def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, 
         raise CorruptIndexError(f"packed tree record of {len(raw)} bytes is damaged")
     return m, totals, keys_at, ends_at, width
 
-
-
-def _index(raw: bytes, m: int, keys_at: int, width: int | None, payload: bytes) -> int | None:
-    """The position of the key ``payload`` among the record's m keys, or None."""
-    if width:  # a fixed-width key is found where a match starts a key
-        end = keys_at + width * m
-        at = raw.find(payload, keys_at, end)
-        while at >= 0 and (at - keys_at) % width:
-            at = raw.find(payload, at + 1, end)
-        return None if at < 0 else (at - keys_at) // width
-    i = count_below(raw, m, keys_at, TOTALS.size, None, payload, False)
-    return i if i < m and _key(raw, keys_at, None, i) == payload else None
 
 
 def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
@@ -183,16 +171,17 @@ def _ranks(raw: bytes, family: int, m: int, keys_at: int, adds: list) -> np.ndar
         stored = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at)
         wanted = np.concatenate([keys for _, keys, _ in adds])
         rank = stored.astype(np.uint64).searchsorted(wanted)
-        if rank.max() == m or (stored[rank] != wanted).any():
+        if rank.size and (rank.max() == m or (stored[rank] != wanted).any()):
             return None
         return rank
-    index: dict[bytes, int | None] = {}
+    index: dict[bytes, int] = {}
     for _, keys, _ in adds:
         for key in keys:
             if key not in index:
-                index[key] = _index(raw, m, keys_at, None, key)
-    if None in index.values():
-        return None
+                i = count_below(raw, m, keys_at, TOTALS.size, None, key, False)
+                if i == m or _key(raw, keys_at, None, i) != key:
+                    return None
+                index[key] = i
     return np.fromiter((index[key] for _, keys, _ in adds for key in keys), np.int64)
 
 

@@ -111,9 +111,9 @@ def test_packed_tree_follows_a_model(history):
 
 
 def test_a_key_is_found_only_where_its_bytes_start_a_key():
-    """A splice finds fixed-width keys in the record's bytes: a key whose bytes also straddle
-    two keys earlier is still found at its own place, and bytes straddling two keys are no
-    key (the posting then goes through the merge, as a new key)."""
+    """A splice finds fixed-width keys by value: a key whose bytes also straddle two keys
+    earlier is found at its own place, and bytes straddling two keys are no key (the
+    posting then goes through the merge, as a new key)."""
     k0, k1, k2 = 0x00000000FFFFFFFF, 0x0000000100000000, 0xFFFFFFFF00000001  # k2 in k0|k1
     tree = packed.Packed.empty(NUMBER)
     tree.add(GT, np.array([k0, k1, k2], np.uint64), np.array([1, 2, 3], np.uint32))
@@ -133,13 +133,15 @@ def test_a_key_is_found_only_where_its_bytes_start_a_key():
 
 @st.composite
 def forests(draw):
-    """Trees of any family, each a stored record and postings then added to it."""
+    """Trees of any family, each a stored record (postings) and runs then added to it
+    (kind, keys), a place maybe given several sids by one run or by several."""
     forest = []
     for _ in range(draw(st.integers(1, 6))):
         family = draw(st.sampled_from(sorted(FAMILY_KEYS)))
-        postings = st.tuples(st.sampled_from(packed.KINDS), FAMILY_KEYS[family])
-        forest.append((family, draw(st.lists(postings, min_size=1, max_size=8)),
-                       draw(st.lists(postings, max_size=8))))
+        kinds, keys = st.sampled_from(packed.KINDS), FAMILY_KEYS[family]
+        forest.append((family, draw(st.lists(st.tuples(kinds, keys), min_size=1, max_size=8)),
+                       draw(st.lists(st.tuples(kinds, st.lists(keys, min_size=1, max_size=4)),
+                                     max_size=4))))
     return forest
 
 
@@ -155,9 +157,14 @@ def test_trees_spliced_together_equal_each_merged(forest):
             tree.add(kind, tree.repeated(key, 1), np.array([sid], np.uint32))
         record = tree.encode()
         pair = [packed.Packed.stored(record, family), packed.Packed.decode(record, family)]
-        for sid, (kind, key) in enumerate(added, len(stored)):
+        sid = len(stored)
+        for kind, keys in added:  # a run: keys in order, as a fold gives them
+            keys = sorted(keys)
+            sids = np.arange(sid, sid + len(keys), dtype=np.uint32)
+            sid += len(keys)
             for one in pair:
-                one.add(kind, one.repeated(key, 1), np.array([sid], np.uint32))
+                held = np.concatenate([one.repeated(k, 1) for k in keys]) if one.width else keys
+                one.add(kind, held, sids)
         stored_trees.append(pair[0])
         merged_trees.append(pair[1])
     spliced = packed.splice_all(stored_trees)
@@ -165,12 +172,15 @@ def test_trees_spliced_together_equal_each_merged(forest):
                                                         merged_trees, strict=True):
         want = merged.encode()
         assert tree.encode() == want
-        assert (record is not None) == (bool(added) and {k for _, k in added} <= {
+        assert (record is not None) == (bool(added) and {k for _, ks in added for k in ks} <= {
             k for _, k in stored})
         assert record is None or record == want
 
 
 def test_damaged_records_are_refused():
+    two = packed.Packed.empty(NUMBER)
+    two.add(GT, np.array([3, 9], np.uint64), np.array([1, 2], np.uint32))
+    two_keys = two.encode()  # m 2: keys at 20, ends at 36 (EQ 36, GT 44, ...)
     tree = packed.Packed.empty(NUMBER)
     tree.add(GT, tree.repeated(number_payload(3), 2), np.array([1, 2], np.uint32))
     record = tree.encode()
@@ -186,6 +196,13 @@ def test_damaged_records_are_refused():
             spliced.encode()
     with pytest.raises(CorruptIndexError, match="no gt item"):
         packed.Packed.decode(record, NUMBER).remove(GT, number_payload(4), [1])
+    falling = bytearray(two_keys)  # the right length, but GT ends that fall (from 1, 2)
+    falling[44:52] = struct.pack("<2I", 2, 1)
+    spliced = packed.Packed.stored(bytes(falling), NUMBER)
+    spliced.add(GT, spliced.repeated(number_payload(3), 1), np.array([9], np.uint32))
+    assert packed.splice_all([spliced]) == [None]
+    with pytest.raises(CorruptIndexError, match="damaged"):
+        spliced.encode()
     keyless = packed.TOTALS.pack(0, 0, 2, 0, 0) + b"\1\0\0\0\2\0\0\0"  # sids, no key
     with pytest.raises(CorruptIndexError):
         packed.Packed.decode(keyless, NUMBER)

@@ -133,6 +133,12 @@ def size(family: int, keys: list[bytes], sid_count: int) -> int:
     return TOTALS.size + key_bytes + 16 * len(keys) + 4 * sid_count
 
 
+def _string_keys(raw: bytes, m: int, keys_at: int) -> list[bytes]:
+    """The m string keys of a record."""
+    key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
+    return [raw[keys_at + a:keys_at + b] for a, b in zip([0, *key_end], key_end, strict=False)]
+
+
 def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarray, np.ndarray]:
     """The keys (as ``Packed`` holds them), the sid counts of every place and the sids of
     a record."""
@@ -145,8 +151,7 @@ def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarr
     if FIXED_WIDTH.get(family):
         keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
     else:
-        key_end = np.frombuffer(raw, _SID, m, TOTALS.size).tolist()
-        keys = [raw[keys_at + a:keys_at + b] for a, b in zip([0, *key_end], key_end, strict=False)]
+        keys = _string_keys(raw, m, keys_at)
     return keys, counts, np.frombuffer(raw, _SID, -1, ends_at + 16 * m)
 
 
@@ -174,15 +179,9 @@ def _ranks(raw: bytes, family: int, m: int, keys_at: int, adds: list) -> np.ndar
         if rank.size and (rank.max() == m or (stored[rank] != wanted).any()):
             return None
         return rank
-    index: dict[bytes, int] = {}
-    for _, keys, _ in adds:
-        for key in keys:
-            if key not in index:
-                i = count_below(raw, m, keys_at, TOTALS.size, None, key, False)
-                if i == m or _key(raw, keys_at, None, i) != key:
-                    return None
-                index[key] = i
-    return np.fromiter((index[key] for _, keys, _ in adds for key in keys), np.int64)
+    index = {key: i for i, key in enumerate(_string_keys(raw, m, keys_at))}
+    found = [index.get(key) for _, keys, _ in adds for key in keys]
+    return None if None in found else np.array(found, np.int64)
 
 
 def splice_all(trees: list[Packed]) -> list[bytes | None]:

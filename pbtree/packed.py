@@ -411,7 +411,10 @@ class Packed:
         self.counts = counts + np.bincount(places, minlength=counts.size).reshape(counts.shape)
 
     def encode(self) -> bytes | None:
-        """The merged tree's record; None once it holds no sids."""
+        """The merged tree's record; None once it holds no sids. A stored (or spliced)
+        record with nothing queued is its own record."""
+        if self.raw is not None and not self.adds:
+            return self.raw
         self.merge()
         if not len(self.keys):
             return None

@@ -142,19 +142,19 @@ def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     key is its payload as an integer (``storage.keys.number_payload``), a bool's 0 or 1,
     a string's rank among the strings."""
     m = len(values)
-    code = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.int64, m)
+    types = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.int64, m)
     keys = np.zeros(m, np.uint64)
     held = np.fromiter(values, object, m)
-    number = code <= NUMBER
+    number = types <= NUMBER
     if number.any():
         floats = held[number].astype(np.float64)
-        if np.isnan(floats).any() or (np.abs(floats[code[number] == 0]) > MAX_EXACT_INT).any():
+        if np.isnan(floats).any() or (np.abs(floats[types[number] == 0]) > MAX_EXACT_INT).any():
             raise ValueError("a number constant is NaN or an inexact integer")
         keys[number] = number_keys(floats)
-    boolean = code == BOOL
+    boolean = types == BOOL
     if boolean.any():
         keys[boolean] = held[boolean].astype(np.uint64)
-    string = np.flatnonzero(code == STRING)
+    string = np.flatnonzero(types == STRING)
     strings: list[bytes] = []
     if string.size:
         texts = held[string].tolist()
@@ -162,5 +162,5 @@ def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
         strings = [constant(text)[1] for text in distinct]
         rank = {text: i for i, text in enumerate(distinct)}
         keys[string] = np.fromiter(map(rank.__getitem__, texts), np.uint64, string.size)
-    code[number] = NUMBER
-    return keys, code, strings
+    types[number] = NUMBER
+    return keys, types, strings

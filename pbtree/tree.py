@@ -188,22 +188,19 @@ class Writer:
         all at once (``splice_all``); one grown over the limit becomes a PB+tree."""
         changed = [(prefix, tree) for prefix, tree in self.packed.items()
                    if tree is not None and tree.changed]
-        spliced = splice_all([tree for _, tree in changed])
-        for (prefix, tree), record in zip(changed, spliced, strict=True):
-            grown = self._write_record(prefix, tree, self.pack_limit, record)
+        splice_all([tree for _, tree in changed])
+        for prefix, tree in changed:
+            grown = self._write_record(prefix, tree, self.pack_limit)
             if grown:
                 self.packed[prefix] = None
             for kind, payload, sids in grown:
                 self._insert(prefix, kind, payload, sids)
 
-    def _write_record(self, key: bytes, tree: Packed, most: int,
-                      record: bytes | None = None) -> list:
+    def _write_record(self, key: bytes, tree: Packed, most: int) -> list:
         """Store a changed record in the packed layout (a packed tree or a delta) at
-        ``key`` (``record``, if already made), or delete it once empty; one grown over
-        ``most`` bytes is deleted too, and its postings returned (``Packed.take``) for the
-        PB+tree."""
-        if record is None:
-            record = tree.encode()
+        ``key``, or delete it once empty; one grown over ``most`` bytes is deleted too, and
+        its postings returned (``Packed.take``) for the PB+tree."""
+        record = tree.encode()
         if record is not None and len(record) <= most:
             self.txn.put(key, record, db=self.dbs["trees"])
             return []

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from pbtree import expr as expressions
+from pbtree.batch import normalize_many
 from pbtree.errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -196,14 +197,18 @@ class Index:
     def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> list[list]:
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
-        for n, pair in enumerate(pairs):
+        pairs = list(pairs)
+        fast = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
+                               for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
+        for n, (pair, preds) in enumerate(zip(pairs, fast, strict=True)):
             try:
                 sub_id, expr = pair
             except (TypeError, ValueError):
                 raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
             try:
                 idkey = encode_id(sub_id)
-                preds = normalize(expr)
+                if preds is None:
+                    preds = normalize(expr)
             except (ExpressionError, IdError) as exc:
                 raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
             groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))

@@ -1,0 +1,241 @@
+"""The core predicates of many tuple-form subscriptions at once (``Index.subscribe_many``).
+
+``expr.normalize`` spends Python work on every predicate of every subscription. Here a
+batch's predicates become columns (attribute, operator, value), are checked and given sort
+keys in C-level maps and array steps, and one sort puts each subscription's core
+predicates in canonical order (DESIGN §1). Only the common shapes are taken: a non-empty
+list or tuple of (attribute, op, value) lists or tuples, an ASCII attribute, an operator
+spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it, and constants that are plain
+ints, floats, bools or short ASCII strings. Whatever else a subscription holds is left to
+``core.normalize``, which gives the same predicates or names what is wrong.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, compress, repeat
+
+import numpy as np
+
+from pbtree.expr import OPS_CORE
+from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
+
+_EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
+_NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
+#: source operator -> its core rank (a scalar operator) or _IN, _NOT_IN, _BETWEEN
+_SOURCE_OP = {"=": _EQ, "==": _EQ, "<": _LT, "<=": _LE, ">": _GT, ">=": _GE, "!=": _NE,
+              "<>": _NE, "in": _IN, "not in": _NOT_IN, "between": _BETWEEN}
+_CORE_OP = np.array(OPS_CORE, object)
+_SCALAR = np.array([op in (_EQ, _LT, _LE, _GT, _GE, _NE) for op in range(_BETWEEN + 1)])
+_SEQUENCE = frozenset((tuple, list))
+_STR = {str}
+#: a plain constant's type -> code: its family, and 0 for an int (checked for range)
+_TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
+
+
+def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
+                   ) -> list[list | None]:
+    """Per source, its core predicates as ``core.normalize`` gives them, or None where
+    the source is not of the common shapes (then ``core.normalize`` is to be asked)."""
+    out: list[list | None] = [None] * len(sources)
+    if set(map(type, sources)) <= _SEQUENCE and all(sources):
+        taken, subs = list(range(len(sources))), list(sources)
+    else:
+        taken = [i for i, s in enumerate(sources) if type(s) in _SEQUENCE and s]
+        subs = [sources[i] for i in taken]
+    columns = _columns(subs)
+    if columns is None:  # some predicate is not a 3-item list or tuple of str, str, value
+        kept = [j for j, s in enumerate(subs) if all(map(_plain, s))]
+        taken, subs = [taken[j] for j in kept], [subs[j] for j in kept]
+        columns = _columns(subs)
+    if not subs or columns is None:
+        return out
+    attrs, distinct, op, values = columns
+    if set(map(type, distinct)) == _STR and all(map(str.isascii, distinct)) and \
+            "" not in distinct and max(map(len, distinct)) <= max_attr_bytes:
+        names = sorted(distinct)
+    else:
+        names = sorted(a for a in distinct if type(a) is str and a and a.isascii()
+                       and len(a) <= max_attr_bytes)
+    rank = dict(zip(names, range(len(names)), strict=True))
+    attr = np.fromiter(map(rank.get, attrs, repeat(-1)), np.int64, len(attrs))
+    if set(map(type, attrs)) != _STR:  # a str subclass equal to a name is still no name
+        attr[~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))] = -1
+    ok = (attr >= 0) & (op >= 0)
+    rows = _Rows(names, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
+    grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in', 'between'
+    sets = [values[i] for i in grouped.tolist()]
+    sizes = _sizes(sets, op[grouped] == _BETWEEN)
+    ok[grouped[sizes == 0]] = False
+    of = grouped[np.repeat(np.arange(grouped.size), sizes)]  # each set value's predicate
+    plain, family, keys, canon = _constants([*values, *chain.from_iterable(
+        compress(sets, sizes.tolist()))])  # one call: strings ranked all together
+    m = len(values)
+    ok[~plain[:m] & _SCALAR[op]] = False
+    ok[of[~plain[m:]]] = False
+    pairs = np.flatnonzero(op[of] == _BETWEEN) + m
+    ok[of[pairs[0::2] - m][family[pairs[0::2]] != family[pairs[1::2]]]] = False
+    scalar = np.flatnonzero(ok & _SCALAR[op])
+    rows.add(scalar, op[scalar], family[scalar], keys[scalar], canon[scalar])
+    kept = np.flatnonzero(ok[of])
+    for source_op in (_IN, _NOT_IN, _BETWEEN):
+        part = kept[op[of[kept]] == source_op]
+        pred, at = of[part], part + m
+        if source_op == _BETWEEN:
+            rows.add(pred[0::2], _GE, family[at[0::2]], keys[at[0::2]], canon[at[0::2]])
+            rows.add(pred[1::2], _LE, family[at[1::2]], keys[at[1::2]], canon[at[1::2]])
+        elif source_op == _NOT_IN:
+            rows.add(pred, _NE, family[at], keys[at], canon[at])
+        else:
+            rows.add_in(pred, family[at], keys[at], canon[at])
+    bad = np.zeros(len(subs), bool)
+    bad[rows.sub_of[~ok]] = True
+    for j, preds in enumerate(rows.lists(len(subs), bad, max_predicates)):
+        if preds is not None:
+            out[taken[j]] = preds
+    return out
+
+
+def _plain(pred: object) -> bool:
+    return type(pred) in _SEQUENCE and len(pred) == 3 and type(pred[0]) is str and \
+        type(pred[1]) is str  # type: ignore[index]
+
+
+def _columns(subs: list) -> tuple[tuple, dict, np.ndarray, tuple] | None:
+    """(attributes, the distinct ones, operator codes, values) of the subscriptions'
+    predicates, or None if one is not a 3-item list or tuple or has an attribute or
+    operator that can't be hashed."""
+    if not subs:
+        return (), {}, np.zeros(0, np.int64), ()
+    if not set(map(type, chain.from_iterable(subs))) <= _SEQUENCE:
+        return None
+    try:
+        attrs, ops, values = zip(*chain.from_iterable(subs), strict=True)
+        return attrs, dict.fromkeys(attrs), \
+            np.fromiter(map(_SOURCE_OP.get, ops, repeat(-1)), np.int64, len(ops)), values
+    except (ValueError, TypeError):
+        return None
+
+
+def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
+    """How many values each set holds, 0 where it is not a list or tuple of one or more
+    values (two for ``between``)."""
+    shaped = np.fromiter(map(_SEQUENCE.__contains__, map(type, sets)), bool, len(sets))
+    sizes = np.zeros(len(sets), np.int64)
+    sizes[shaped] = np.fromiter(map(len, compress(sets, shaped)), np.int64)
+    sizes[between & (sizes != 2)] = 0
+    return sizes
+
+
+def _constants(values: list | tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(plain, family, sort key, canonical value) of each value: ints within ±2^53,
+    floats but NaN (integral ones within ±2^53 become ints), bools, ASCII strings up to
+    MAX_CONST_BYTES are plain. Keys order the values of a family as ``expr`` does."""
+    n = len(values)
+    code = np.fromiter(map(_TYPE_CODE.get, map(type, values), repeat(-1)), np.int64, n)
+    held = np.fromiter(values, object, n)
+    keys = np.zeros(n, np.uint64)
+    canon = held.copy()
+    ints = np.flatnonzero(code == 0)
+    if ints.size:
+        try:
+            exact = held[ints].astype(np.int64)
+        except OverflowError:  # beyond int64: out of range anyway
+            exact = np.array([v if abs(v) <= MAX_EXACT_INT else -1 - MAX_EXACT_INT
+                              for v in held[ints].tolist()], np.int64)
+        code[ints[np.abs(exact) > MAX_EXACT_INT]] = -1
+        keys[ints] = number_keys(exact.astype(np.float64))
+    floats = np.flatnonzero(code == NUMBER)
+    if floats.size:
+        number = held[floats].astype(np.float64)
+        nan = np.isnan(number)
+        code[floats[nan]] = -1
+        number[nan] = 0.0
+        whole = (np.floor(number) == number) & (np.abs(number) <= MAX_EXACT_INT)
+        if whole.any():  # 2.0 is the int 2, -0.0 the int 0
+            canon[floats[whole]] = list(map(int, number[whole].tolist()))
+        keys[floats] = number_keys(number)
+    strings = np.flatnonzero(code == STRING)
+    if strings.size:
+        texts = held[strings].tolist()
+        plain = np.fromiter(map(str.isascii, texts), bool, len(texts)) & \
+            (np.fromiter(map(len, texts), np.int64, len(texts)) <= MAX_CONST_BYTES)
+        code[strings[~plain]] = -1
+        order = {text: i for i, text in enumerate(sorted(set(texts)))}
+        keys[strings] = np.fromiter(map(order.__getitem__, texts), np.uint64, len(texts))
+    bools = np.flatnonzero(code == BOOL)
+    if bools.size:
+        keys[bools] = held[bools].astype(np.uint64)
+    return code >= 0, np.where(code == 0, NUMBER, code), keys, canon
+
+
+def _new(*columns: np.ndarray) -> np.ndarray:
+    """Which rows differ from the row before in any of ``columns`` (the first row does)."""
+    new = np.ones(columns[0].size, bool)
+    if new.size:
+        new[1:] = np.logical_or.reduce([c[1:] != c[:-1] for c in columns])
+    return new
+
+
+class _Rows:
+    """The core predicates of a batch as columns (subscription, attribute index, rank,
+    family, key, value), added a kind of source predicate at a time."""
+
+    def __init__(self, names: list[str], sub_of: np.ndarray, attr: np.ndarray) -> None:
+        self.names, self.sub_of, self.attr = names, sub_of, attr
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.values: list[np.ndarray] = []
+
+    def add(self, pred: np.ndarray, rank: np.ndarray | int, family: np.ndarray,
+            keys: np.ndarray, values: np.ndarray) -> None:
+        """One core predicate for each source predicate of ``pred``."""
+        ranks = np.broadcast_to(np.asarray(rank, np.int64), pred.shape)
+        self.parts.append((self.sub_of[pred], self.attr[pred], ranks, family, keys))
+        self.values.append(values)
+
+    def add_in(self, of: np.ndarray, family: np.ndarray, keys: np.ndarray,
+               canon: np.ndarray) -> None:
+        """'in' source predicates, from the values of their sets (``of``: each value's
+        predicate): a set of one distinct value is '=', else one 'in' of them in order."""
+        order = np.lexsort((keys, family, of))  # each set's distinct values, in order
+        of, family, keys = of[order], family[order], keys[order]
+        canon = canon[order]
+        first = _new(of, family, keys)
+        of, family, keys = of[first], family[first], keys[first]
+        canon = canon[first]
+        count = np.bincount(of)
+        one = count[of] == 1
+        self.add(of[one], _EQ, family[one], keys[one], canon[one])
+        starts = np.flatnonzero(_new(of) & ~one)
+        ends = starts + count[of[starts]]
+        none = np.zeros(starts.size, np.int64)  # 'in' sorts after any other key (see lists)
+        canon = canon.tolist()
+        sets = [tuple(canon[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        self.add(of[starts], _IN, none, none.astype(np.uint64),
+                 np.fromiter(sets, object, len(sets)))
+
+    def lists(self, subs: int, bad: np.ndarray, max_predicates: int) -> list[list | None]:
+        """Each subscription's core predicates in canonical order, duplicates dropped; None
+        for one marked ``bad``, of over ``max_predicates`` predicates, or with two 'in' on
+        one attribute (whose order ``expr`` decides, by their sets)."""
+        sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
+                                                                         strict=True))
+        held = np.concatenate(self.values)
+        place = ((sub * len(self.names) + attr) * 8 + rank) * 4 + family
+        order = np.argsort(place, kind="stable")  # rows come near sub order: runs
+        place = place[order]
+        tie = place[1:] == place[:-1]
+        if tie.any():  # within a place, by key
+            tied = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
+            order[tied] = order[tied][np.lexsort((keys[order[tied]], place[tied]))]
+        sub, attr, rank = sub[order], attr[order], rank[order]
+        keep = _new(place, keys[order])
+        bad = bad.copy()
+        bad[sub[~keep & (rank == _IN)]] = True
+        sub, attr, rank = sub[keep], attr[keep], rank[keep]
+        count = np.bincount(sub, minlength=subs)
+        bad |= count > max_predicates
+        triples = list(zip(np.array(self.names, object)[attr].tolist(), _CORE_OP[rank].tolist(),
+                           held[order[keep]].tolist(), strict=True))
+        ends = np.cumsum(count).tolist()
+        return [None if b else triples[a:e]
+                for a, e, b in zip([0, *ends[:-1]], ends, bad.tolist(), strict=True)]

@@ -8,6 +8,9 @@ list or tuple of (attribute, op, value) lists or tuples, an ASCII attribute, an 
 spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it, and constants that are plain
 ints, floats, bools or short ASCII strings. Whatever else a subscription holds is left to
 ``core.normalize``, which gives the same predicates or names what is wrong.
+
+The same columns give the batch's postings (``postings.Grouped``), which the shard keeps
+(``pending.Written``): its folds and pending reads need not group the predicates again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from itertools import chain, compress, repeat
 import numpy as np
 
 from pbtree.expr import OPS_CORE
+from pbtree.leaf import EQ
+from pbtree.postings import NOTHING, Grouped, code, concatenated, group
+from pbtree.subs import PLACES
 from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
 
 _EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
@@ -26,6 +32,10 @@ _SOURCE_OP = {"=": _EQ, "==": _EQ, "<": _LT, "<=": _LE, ">": _GT, ">=": _GE, "!=
               "<>": _NE, "in": _IN, "not in": _NOT_IN, "between": _BETWEEN}
 _CORE_OP = np.array(OPS_CORE, object)
 _SCALAR = np.array([op in (_EQ, _LT, _LE, _GT, _GE, _NE) for op in range(_BETWEEN + 1)])
+#: a core rank's first kind of place, and its second or -1 (subs.PLACES)
+_FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
+_SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
+                        np.int64)
 _SEQUENCE = frozenset((tuple, list))
 _STR = {str}
 #: a plain constant's type -> code: its family, and 0 for an int (checked for range)
@@ -33,9 +43,10 @@ _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 
 
 def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
-                   ) -> list[list | None]:
+                   ) -> tuple[list[list | None], Grouped]:
     """Per source, its core predicates as ``core.normalize`` gives them, or None where
-    the source is not of the common shapes (then ``core.normalize`` is to be asked)."""
+    the source is not of the common shapes (then ``core.normalize`` is to be asked); and
+    the postings of those given, unsorted, their sids the sources' positions."""
     out: list[list | None] = [None] * len(sources)
     if set(map(type, sources)) <= _SEQUENCE and all(sources):
         taken, subs = list(range(len(sources))), list(sources)
@@ -48,7 +59,7 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
         taken, subs = [taken[j] for j in kept], [subs[j] for j in kept]
         columns = _columns(subs)
     if not subs or columns is None:
-        return out
+        return out, NOTHING
     attrs, distinct, op, values = columns
     if set(map(type, distinct)) == _STR and all(map(str.isascii, distinct)) and \
             "" not in distinct and max(map(len, distinct)) <= max_attr_bytes:
@@ -67,7 +78,7 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
     sizes = _sizes(sets, op[grouped] == _BETWEEN)
     ok[grouped[sizes == 0]] = False
     of = grouped[np.repeat(np.arange(grouped.size), sizes)]  # each set value's predicate
-    plain, family, keys, canon = _constants([*values, *chain.from_iterable(
+    plain, family, keys, canon, rows.texts = _constants([*values, *chain.from_iterable(
         compress(sets, sizes.tolist()))])  # one call: strings ranked all together
     m = len(values)
     ok[~plain[:m] & _SCALAR[op]] = False
@@ -89,10 +100,31 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
             rows.add_in(pred, family[at], keys[at], canon[at])
     bad = np.zeros(len(subs), bool)
     bad[rows.sub_of[~ok]] = True
-    for j, preds in enumerate(rows.lists(len(subs), bad, max_predicates)):
+    lists, found = rows.done(bad, max_predicates, np.array(taken, np.uint32))
+    for j, preds in enumerate(lists):
         if preds is not None:
             out[taken[j]] = preds
-    return out
+    return out, found
+
+
+def shard_postings(found: Grouped, items: list) -> Grouped:
+    """The postings, unsorted, of one shard's (id, id bytes, predicates, batch position)
+    items, the sid of item ``k`` being ``k``: taken from ``found`` (``normalize_many``'s)
+    for items with a position, grouped from the predicates for those at -1."""
+    at = np.array([item[3] for item in items], np.int64)
+    taken = np.flatnonzero(at >= 0)
+    pieces = []
+    if taken.size:  # then ``found`` holds their postings
+        index = np.full(max(int(at.max()), int(found.sids.max())) + 1, -1, np.int64)
+        index[at[taken]] = taken
+        k = index[found.sids]
+        mine = k >= 0
+        pieces.append(found._replace(place=found.place[mine], keys=found.keys[mine],
+                                     sids=k[mine].astype(np.uint32)))
+    rest = np.flatnonzero(at < 0)
+    if rest.size:
+        pieces.append(group(rest.astype(np.uint32), [items[i][2] for i in rest.tolist()]))
+    return concatenated(pieces) if pieces else NOTHING
 
 
 def _plain(pred: object) -> bool:
@@ -126,10 +158,12 @@ def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _constants(values: list | tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(plain, family, sort key, canonical value) of each value: ints within ±2^53,
-    floats but NaN (integral ones within ±2^53 become ints), bools, ASCII strings up to
-    MAX_CONST_BYTES are plain. Keys order the values of a family as ``expr`` does."""
+def _constants(values: list | tuple
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(plain, family, sort key, canonical value) of each value, and the distinct strings
+    in order: ints within ±2^53, floats but NaN (integral ones within ±2^53 become ints),
+    bools, ASCII strings up to MAX_CONST_BYTES are plain. Keys order the values of a
+    family as ``expr`` does; a string's is its rank among the strings."""
     n = len(values)
     code = np.fromiter(map(_TYPE_CODE.get, map(type, values), repeat(-1)), np.int64, n)
     held = np.fromiter(values, object, n)
@@ -155,17 +189,19 @@ def _constants(values: list | tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray
             canon[floats[whole]] = list(map(int, number[whole].tolist()))
         keys[floats] = number_keys(number)
     strings = np.flatnonzero(code == STRING)
+    distinct: list[str] = []
     if strings.size:
         texts = held[strings].tolist()
         plain = np.fromiter(map(str.isascii, texts), bool, len(texts)) & \
             (np.fromiter(map(len, texts), np.int64, len(texts)) <= MAX_CONST_BYTES)
         code[strings[~plain]] = -1
-        order = {text: i for i, text in enumerate(sorted(set(texts)))}
+        distinct = sorted(set(texts))
+        order = dict(zip(distinct, range(len(distinct)), strict=True))
         keys[strings] = np.fromiter(map(order.__getitem__, texts), np.uint64, len(texts))
     bools = np.flatnonzero(code == BOOL)
     if bools.size:
         keys[bools] = held[bools].astype(np.uint64)
-    return code >= 0, np.where(code == 0, NUMBER, code), keys, canon
+    return code >= 0, np.where(code == 0, NUMBER, code), keys, canon, distinct
 
 
 def _new(*columns: np.ndarray) -> np.ndarray:
@@ -184,6 +220,8 @@ class _Rows:
         self.names, self.sub_of, self.attr = names, sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
+        self.texts: list[str] = []  # the strings that string keys rank
+        self.sets = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64))
 
     def add(self, pred: np.ndarray, rank: np.ndarray | int, family: np.ndarray,
             keys: np.ndarray, values: np.ndarray) -> None:
@@ -207,16 +245,19 @@ class _Rows:
         self.add(of[one], _EQ, family[one], keys[one], canon[one])
         starts = np.flatnonzero(_new(of) & ~one)
         ends = starts + count[of[starts]]
-        none = np.zeros(starts.size, np.int64)  # 'in' sorts after any other key (see lists)
+        self.sets = (of[~one], family[~one], keys[~one])  # an 'in' posts each value
+        none = np.zeros(starts.size, np.int64)  # 'in' sorts after any other key (see done)
         canon = canon.tolist()
         sets = [tuple(canon[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
         self.add(of[starts], _IN, none, none.astype(np.uint64),
                  np.fromiter(sets, object, len(sets)))
 
-    def lists(self, subs: int, bad: np.ndarray, max_predicates: int) -> list[list | None]:
+    def done(self, bad: np.ndarray, max_predicates: int, sids: np.ndarray
+             ) -> tuple[list[list | None], Grouped]:
         """Each subscription's core predicates in canonical order, duplicates dropped; None
         for one marked ``bad``, of over ``max_predicates`` predicates, or with two 'in' on
-        one attribute (whose order ``expr`` decides, by their sets)."""
+        one attribute (whose order ``expr`` decides, by their sets). And the postings of
+        the others, unsorted, subscription ``j``'s sid ``sids[j]``."""
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
         held = np.concatenate(self.values)
@@ -231,11 +272,36 @@ class _Rows:
         keep = _new(place, keys[order])
         bad = bad.copy()
         bad[sub[~keep & (rank == _IN)]] = True
+        order = order[keep]
         sub, attr, rank = sub[keep], attr[keep], rank[keep]
-        count = np.bincount(sub, minlength=subs)
+        count = np.bincount(sub, minlength=bad.size)
         bad |= count > max_predicates
         triples = list(zip(np.array(self.names, object)[attr].tolist(), _CORE_OP[rank].tolist(),
-                           held[order[keep]].tolist(), strict=True))
+                           held[order].tolist(), strict=True))
         ends = np.cumsum(count).tolist()
-        return [None if b else triples[a:e]
-                for a, e, b in zip([0, *ends[:-1]], ends, bad.tolist(), strict=True)]
+        lists = [None if b else triples[a:e]
+                 for a, e, b in zip([0, *ends[:-1]], ends, bad.tolist(), strict=True)]
+        return lists, self._postings(bad, sub, attr, rank, family[order], keys[order], sids)
+
+    def _postings(self, bad: np.ndarray, sub: np.ndarray, attr: np.ndarray,
+                  rank: np.ndarray, family: np.ndarray, keys: np.ndarray, sids: np.ndarray
+                  ) -> Grouped:
+        """The postings (DESIGN §3) of the core predicates given, but those of ``bad``
+        subscriptions: a scalar's one or two places, an 'in' set's values one each."""
+        of, set_family, set_keys = self.sets
+        scalar = ~bad[sub] & (rank != _IN)
+        in_set = ~bad[self.sub_of[of]]
+        second = np.flatnonzero(scalar & (_SECOND_KIND[rank] >= 0))
+        scalar = np.flatnonzero(scalar)
+        family = np.concatenate((family[scalar], family[second], set_family[in_set]))
+        keys = np.concatenate((keys[scalar], keys[second], set_keys[in_set]))
+        strings = np.flatnonzero(family == STRING)
+        used = np.unique(keys[strings])  # the strings a kept posting holds, in order
+        keys[strings] = np.searchsorted(used, keys[strings])
+        kind = np.concatenate((_FIRST_KIND[rank[scalar]], _SECOND_KIND[rank[second]],
+                               np.full(np.count_nonzero(in_set), EQ, np.int64)))
+        attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
+        sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))
+        return Grouped([name.encode() for name in self.names],
+                       [self.texts[i].encode() for i in used.tolist()],
+                       code(attr, family, kind), keys, sids[sub])

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from pbtree import expr as expressions
-from pbtree.batch import normalize_many
+from pbtree.batch import normalize_many, shard_postings
 from pbtree.errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -30,6 +30,7 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.ids import encode_id, shard_of
+from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
 from storage.env import DEFAULT_MAP_SIZE
@@ -194,12 +195,14 @@ class Index:
         return self.shards
 
     # --- writes ---------------------------------------------------------------------
-    def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> list[list]:
+    def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> tuple[list[list], Grouped]:
+        """Each shard's (id, id bytes, core predicates, batch position or -1) items, and
+        the postings ``normalize_many`` gave of those with a position."""
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
         pairs = list(pairs)
-        fast = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
-                               for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
+        fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
+                                      for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
         for n, (pair, preds) in enumerate(zip(pairs, fast, strict=True)):
             try:
                 sub_id, expr = pair
@@ -207,12 +210,13 @@ class Index:
                 raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
             try:
                 idkey = encode_id(sub_id)
+                position = n
                 if preds is None:
-                    preds = normalize(expr)
+                    preds, position = normalize(expr), -1
             except (ExpressionError, IdError) as exc:
                 raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
-            groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
-        return groups
+            groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds, position))
+        return groups, found
 
     def subscribe(self, sub_id: int | str, expr: Expr, *, replace: bool = False) -> None:
         """Add one subscription; an existing id raises DuplicateIdError unless replace."""
@@ -221,19 +225,19 @@ class Index:
     def subscribe_many(self, pairs: Iterable[tuple[int | str, Expr]], *,
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
-        groups = self._prepare(pairs)
+        groups, found = self._prepare(pairs)
         if replace:
-            groups = [list({idkey: (i, idkey, p) for i, idkey, p in items}.values())
-                      for items in groups]
+            groups = [list({item[1]: item for item in items}.values()) for items in groups]
         else:
             seen: set[bytes] = set()
             for shard, items in zip(self.shards, groups, strict=True):
-                stored = shard.existing([idkey for _, idkey, _ in items]) if items else set()
-                for sub_id, idkey, _ in items:
+                stored = shard.existing([item[1] for item in items]) if items else set()
+                for sub_id, idkey, _, _ in items:
                     if idkey in seen or idkey in stored:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     seen.add(idkey)
-        return sum(shard.subscribe(items, replace)
+        return sum(shard.subscribe([item[:3] for item in items], replace,
+                                   shard_postings(found, items))
                    for shard, items in zip(self.shards, groups, strict=True) if items)
 
     def unsubscribe(self, sub_id: int | str) -> bool:

@@ -17,9 +17,8 @@ import numpy as np
 from pbtree.leaf import EQ, GT, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, group, grouped, places, split_code, starts
+from pbtree.postings import Grouped, code, grouped, joined, places, starts
 from pbtree.tree import read_counter, read_folded
-from storage.keys import STRING
 
 
 class Run:
@@ -34,7 +33,7 @@ class Run:
         """The subscriptions of sids ``first .. end`` (those ``written`` holds, else those
         whose records still exist)."""
         held = written.take(first, end)
-        self._hold(group(*held) if held else grouped(txn, dbs["subs"], first, end))
+        self._hold(held if held is not None else grouped(txn, dbs["subs"], first, end))
 
     def _hold(self, found: Grouped) -> None:
         self.postings = found
@@ -50,19 +49,7 @@ class Run:
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids: attributes and strings renumbered, then one sort."""
-        mine, theirs = self.postings, newer.postings
-        attrs = self.attrs
-        renumbered = np.array([attrs.setdefault(name, len(attrs)) for name in theirs.names],
-                              np.int64)
-        attr, family, kind = split_code(theirs.place)
-        place = np.concatenate((mine.place, code(renumbered[attr], family, kind)))
-        strings = mine.strings
-        if theirs.strings and theirs.strings != strings:
-            strings = sorted(set(strings).union(theirs.strings))
-        keys = np.concatenate([_ranked(found, strings) for found in (mine, theirs)])
-        sids = np.concatenate((mine.sids, theirs.sids))
-        order = np.lexsort((sids, keys, place))
-        self._hold(Grouped(list(attrs), strings, place[order], keys[order], sids[order]))
+        self._hold(joined([self.postings, newer.postings]))
 
     def kept(self, alive: np.ndarray, folded: int) -> Iterator[tuple]:
         """``postings.places`` of the postings whose sid ``s`` has ``alive[s - folded]``."""
@@ -111,57 +98,51 @@ class Run:
             out += [part for part in parts if part.size]
 
 
-def _ranked(found: Grouped, strings: list[bytes]) -> np.ndarray:
-    """The keys of ``found``, its string ranks made ranks among ``strings`` (which hold
-    its own)."""
-    if not found.strings or found.strings == strings:
-        return found.keys
-    rank = {payload: i for i, payload in enumerate(strings)}
-    ranks = np.array([rank[payload] for payload in found.strings], np.uint64)
-    keys = found.keys.copy()
-    of = np.flatnonzero(split_code(found.place)[1] == STRING)
-    keys[of] = ranks[keys[of].astype(np.int64)]
-    return keys
-
-
 class Written:
-    """The predicate lists of the subscriptions this process committed since its last
-    fold, by sid: a fold or a read of pending sids takes them from here rather than
-    decoding their records again. A committed sid is never given again and its record
-    never changes, so what is here stays true (a removed subscription's postings are
-    left out by the fold, and reach no event when pending). Older lists are dropped
-    while the newer still number HELD (about 300 bytes each): a fold of up to HELD
-    (``shard.FOLD_MOST``) finds all it needs, whatever size the batches."""
+    """The postings of the subscriptions this process committed since its last fold, by
+    sid: a fold or a read of pending sids takes them from here rather than decoding
+    their records and grouping their predicates again. A committed sid is never given
+    again and its record never changes, so what is here stays true (a removed
+    subscription's postings are left out by the fold, and reach no event when pending).
+    Older chunks are dropped while the newer still hold HELD subscriptions (some 20
+    postings' bytes each): a fold of up to HELD (``shard.FOLD_MOST``) finds all it
+    needs, whatever size the batches."""
 
     HELD = 80_000
 
     __slots__ = ("chunks", "held")
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[int, list]] = []  # (first sid, lists), in sid order
+        self.chunks: list[tuple[int, int, Grouped]] = []  # (first sid, sids, postings)
         self.held = 0
 
-    def add(self, first: int, lists: list) -> None:
-        """Keep the lists of sids ``first ..``, in place of any held from ``first`` on (a
-        write tried again gives its sids again)."""
+    def add(self, first: int, count: int, found: Grouped) -> None:
+        """Keep the postings (unsorted) of sids ``first .. first + count``, in place of any
+        held from ``first`` on (a write tried again gives its sids again)."""
         while self.chunks and self.chunks[-1][0] >= first:
-            self.held -= len(self.chunks.pop()[1])
-        self.chunks.append((first, lists))
-        self.held += len(lists)
-        while self.chunks and self.held - len(self.chunks[0][1]) >= self.HELD:
-            self.held -= len(self.chunks.pop(0)[1])
+            self.held -= self.chunks.pop()[1]
+        self.chunks.append((first, count, found))
+        self.held += count
+        while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
+            self.held -= self.chunks.pop(0)[1]
 
-    def take(self, start: int, end: int) -> tuple[np.ndarray, list] | None:
-        """(sids, predicate lists) of sids ``start .. end``, or None unless all are held."""
-        lists: list = []
+    def take(self, start: int, end: int) -> Grouped | None:
+        """The postings of sids ``start .. end`` sorted (``postings.joined``), or None
+        unless all are held."""
+        pieces = []
         at = start
-        for first, chunk in self.chunks:
+        for first, count, found in self.chunks:
             if at == end or first > at:
                 break
-            if first + len(chunk) > at:
-                lists += chunk[at - first:end - first]
-                at = min(first + len(chunk), end)
-        return (np.arange(start, end, dtype=np.uint32), lists) if at == end > start else None
+            if first + count > at:
+                stop = min(first + count, end)
+                if first < at or stop < first + count:
+                    inside = (found.sids >= at) & (found.sids < stop)
+                    found = found._replace(place=found.place[inside], keys=found.keys[inside],
+                                           sids=found.sids[inside])
+                pieces.append(found)
+                at = stop
+        return joined(pieces) if at == end > start else None
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

@@ -32,7 +32,8 @@ class Grouped(NamedTuple):
     """Postings in three aligned columns sorted by place, key and sid: the place code
     (``code``, its attribute an index into ``names``), the key
     (a fixed-width family's integer value, else a rank into ``strings``, the distinct
-    string payloads in order) and the sid."""
+    string payloads in order) and the sid. (A batch's postings, and the pieces that
+    ``concatenated`` takes, may be unsorted; ``joined`` sorts them.)"""
 
     names: list[bytes]
     strings: list[bytes]
@@ -117,6 +118,45 @@ def group(sids: np.ndarray, lists: list) -> Grouped:
     order = np.lexsort((post_sid, keys, place))
     return Grouped([name.encode("utf-8") for name in names], strings, place[order],
                    keys[order], post_sid[order])
+
+
+def concatenated(pieces: list[Grouped]) -> Grouped:
+    """The postings of all ``pieces`` in one, unsorted: attributes and string ranks
+    renumbered to shared ``names`` and ``strings``."""
+    if len(pieces) == 1:
+        return pieces[0]
+    attrs: dict[bytes, int] = {}
+    strings = sorted(set().union(*(found.strings for found in pieces)))
+    place = []
+    for found in pieces:
+        renumbered = np.array([attrs.setdefault(name, len(attrs)) for name in found.names],
+                              np.int64)
+        attr, family, kind = split_code(found.place)
+        place.append(code(renumbered[attr], family, kind))
+    return Grouped(list(attrs), strings, np.concatenate(place),
+                   np.concatenate([_ranked(found, strings) for found in pieces]),
+                   np.concatenate([found.sids for found in pieces]))
+
+
+def joined(pieces: list[Grouped]) -> Grouped:
+    """``concatenated`` postings sorted by place, key and sid."""
+    found = concatenated(pieces)
+    order = np.lexsort((found.sids, found.keys, found.place))
+    return Grouped(found.names, found.strings, found.place[order], found.keys[order],
+                   found.sids[order])
+
+
+def _ranked(found: Grouped, strings: list[bytes]) -> np.ndarray:
+    """The keys of ``found``, its string ranks made ranks among ``strings`` (which hold
+    its own)."""
+    if not found.strings or found.strings == strings:
+        return found.keys
+    rank = {payload: i for i, payload in enumerate(strings)}
+    ranks = np.array([rank[payload] for payload in found.strings], np.uint64)
+    keys = found.keys.copy()
+    of = np.flatnonzero(split_code(found.place)[1] == STRING)
+    keys[of] = ranks[keys[of].astype(np.int64)]
+    return keys
 
 
 def starts(place: np.ndarray) -> list[int]:

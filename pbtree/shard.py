@@ -26,6 +26,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
 from pbtree.pending import Run, Written
+from pbtree.postings import Grouped
 from pbtree.snapshot import Snapshot, count
 from pbtree.subs import Posting, decoded, sid_key, split_sub, sub_record
 from pbtree.tree import Writer
@@ -160,19 +161,20 @@ class Shard:
         self._snapshot, self._cache = txn, cache
 
     # --- writes ---------------------------------------------------------------------
-    def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
+    def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool,
+                  found: Grouped) -> int:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
 
-        Ids must be distinct within ``items``. The new sids are pending; when they
-        bring the pending sids to ``fold_at`` (``fold_due``), the same transaction folds
-        them all.
+        Ids must be distinct within ``items``; ``found`` holds their postings, item ``k``'s
+        under sid ``k``. The new sids are pending; when they bring the pending sids to
+        ``fold_at`` (``fold_due``), the same transaction folds them all.
         """
         dbs = self.dbs
-        lists = [preds for _, _, preds in items]
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
-            self._written.add(w.next_sid, lists)  # all dropped should the write fail
+            self._written.add(w.next_sid, len(items),  # all dropped should the write fail
+                              found._replace(sids=found.sids + np.uint32(w.next_sid)))
             gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
@@ -228,7 +230,7 @@ class Shard:
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
-        the lists it kept (``Written``), without decoding their records again; the ones
+        the postings it kept (``Written``), without decoding their records again; the ones
         removed since (predicate count 0) are left out."""
         pending = self._cache.pending
         runs, start = [], w.folded

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,11 +15,14 @@ import pbtree
 from pbtree.batch import normalize_many
 from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 from pbtree.errors import ExpressionError
+from pbtree.postings import group, joined
 
 try:
     from tests.test_expr import same
+    from tests.test_postings import listed
 except ImportError:  # tests/ is on sys.path itself (pytest rootdir-less import mode)
     from test_expr import same
+    from test_postings import listed
 
 
 class Name(str):
@@ -81,6 +85,13 @@ def slow(source: object) -> list | ExpressionError:
         return exc
 
 
+def check_postings(lists: list, found) -> None:
+    """The batch's postings are those of the lists it gave, their sids the positions."""
+    given = [j for j, preds in enumerate(lists) if preds is not None]
+    want = group(np.array(given, np.uint32), [lists[j] for j in given])
+    assert listed(joined([found])) == listed(want)
+
+
 def two_in_sets_on_one_attribute(source: list) -> bool:
     named = [attr for attr, op, values in source if op == "in" and len(values) > 1]
     return len(named) != len(set(named))
@@ -89,8 +100,9 @@ def two_in_sets_on_one_attribute(source: list) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(sources, max_size=8))
 def test_batch_gives_what_each_source_normalises_to(batch: list) -> None:
-    for source, got in zip(batch, normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES),
-                           strict=True):
+    lists, found = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)
+    check_postings(lists, found)
+    for source, got in zip(batch, lists, strict=True):
         if got is not None:
             want = slow(source)
             assert not isinstance(want, ExpressionError), (source, got, want)
@@ -104,7 +116,9 @@ def test_common_shapes_are_taken(batch: list, limit: int) -> None:
     """Plain sources are normalised by the batch, up to ``limit`` core predicates; only
     errors (an empty set, bounds of two types) and two 'in' sets on one attribute
     (ordered by their sets) go to the slow path."""
-    for source, got in zip(batch, normalize_many(batch, limit, MAX_ATTR_BYTES), strict=True):
+    lists, found = normalize_many(batch, limit, MAX_ATTR_BYTES)
+    check_postings(lists, found)
+    for source, got in zip(batch, lists, strict=True):
         want = slow(source)
         if isinstance(want, ExpressionError) or len(want) > limit:
             assert got is None
@@ -125,7 +139,7 @@ def test_values_at_the_edges() -> None:
     refused = [[("a", "=", v)] for v in [2**53 + 1, -(2**53) - 1, 2**70, math.nan, None]] + [
         [("a", "between", (1, "x"))], [("a", "in", ())]]
     odd = [[("a", "=", v)] for v in ODD_VALUES]
-    got = normalize_many(taken + refused + odd, MAX_PREDICATES, MAX_ATTR_BYTES)
+    got = normalize_many(taken + refused + odd, MAX_PREDICATES, MAX_ATTR_BYTES)[0]
     for source, preds in zip(taken, got, strict=False):
         assert preds is not None and same(preds, slow(source)), (source, preds)
     assert got[len(PLAIN_VALUES) + 1] == [("a", "=", 2)]

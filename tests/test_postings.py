@@ -15,7 +15,7 @@ import pbtree
 from pbtree.core import normalize
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Written
-from pbtree.postings import Grouped, grouped, places
+from pbtree.postings import Grouped, group, grouped, places
 from pbtree.subs import stored
 from storage.keys import number_keys, number_payload
 
@@ -83,10 +83,11 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
                                                for p in kinds.values())
 
 
-def _listed(run: Run) -> list:
-    """A run's places as plain values, in attribute name order (runs number them apart)."""
+def listed(found: Grouped) -> list:
+    """Postings' places as plain values, in attribute name order (``Grouped`` pieces
+    number them apart)."""
     return sorted((name, family, kind, keys if isinstance(keys, list) else keys.tolist(),
-                   sids.tolist()) for name, family, kind, keys, sids in places(run.postings))
+                   sids.tolist()) for name, family, kind, keys, sids in places(found))
 
 
 def test_joined_runs_hold_what_one_run_of_all_holds():
@@ -99,13 +100,13 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         lists = [normalize(random_subscription(rng, rng.sample(ATTRS, 2), rng.choice((3, 30))))
                  for _ in range(n)]
         written = Written()
-        written.add(0, lists)
+        written.add(0, n, group(np.arange(n, dtype=np.uint32), lists))
         bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
         runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
         joined = runs[0]
         for run in runs[1:]:
             joined.join(run)
-        assert _listed(joined) == _listed(Run(None, {}, 0, n, written))
+        assert listed(joined.postings) == listed(Run(None, {}, 0, n, written).postings)
 
 
 @given(st.lists(st.floats(allow_nan=False) | st.integers(-2**53, 2**53)

@@ -9,15 +9,17 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from oracle import oracle_match
 from strategies import random_event, random_subscription
+from test_postings import listed
 
 import pbtree
 from pbtree import pending as pending_module
 from pbtree.expr import parse
 from pbtree.pending import Written
-from pbtree.postings import grouped
+from pbtree.postings import group, grouped
 from pbtree.tree import Writer
 
 ATTRS = ["a", "b", "s"]
@@ -141,21 +143,37 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
         _check(ix, model, rng)
 
 
-def test_written_keeps_the_newest_lists_and_takes_only_whole_ranges():
-    """A range is taken only when every sid in it is held; a write given again replaces
-    what it gave before; the oldest go while the newer number HELD."""
-    written = Written()
-    written.add(0, [["x"]] * 10)
-    written.add(10, [["y"]] * 5)
-    sids, lists = written.take(8, 13)
-    assert sids.tolist() == list(range(8, 13)) and lists == [["x"]] * 2 + [["y"]] * 3
-    assert written.take(8, 16) is None and written.take(5, 5) is None
-    written.add(10, [["z"]] * 3)  # the same sids again
-    assert written.take(9, 13)[1] == [["x"]] + [["z"]] * 3 and written.held == 13
-    written.add(20, [["w"]] * 2)  # a gap: 13 .. 19 written by someone else
-    assert written.take(12, 21) is None and written.take(20, 22)[1] == [["w"]] * 2
-    written.add(22, [["v"]] * (Written.HELD - 5))  # 10 over: the oldest 10 go
-    assert written.take(0, 1) is None and written.take(10, 11)[1] == [["z"]]
+def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
+    """A range is taken only when every sid in it is held, sorted as grouping its lists
+    sorts them; a write given again replaces what it gave before; the oldest go while
+    the newer number HELD."""
+    written, model = Written(), {}
+
+    def add(first: int, tag: str, n: int) -> None:
+        lists = [[("a", "=", tag), ("b", "in", (i, i + 1)), ("c", ">=", "s" + tag)]
+                 for i in range(n)]
+        written.add(first, n, group(np.arange(first, first + n, dtype=np.uint32), lists))
+        for sid in [sid for sid in model if sid >= first]:
+            del model[sid]
+        model.update(enumerate(lists, first))
+
+    def taken(start: int, end: int) -> bool:
+        found = written.take(start, end)
+        if found is None:
+            return False
+        want = group(np.arange(start, end, dtype=np.uint32), [model[s] for s in range(start, end)])
+        assert listed(found) == listed(want)
+        return True
+
+    add(0, "x", 10)
+    add(10, "y", 5)
+    assert taken(8, 13) and not taken(8, 16) and not taken(5, 5)
+    add(10, "z", 3)  # the same sids again
+    assert taken(9, 13) and written.held == 13
+    add(20, "w", 2)  # a gap: 13 .. 19 written by someone else
+    assert not taken(12, 21) and taken(20, 22)
+    add(22, "v", Written.HELD - 5)  # 10 over: the oldest 10 go
+    assert not taken(0, 1) and taken(10, 11)
     assert written.held == Written.HELD
-    written.add(Written.HELD + 17, [["u"]])  # one over: without the oldest 3, too few
-    assert written.take(10, 11)[1] == [["z"]] and written.held == Written.HELD + 1
+    add(Written.HELD + 17, "u", 1)  # one over: without the oldest 3, too few
+    assert taken(10, 11) and written.held == Written.HELD + 1

@@ -28,7 +28,7 @@ from pbtree.matcher import Search
 from pbtree.pending import Run, Written
 from pbtree.postings import Grouped
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, split_sub, sub_record
+from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
@@ -176,26 +176,24 @@ class Shard:
             self._written.add(w.next_sid, len(items),  # all dropped should the write fail
                               found._replace(sids=found.sids + np.uint32(w.next_sid)))
             gone: dict[Posting, list[int]] = {}
-            old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti([i for _, i, _ in items]))
+            sub_ids, idkeys, lists = zip(*items, strict=True)
+            old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
+            if old_sids:
+                for sub_id, idkey in zip(sub_ids, idkeys, strict=True):
+                    old = old_sids.get(idkey)
+                    if old is not None:
+                        if not replace:
+                            raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
+                        self._forget(w, txn, int.from_bytes(old, "big"), gone)
+            first = w.new_sids(len(items))
+            keys = sid_keys(first, len(items))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
-            first = w.next_sid
-            subs, ids, needed, int_ids = [], [], [], []
-            for sub_id, idkey, preds in items:
-                old = old_sids.get(idkey)
-                if old is not None:
-                    if not replace:
-                        raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
-                    self._forget(w, txn, int.from_bytes(old, "big"), gone)
-                key = sid_key(w.new_sid())
-                subs.append((key, sub_record(idkey, pack(preds))))
-                ids.append((idkey, key))
-                needed.append(len(preds))
-                int_ids.append(sub_id if isinstance(sub_id, int) else STRING_ID)
             # Writer.set_sid for the new sids, which are consecutive
-            w.needed.set_run(first, needed)
-            w.int_ids.set_run(first, int_ids)
-            txn.cursor(db=dbs["subs"]).putmulti(subs)
-            txn.cursor(db=dbs["ids"]).putmulti(ids)
+            w.needed.set_run(first, list(map(len, lists)))
+            w.int_ids.set_run(first, [i if isinstance(i, int) else STRING_ID for i in sub_ids])
+            txn.cursor(db=dbs["subs"]).putmulti(
+                list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
+            txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
             self._remove(w, gone)
             if self.fold_due(w.next_sid - w.folded, txn):
                 self._fold(w, txn)

@@ -12,6 +12,7 @@ from functools import lru_cache
 
 import lmdb
 import msgpack
+import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, LT
@@ -89,6 +90,12 @@ def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Postin
 
 def sid_key(sid: int) -> bytes:
     return sid.to_bytes(4, "big")
+
+
+def sid_keys(first: int, n: int) -> list[bytes]:
+    """``sid_key`` of the sids ``first .. first + n``, spelled at once."""
+    spelled = np.arange(first, first + n, dtype=">u4").tobytes()
+    return [spelled[at:at + 4] for at in range(0, 4 * n, 4)]
 
 
 _ID_LEN = struct.Struct("<H")

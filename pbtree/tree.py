@@ -98,12 +98,13 @@ class Writer:
         self.next_attr = read_counter(txn, meta, b"next_attr")
 
     # --- allocation -----------------------------------------------------------------
-    def new_sid(self) -> int:
-        if self.next_sid > MAX_SID:
+    def new_sids(self, n: int) -> int:
+        """The first of ``n`` new consecutive sids."""
+        if self.next_sid + n - 1 > MAX_SID:
             raise CorruptIndexError("shard has used all 2^32 internal subscription ids")
-        sid = self.next_sid
-        self.next_sid += 1
-        return sid
+        first = self.next_sid
+        self.next_sid += n
+        return first
 
     def attr_id(self, name: bytes, create: bool) -> int | None:
         raw = self.txn.get(name, db=self.dbs["attrs"])

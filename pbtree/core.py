@@ -29,7 +29,7 @@ from pbtree.errors import (
     PbtreeError,
     shown,
 )
-from pbtree.ids import encode_id, shard_of
+from pbtree.ids import encode_id, encode_ids, shard_of
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
@@ -203,6 +203,15 @@ class Index:
         pairs = list(pairs)
         fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
                                       for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
+        ids = [p[0] for p in pairs] if None not in fast else []
+        idkeys = encode_ids(ids) if ids else None
+        if idkeys is not None:  # all checked: no item to report
+            items = zip(ids, idkeys, fast, range(len(ids)), strict=True)
+            if len(shards) == 1:
+                return [list(items)], found
+            for item in items:
+                groups[shard_of(item[1], len(shards))].append(item)
+            return groups, found
         for n, (pair, preds) in enumerate(zip(pairs, fast, strict=True)):
             try:
                 sub_id, expr = pair

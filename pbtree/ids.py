@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
+
 from pbtree.errors import IdError, shown
 
 MAX_ID_BYTES = 500
 _INT, _STR = b"i", b"s"
+_INT_TYPE = {int}
+_TAGGED = np.dtype([("tag", "S1"), ("value", ">i8")])  # an int id's bytes
 
 
 def encode_id(sub_id: object) -> bytes:
@@ -25,6 +29,22 @@ def encode_id(sub_id: object) -> bytes:
             raise IdError(f"id of {len(data)} UTF-8 bytes is longer than {MAX_ID_BYTES}")
         return _STR + data
     raise IdError(f"subscription id must be a str or an int, not {type(sub_id).__name__}")
+
+
+def encode_ids(ids: list) -> list[bytes] | None:
+    """``encode_id`` of many ids at once, or None unless all are ints in range."""
+    if set(map(type, ids)) != _INT_TYPE:
+        return None
+    try:
+        values = np.array(ids, np.int64)
+    except OverflowError:
+        return None
+    if (values == -(2**63)).any():
+        return None
+    spelled = np.empty(len(ids), _TAGGED)
+    spelled["tag"], spelled["value"] = _INT, values
+    raw = spelled.tobytes()
+    return [raw[at:at + 9] for at in range(0, len(raw), 9)]
 
 
 def decode_id(data: bytes | memoryview) -> int | str:

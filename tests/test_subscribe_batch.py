@@ -9,11 +9,13 @@ import re
 import lmdb
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import pbtree
 from pbtree.columns import INT_IDS, STRING_ID, ColumnWriter
 from pbtree.core import MAX_ATTR_BYTES, normalize
-from pbtree.ids import encode_id, shard_of
+from pbtree.ids import encode_id, encode_ids, shard_of
 
 SHARDS = 3
 
@@ -96,3 +98,15 @@ def test_attribute_name_limit_counts_utf8_bytes(char):
             with pytest.raises(pbtree.ExpressionError, match=re.escape(
                     f"attribute name {name[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")):
                 normalize([("b", "<", 2), (name, "=", 1)])
+
+
+@given(st.lists(st.one_of(st.integers(-(2**63), 2**63), st.sampled_from(
+    [0, -1, 2**63 - 1, -(2**63) + 1, -(2**63), 2**63, True, "7", 1.0]))))
+def test_ids_encoded_at_once_as_one_by_one(ids):
+    """``encode_ids`` gives ``encode_id`` of each id when every id is an int it takes,
+    else None (the one-by-one path then names the bad id)."""
+    at_once = encode_ids(ids)
+    plain = all(type(i) is int and -(2**63) < i < 2**63 for i in ids)
+    assert (at_once is not None) == (plain and bool(ids))
+    if at_once is not None:
+        assert at_once == [encode_id(i) for i in ids]

@@ -125,15 +125,16 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
     renumbered to shared ``names`` and ``strings``."""
     if len(pieces) == 1:
         return pieces[0]
-    attrs: dict[bytes, int] = {}
+    names = list(dict.fromkeys(chain.from_iterable(found.names for found in pieces)))
+    index = dict(zip(names, range(len(names)), strict=True))
     strings = sorted(set().union(*(found.strings for found in pieces)))
     place = []
     for found in pieces:
-        renumbered = np.array([attrs.setdefault(name, len(attrs)) for name in found.names],
-                              np.int64)
+        renumbered = np.fromiter(map(index.__getitem__, found.names), np.int64,
+                                 len(found.names))
         attr, family, kind = split_code(found.place)
         place.append(code(renumbered[attr], family, kind))
-    return Grouped(list(attrs), strings, np.concatenate(place),
+    return Grouped(names, strings, np.concatenate(place),
                    np.concatenate([_ranked(found, strings) for found in pieces]),
                    np.concatenate([found.sids for found in pieces]))
 

@@ -45,6 +45,9 @@ MAX_ATTR_BYTES = 400
 #: one below the count that marks a free sid in the counter (snapshot.FREE), which the
 #: stale pending postings of a removed subscription must never reach
 MAX_PREDICATES = 65534
+#: the smallest batch normalised in array steps (``batch.normalize_many``): their fixed
+#: cost (~0.6 ms on a slow machine) outweighs one by one below ~120 subscriptions
+BATCH_AT = 128
 
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]
@@ -195,14 +198,19 @@ class Index:
         return self.shards
 
     # --- writes ---------------------------------------------------------------------
-    def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> tuple[list[list], Grouped]:
+    def _prepare(self, pairs: Iterable[tuple[object, Expr]]
+                 ) -> tuple[list[list], Grouped | None]:
         """Each shard's (id, id bytes, core predicates, batch position or -1) items, and
-        the postings ``normalize_many`` gave of those with a position."""
+        the postings ``normalize_many`` gave of those with a position (None for a batch
+        too small to be worth it: its predicates are grouped when needed)."""
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
         pairs = list(pairs)
-        fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
-                                      for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
+        if len(pairs) < BATCH_AT:
+            fast, found = [None] * len(pairs), None
+        else:
+            fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
+                                          for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
         ids = [p[0] for p in pairs] if None not in fast else []
         idkeys = encode_ids(ids) if ids else None
         if idkeys is not None:  # all checked: no item to report
@@ -246,7 +254,7 @@ class Index:
                         raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                     seen.add(idkey)
         return sum(shard.subscribe([item[:3] for item in items], replace,
-                                   shard_postings(found, items))
+                                   None if found is None else shard_postings(found, items))
                    for shard, items in zip(self.shards, groups, strict=True) if items)
 
     def unsubscribe(self, sub_id: int | str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from pbtree.leaf import EQ, GT, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, grouped, joined, places, starts
+from pbtree.postings import Grouped, code, group, grouped, joined, places, starts
 from pbtree.tree import read_counter, read_folded
 
 
@@ -104,45 +104,62 @@ class Written:
     their records and grouping their predicates again. A committed sid is never given
     again and its record never changes, so what is here stays true (a removed
     subscription's postings are left out by the fold, and reach no event when pending).
-    Older chunks are dropped while the newer still hold HELD subscriptions (some 20
-    postings' bytes each): a fold of up to HELD (``shard.FOLD_MOST``) finds all it
-    needs, whatever size the batches."""
+    A write keeps its postings (``batch.normalize_many``'s), or its predicate lists
+    when it was too small to be normalised as a batch (grouped when taken). Older
+    writes are dropped while the newer still hold HELD subscriptions: a fold of up to
+    HELD (``shard.FOLD_MOST``) finds all it needs, whatever size the batches."""
 
     HELD = 80_000
 
     __slots__ = ("chunks", "held")
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[int, int, Grouped]] = []  # (first sid, sids, postings)
+        self.chunks: list[tuple[int, int, Grouped | list]] = []  # (first sid, sids, held)
         self.held = 0
 
-    def add(self, first: int, count: int, found: Grouped) -> None:
-        """Keep the postings (unsorted) of sids ``first .. first + count``, in place of any
-        held from ``first`` on (a write tried again gives its sids again)."""
+    def add(self, first: int, count: int, held: Grouped | list) -> None:
+        """Keep the postings (unsorted) or the predicate lists of sids ``first .. first +
+        count``, in place of any held from ``first`` on (a write tried again gives its
+        sids again)."""
         while self.chunks and self.chunks[-1][0] >= first:
             self.held -= self.chunks.pop()[1]
-        self.chunks.append((first, count, found))
+        self.chunks.append((first, count, held))
         self.held += count
         while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
             self.held -= self.chunks.pop(0)[1]
 
     def take(self, start: int, end: int) -> Grouped | None:
-        """The postings of sids ``start .. end`` sorted (``postings.joined``), or None
-        unless all are held."""
-        pieces = []
+        """The postings of sids ``start .. end``, sorted, or None unless all are held."""
+        spans = []
         at = start
-        for first, count, found in self.chunks:
+        for first, count, held in self.chunks:
             if at == end or first > at:
                 break
             if first + count > at:
                 stop = min(first + count, end)
-                if first < at or stop < first + count:
-                    inside = (found.sids >= at) & (found.sids < stop)
-                    found = found._replace(place=found.place[inside], keys=found.keys[inside],
-                                           sids=found.sids[inside])
-                pieces.append(found)
+                spans.append((at, stop, first, count, held))
                 at = stop
-        return joined(pieces) if at == end > start else None
+        if not at == end > start:
+            return None
+        pieces: list[Grouped] = []
+        lists: list = []
+        for lo, hi, first, count, held in spans:
+            if isinstance(held, list):
+                lists += held[lo - first:hi - first]
+                continue
+            if lists:  # those of the sids just before
+                pieces.append(group(np.arange(lo - len(lists), lo, dtype=np.uint32), lists))
+                lists = []
+            if first < lo or hi < first + count:
+                inside = (held.sids >= lo) & (held.sids < hi)
+                held = held._replace(place=held.place[inside], keys=held.keys[inside],
+                                     sids=held.sids[inside])
+            pieces.append(held)
+        if lists:
+            if not pieces:  # grouped, so sorted already
+                return group(np.arange(start, end, dtype=np.uint32), lists)
+            pieces.append(group(np.arange(end - len(lists), end, dtype=np.uint32), lists))
+        return joined(pieces)
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

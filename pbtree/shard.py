@@ -162,19 +162,21 @@ class Shard:
 
     # --- writes ---------------------------------------------------------------------
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool,
-                  found: Grouped) -> int:
+                  found: Grouped | None) -> int:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
 
         Ids must be distinct within ``items``; ``found`` holds their postings, item ``k``'s
-        under sid ``k``. The new sids are pending; when they bring the pending sids to
-        ``fold_at`` (``fold_due``), the same transaction folds them all.
+        under sid ``k`` (None: to be grouped from the predicates when needed). The new
+        sids are pending; when they bring the pending sids to ``fold_at``
+        (``fold_due``), the same transaction folds them all.
         """
         dbs = self.dbs
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
-            self._written.add(w.next_sid, len(items),  # all dropped should the write fail
-                              found._replace(sids=found.sids + np.uint32(w.next_sid)))
+            self._written.add(  # all dropped should the write fail
+                w.next_sid, len(items), [preds for _, _, preds in items] if found is None
+                else found._replace(sids=found.sids + np.uint32(w.next_sid)))
             gone: dict[Posting, list[int]] = {}
             sub_ids, idkeys, lists = zip(*items, strict=True)
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))

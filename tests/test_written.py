@@ -145,14 +145,18 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
 
 def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
     """A range is taken only when every sid in it is held, sorted as grouping its lists
-    sorts them; a write given again replaces what it gave before; the oldest go while
-    the newer number HELD."""
+    sorts them, whether writes kept postings or lists (small batches), side by side; a
+    write given again replaces what it gave before; the oldest go while the newer number
+    HELD."""
     written, model = Written(), {}
 
     def add(first: int, tag: str, n: int) -> None:
         lists = [[("a", "=", tag), ("b", "in", (i, i + 1)), ("c", ">=", "s" + tag)]
                  for i in range(n)]
-        written.add(first, n, group(np.arange(first, first + n, dtype=np.uint32), lists))
+        if tag in "xztu":
+            written.add(first, n, group(np.arange(first, first + n, dtype=np.uint32), lists))
+        else:
+            written.add(first, n, lists)
         for sid in [sid for sid in model if sid >= first]:
             del model[sid]
         model.update(enumerate(lists, first))
@@ -167,13 +171,15 @@ def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
 
     add(0, "x", 10)
     add(10, "y", 5)
-    assert taken(8, 13) and not taken(8, 16) and not taken(5, 5)
+    assert taken(8, 13) and taken(10, 14) and not taken(8, 16) and not taken(5, 5)
     add(10, "z", 3)  # the same sids again
     assert taken(9, 13) and written.held == 13
-    add(20, "w", 2)  # a gap: 13 .. 19 written by someone else
+    add(13, "y", 3)
+    add(16, "t", 2)
+    assert taken(9, 18) and taken(14, 17) and taken(12, 16)
+    add(20, "w", 2)  # a gap: 18 .. 19 written by someone else
     assert not taken(12, 21) and taken(20, 22)
-    add(22, "v", Written.HELD - 5)  # 10 over: the oldest 10 go
-    assert not taken(0, 1) and taken(10, 11)
-    assert written.held == Written.HELD
-    add(Written.HELD + 17, "u", 1)  # one over: without the oldest 3, too few
-    assert taken(10, 11) and written.held == Written.HELD + 1
+    add(22, "v", Written.HELD - 5)  # 15 over: the oldest 10 and 3 go
+    assert not taken(10, 11) and taken(13, 16) and written.held == Written.HELD + 2
+    add(Written.HELD + 17, "u", 1)  # 3 over: the oldest 3 go, the next 2 are needed
+    assert not taken(13, 14) and taken(16, 18) and written.held == Written.HELD

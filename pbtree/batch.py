@@ -21,9 +21,9 @@ import numpy as np
 
 from pbtree.expr import OPS_CORE
 from pbtree.leaf import EQ
-from pbtree.postings import NOTHING, Grouped, code, concatenated, group
+from pbtree.postings import NOTHING, Grouped, code, concatenated, constants, group
 from pbtree.subs import PLACES
-from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
+from storage.keys import STRING
 
 _EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
 _NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
@@ -38,15 +38,15 @@ _SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in 
                         np.int64)
 _SEQUENCE = frozenset((tuple, list))
 _STR = {str}
-#: a plain constant's type -> code: its family, and 0 for an int (checked for range)
-_TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 
 
 def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
                    ) -> tuple[list[list | None], Grouped]:
     """Per source, its core predicates as ``core.normalize`` gives them, or None where
-    the source is not of the common shapes (then ``core.normalize`` is to be asked); and
-    the postings of those given, unsorted, their sids the sources' positions."""
+    ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
+    value or name it refuses or more than ``max_predicates`` core predicates, or two
+    'in' sets on one attribute. And the postings of those given, unsorted, their sids
+    the sources' positions."""
     out: list[list | None] = [None] * len(sources)
     if set(map(type, sources)) <= _SEQUENCE and all(sources):
         taken, subs = list(range(len(sources))), list(sources)
@@ -54,13 +54,13 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
         taken = [i for i, s in enumerate(sources) if type(s) in _SEQUENCE and s]
         subs = [sources[i] for i in taken]
     columns = _columns(subs)
-    if columns is None:  # some predicate is not a 3-item list or tuple of str, str, value
-        kept = [j for j, s in enumerate(subs) if all(map(_plain, s))]
+    if columns is None:  # some predicate is not a 3-item list or tuple of str, str, value:
+        kept = [j for j, s in enumerate(subs) if all(map(_plain, s))]  # the rest are
         taken, subs = [taken[j] for j in kept], [subs[j] for j in kept]
         columns = _columns(subs)
-    if not subs or columns is None:
+    if not subs:
         return out, NOTHING
-    attrs, distinct, op, values = columns
+    attrs, distinct, op, values = columns  # type: ignore[misc]
     if set(map(type, distinct)) == _STR and all(map(str.isascii, distinct)) and \
             "" not in distinct and max(map(len, distinct)) <= max_attr_bytes:
         names = sorted(distinct)
@@ -78,8 +78,8 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
     sizes = _sizes(sets, op[grouped] == _BETWEEN)
     ok[grouped[sizes == 0]] = False
     of = grouped[np.repeat(np.arange(grouped.size), sizes)]  # each set value's predicate
-    plain, family, keys, canon, rows.texts = _constants([*values, *chain.from_iterable(
-        compress(sets, sizes.tolist()))])  # one call: strings ranked all together
+    plain, family, keys, canon, rows.texts = constants([*values, *chain.from_iterable(
+        compress(sets, sizes.tolist()))], any_string=False)  # strings ranked all together
     m = len(values)
     ok[~plain[:m] & _SCALAR[op]] = False
     ok[of[~plain[m:]]] = False
@@ -134,14 +134,16 @@ def _plain(pred: object) -> bool:
 
 def _columns(subs: list) -> tuple[tuple, dict, np.ndarray, tuple] | None:
     """(attributes, the distinct ones, operator codes, values) of the subscriptions'
-    predicates, or None if one is not a 3-item list or tuple or has an attribute or
-    operator that can't be hashed."""
+    predicates, or None if one is not a 3-item list or tuple, its operator is not a str
+    or its attribute can't be hashed."""
     if not subs:
         return (), {}, np.zeros(0, np.int64), ()
     if not set(map(type, chain.from_iterable(subs))) <= _SEQUENCE:
         return None
     try:
         attrs, ops, values = zip(*chain.from_iterable(subs), strict=True)
+        if not set(map(type, ops)) <= _STR:
+            return None
         return attrs, dict.fromkeys(attrs), \
             np.fromiter(map(_SOURCE_OP.get, ops, repeat(-1)), np.int64, len(ops)), values
     except (ValueError, TypeError):
@@ -156,52 +158,6 @@ def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
     sizes[shaped] = np.fromiter(map(len, compress(sets, shaped)), np.int64)
     sizes[between & (sizes != 2)] = 0
     return sizes
-
-
-def _constants(values: list | tuple
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(plain, family, sort key, canonical value) of each value, and the distinct strings
-    in order: ints within ±2^53, floats but NaN (integral ones within ±2^53 become ints),
-    bools, ASCII strings up to MAX_CONST_BYTES are plain. Keys order the values of a
-    family as ``expr`` does; a string's is its rank among the strings."""
-    n = len(values)
-    code = np.fromiter(map(_TYPE_CODE.get, map(type, values), repeat(-1)), np.int64, n)
-    held = np.fromiter(values, object, n)
-    keys = np.zeros(n, np.uint64)
-    canon = held.copy()
-    ints = np.flatnonzero(code == 0)
-    if ints.size:
-        try:
-            exact = held[ints].astype(np.int64)
-        except OverflowError:  # beyond int64: out of range anyway
-            exact = np.array([v if abs(v) <= MAX_EXACT_INT else -1 - MAX_EXACT_INT
-                              for v in held[ints].tolist()], np.int64)
-        code[ints[np.abs(exact) > MAX_EXACT_INT]] = -1
-        keys[ints] = number_keys(exact.astype(np.float64))
-    floats = np.flatnonzero(code == NUMBER)
-    if floats.size:
-        number = held[floats].astype(np.float64)
-        nan = np.isnan(number)
-        code[floats[nan]] = -1
-        number[nan] = 0.0
-        whole = (np.floor(number) == number) & (np.abs(number) <= MAX_EXACT_INT)
-        if whole.any():  # 2.0 is the int 2, -0.0 the int 0
-            canon[floats[whole]] = list(map(int, number[whole].tolist()))
-        keys[floats] = number_keys(number)
-    strings = np.flatnonzero(code == STRING)
-    distinct: list[str] = []
-    if strings.size:
-        texts = held[strings].tolist()
-        plain = np.fromiter(map(str.isascii, texts), bool, len(texts)) & \
-            (np.fromiter(map(len, texts), np.int64, len(texts)) <= MAX_CONST_BYTES)
-        code[strings[~plain]] = -1
-        distinct = sorted(set(texts))
-        order = dict(zip(distinct, range(len(distinct)), strict=True))
-        keys[strings] = np.fromiter(map(order.__getitem__, texts), np.uint64, len(texts))
-    bools = np.flatnonzero(code == BOOL)
-    if bools.size:
-        keys[bools] = held[bools].astype(np.uint64)
-    return code >= 0, np.where(code == 0, NUMBER, code), keys, canon, distinct
 
 
 def _new(*columns: np.ndarray) -> np.ndarray:
@@ -246,7 +202,8 @@ class _Rows:
         starts = np.flatnonzero(_new(of) & ~one)
         ends = starts + count[of[starts]]
         self.sets = (of[~one], family[~one], keys[~one])  # an 'in' posts each value
-        none = np.zeros(starts.size, np.int64)  # 'in' sorts after any other key (see done)
+        none = np.zeros(starts.size, np.int64)  # 'in' sorts by its rank; a second on the
+        # same attribute ties with it, and ``done`` leaves that subscription to ``expr``
         canon = canon.tolist()
         sets = [tuple(canon[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
         self.add(of[starts], _IN, none, none.astype(np.uint64),

@@ -11,7 +11,7 @@ constant once.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain
+from itertools import chain, repeat
 from typing import NamedTuple
 
 import lmdb
@@ -21,7 +21,7 @@ import numpy as np
 from pbtree.errors import CorruptIndexError
 from pbtree.lists import FIXED_WIDTH
 from pbtree.subs import PLACES, constant, records, split_sub, stored
-from storage.keys import BOOL, MAX_EXACT_INT, NUMBER, STRING, number_keys
+from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
 #: holds them, else the payloads
@@ -64,7 +64,7 @@ _IN = _OP_CODE["in"]
 _FIRST_KIND = np.array([kinds[0] for kinds in PLACES.values()], np.int64)
 _SECOND_KIND = np.array([kinds[1] if len(kinds) > 1 else -1 for kinds in PLACES.values()],
                         np.int64)
-#: a constant's type -> code: its family, and 0 for an int (checked for exactness)
+#: a plain constant's type -> code: its family, and 0 for an int (checked for range)
 _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
                   msgpack.UnpackException)
@@ -179,29 +179,59 @@ def places(found: Grouped) -> Iterator[tuple[bytes, int, int, Keys, np.ndarray]]
 
 
 def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
-    """(sort key, family) of each constant, and the distinct string payloads: a number's
-    key is its payload as an integer (``storage.keys.number_payload``), a bool's 0 or 1,
-    a string's rank among the strings."""
-    m = len(values)
-    types = np.fromiter(map(_TYPE_CODE.__getitem__, map(type, values)), np.int64, m)
-    keys = np.zeros(m, np.uint64)
-    held = np.fromiter(values, object, m)
-    number = types <= NUMBER
-    if number.any():
-        floats = held[number].astype(np.float64)
-        if np.isnan(floats).any() or (np.abs(floats[types[number] == 0]) > MAX_EXACT_INT).any():
-            raise ValueError("a number constant is NaN or an inexact integer")
-        keys[number] = number_keys(floats)
-    boolean = types == BOOL
-    if boolean.any():
-        keys[boolean] = held[boolean].astype(np.uint64)
-    string = np.flatnonzero(types == STRING)
-    strings: list[bytes] = []
-    if string.size:
-        texts = held[string].tolist()
-        distinct = sorted(set(texts))  # code point order, which is UTF-8 byte order
-        strings = [constant(text)[1] for text in distinct]
-        rank = {text: i for i, text in enumerate(distinct)}
-        keys[string] = np.fromiter(map(rank.__getitem__, texts), np.uint64, string.size)
-    types[number] = NUMBER
-    return keys, types, strings
+    """(sort key, family) of each constant (``constants``), and the distinct string
+    payloads; ValueError if one is not a constant the index stores."""
+    plain, family, keys, _, texts = constants(values, any_string=True)
+    if not plain.all():
+        raise ValueError("a constant is NaN, an inexact integer or not a number, string "
+                         "or bool")
+    return keys, family, [constant(text)[1] for text in texts]
+
+
+def constants(values: list | tuple, any_string: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(plain, family, sort key, canonical value) of each value, and the distinct strings
+    in order. Plain: ints within ±2^53, floats but NaN (integral ones within ±2^53 become
+    ints), bools, and strings: any, or (not ``any_string``) ASCII ones up to
+    MAX_CONST_BYTES, whose payload is their bytes. A number's key is its payload as an
+    integer (``storage.keys.number_payload``), a bool's 0 or 1, a string's its rank
+    among the strings (code point order, which is UTF-8 byte order)."""
+    n = len(values)
+    code = np.fromiter(map(_TYPE_CODE.get, map(type, values), repeat(-1)), np.int64, n)
+    held = np.fromiter(values, object, n)
+    keys = np.zeros(n, np.uint64)
+    canon = held.copy()
+    ints = np.flatnonzero(code == 0)
+    if ints.size:
+        try:
+            exact = held[ints].astype(np.int64)
+        except OverflowError:  # beyond int64: out of range anyway
+            exact = np.array([v if abs(v) <= MAX_EXACT_INT else -1 - MAX_EXACT_INT
+                              for v in held[ints].tolist()], np.int64)
+        code[ints[(exact < -MAX_EXACT_INT) | (exact > MAX_EXACT_INT)]] = -1
+        keys[ints] = number_keys(exact.astype(np.float64))
+    floats = np.flatnonzero(code == NUMBER)
+    if floats.size:
+        number = held[floats].astype(np.float64)
+        nan = np.isnan(number)
+        code[floats[nan]] = -1
+        number[nan] = 0.0
+        whole = (np.floor(number) == number) & (np.abs(number) <= MAX_EXACT_INT)
+        if whole.any():  # 2.0 is the int 2, -0.0 the int 0
+            canon[floats[whole]] = list(map(int, number[whole].tolist()))
+        keys[floats] = number_keys(number)
+    strings = np.flatnonzero(code == STRING)
+    distinct: list[str] = []
+    if strings.size:
+        texts = held[strings].tolist()
+        if not any_string:
+            plain = np.fromiter(map(str.isascii, texts), bool, len(texts)) & \
+                (np.fromiter(map(len, texts), np.int64, len(texts)) <= MAX_CONST_BYTES)
+            code[strings[~plain]] = -1
+        distinct = sorted(set(texts))
+        order = dict(zip(distinct, range(len(distinct)), strict=True))
+        keys[strings] = np.fromiter(map(order.__getitem__, texts), np.uint64, len(texts))
+    bools = np.flatnonzero(code == BOOL)
+    if bools.size:
+        keys[bools] = held[bools].astype(np.uint64)
+    return code >= 0, np.where(code == 0, NUMBER, code), keys, canon, distinct

@@ -33,11 +33,21 @@ PLAIN_ATTRS = ["a", "b", "c", "x.y", "Z"]
 ODD_ATTRS = ["", "é", "a" * (MAX_ATTR_BYTES + 1), "a" * MAX_ATTR_BYTES, 3, None,
              Name("a"), "\ud800"]
 SCALAR_OPS = ["=", "==", "<", "<=", ">", ">=", "!=", "<>"]
-ODD_OPS = ["IN", "Not In", "like", "=<", "", 5, ("in",), "prefix", " between "]
+class Spelled:
+    """Not a str, though it hashes and compares as '=' does."""
+
+    def __hash__(self) -> int:
+        return hash("=")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "="
+
+
+ODD_OPS = ["IN", "Not In", "like", "=<", "", 5, ("in",), "prefix", " between ", Spelled()]
 PLAIN_VALUES = [0, 1, -7, 2**53, -(2**53), 2.0, -0.0, 0.5, -1.5, math.inf, -math.inf,
                 1e300, True, False, "", "a", "ab", "b", "a" * 505, "Z"]
-ODD_VALUES = [2**53 + 1, -(2**53) - 1, 2**70, -(2**80), math.nan, 2.0**60, "é",
-              "a" * 506, None, b"x", 1j, Name("q"), [1], (2,)]
+ODD_VALUES = [2**53 + 1, -(2**53) - 1, -(2**63), 2**63 - 1, 2**70, -(2**80), math.nan,
+              2.0**60, "é", "a" * 506, None, b"x", 1j, Name("q"), [1], (2,)]
 
 plain_values = st.sampled_from(PLAIN_VALUES)
 any_values = st.one_of(plain_values, st.sampled_from(ODD_VALUES))
@@ -136,7 +146,8 @@ def test_values_at_the_edges() -> None:
         [("a", "in", (3, 1.0, "b", True, 1, "a", 3.0))], [("a", "in", [2.0, 2])],
         [("a", "not in", (1, 1.0, "x"))], [("a", "between", (1.0, 2.5))],
         [("b", "<", 1), ("a", ">", 2), ("a", "<", 5)]]
-    refused = [[("a", "=", v)] for v in [2**53 + 1, -(2**53) - 1, 2**70, math.nan, None]] + [
+    refused = [[("a", "=", v)] for v in [2**53 + 1, -(2**53) - 1, -(2**63), 2**70, math.nan,
+                                         None]] + [
         [("a", "between", (1, "x"))], [("a", "in", ())]]
     odd = [[("a", "=", v)] for v in ODD_VALUES]
     got = normalize_many(taken + refused + odd, MAX_PREDICATES, MAX_ATTR_BYTES)[0]
@@ -147,6 +158,8 @@ def test_values_at_the_edges() -> None:
         assert preds is None and isinstance(slow(source), ExpressionError)
     for source, preds in zip(odd, got[len(taken) + len(refused):], strict=True):
         assert preds is None or same(preds, slow(source))
+    int64_ends = [[("a", "=", -(2**63))], [("a", "<", 2**63 - 1)], [("a", "in", (1, -(2**63)))]]
+    assert normalize_many(int64_ends, MAX_PREDICATES, MAX_ATTR_BYTES)[0] == [None] * 3
 
 
 def test_subscribe_many_reports_the_first_bad_item(tmp_path) -> None:

@@ -1,6 +1,7 @@
 """Batch normalisation (``batch.normalize_many``) against ``core.normalize``, one source at a
 time: whatever the batch gives must be exactly what the slow path gives (types included),
-and the common shapes must be given, not left to the slow path."""
+the common shapes must be given, not left to the slow path, and the batch's postings must
+be those of what it gave; and big batches through an index against the oracle."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ PLAIN_ATTRS = ["a", "b", "c", "x.y", "Z"]
 ODD_ATTRS = ["", "é", "a" * (MAX_ATTR_BYTES + 1), "a" * MAX_ATTR_BYTES, 3, None,
              Name("a"), "\ud800"]
 SCALAR_OPS = ["=", "==", "<", "<=", ">", ">=", "!=", "<>"]
+
+
 class Spelled:
     """Not a str, though it hashes and compares as '=' does."""
 

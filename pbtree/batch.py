@@ -19,23 +19,20 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from pbtree.expr import OPS_CORE
+from pbtree.expr import OP_SPELLINGS, OPS_CORE
 from pbtree.leaf import EQ
 from pbtree.postings import NOTHING, Grouped, code, concatenated, constants, group
-from pbtree.subs import PLACES
+from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from storage.keys import STRING
 
-_EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
+_EQ, _IN, _LE, _GE, _NE = (OP_RANK[op] for op in ("=", "in", "<=", ">=", "!="))
 _NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
-#: source operator -> its core rank (a scalar operator) or _IN, _NOT_IN, _BETWEEN
-_SOURCE_OP = {"=": _EQ, "==": _EQ, "<": _LT, "<=": _LE, ">": _GT, ">=": _GE, "!=": _NE,
-              "<>": _NE, "in": _IN, "not in": _NOT_IN, "between": _BETWEEN}
+#: an operator as ``expr`` spells it -> its core rank (scalar operators and 'in'), or
+#: _NOT_IN, _BETWEEN ('prefix' is left to ``expr``)
+_SOURCE_OP = {spelled: OP_RANK.get(op, _NOT_IN if op == "not in" else _BETWEEN)
+              for spelled, op in OP_SPELLINGS.items() if op != "prefix"}
 _CORE_OP = np.array(OPS_CORE, object)
-_SCALAR = np.array([op in (_EQ, _LT, _LE, _GT, _GE, _NE) for op in range(_BETWEEN + 1)])
-#: a core rank's first kind of place, and its second or -1 (subs.PLACES)
-_FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
-_SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
-                        np.int64)
+_SCALAR = np.array([rank < len(OPS_CORE) and rank != _IN for rank in range(_BETWEEN + 1)])
 _SEQUENCE = frozenset((tuple, list))
 _STR = {str}
 
@@ -248,14 +245,14 @@ class _Rows:
         of, set_family, set_keys = self.sets
         scalar = ~bad[sub] & (rank != _IN)
         in_set = ~bad[self.sub_of[of]]
-        second = np.flatnonzero(scalar & (_SECOND_KIND[rank] >= 0))
+        second = np.flatnonzero(scalar & (SECOND_KIND[rank] >= 0))
         scalar = np.flatnonzero(scalar)
         family = np.concatenate((family[scalar], family[second], set_family[in_set]))
         keys = np.concatenate((keys[scalar], keys[second], set_keys[in_set]))
         strings = np.flatnonzero(family == STRING)
         used = np.unique(keys[strings])  # the strings a kept posting holds, in order
         keys[strings] = np.searchsorted(used, keys[strings])
-        kind = np.concatenate((_FIRST_KIND[rank[scalar]], _SECOND_KIND[rank[second]],
+        kind = np.concatenate((FIRST_KIND[rank[scalar]], SECOND_KIND[rank[second]],
                                np.full(np.count_nonzero(in_set), EQ, np.int64)))
         attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
         sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))

@@ -33,7 +33,7 @@ from pbtree.lists import HEADER as NODE_HEADER
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items, inline_max
 from pbtree.shard import Shard
 from pbtree.staging import fsync_dir
-from pbtree.subs import postings
+from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from pbtree.tree import COUNTER, TREE, is_packed
 from storage import sidset
 from storage.env import DEFAULT_MAP_SIZE
@@ -60,14 +60,6 @@ class _Records:
         return sum(map(len, chain.from_iterable(chain.from_iterable(self.by_db.values()))))
 
 
-#: the list kinds each core operator (by its index in OPS_CORE) stores a sid in, as
-#: ``pbtree.subs.postings`` says (an ``in`` stores one ``=`` posting per value); -1: none
-_KINDS = [[kind for *_, kind in postings([("a", "=" if op == "in" else op, 0)])]
-          for op in OPS_CORE]
-_FIRST = np.array([kinds[0] for kinds in _KINDS], dtype=np.int64)
-_SECOND = np.array([kinds[1] if len(kinds) > 1 else -1 for kinds in _KINDS], dtype=np.int64)
-_IN = OPS_CORE.index("in")
-_OP_CODE = {op: n for n, op in enumerate(OPS_CORE)}
 
 
 def const_key(value: object) -> tuple:
@@ -111,7 +103,7 @@ class Columns:
             counts.append(len(preds))
             for name, operator, value in preds:
                 attr.append(attrs.setdefault(name, len(attrs)))
-                op.append(_OP_CODE[operator])
+                op.append(OP_RANK[operator])
                 code = consts.setdefault(const_key(value), len(values))
                 if code == len(values):
                     values.append(value)
@@ -210,7 +202,7 @@ def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.nda
         attr, op, sids = (np.repeat(a, lens) for a in (cols.attr, cols.op, sids))
     else:
         value, attr, op = flat[start[cols.const]], cols.attr, cols.op
-    first, second = _FIRST[op], _SECOND[op]
+    first, second = FIRST_KIND[op], SECOND_KIND[op]
 
     used = np.unique(attr)
     ordered_names = sorted(cols.attrs[a] for a in used.tolist())  # code point = UTF-8 order

@@ -28,6 +28,7 @@ from storage.keys import const_payload as _const_payload
 
 __all__ = [
     "OPS_CORE",
+    "OP_SPELLINGS",
     "OPS_SOURCE",
     "Predicate",
     "canonical",
@@ -55,7 +56,8 @@ _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
     "==": ("=", _EQ),
     "<>": ("!=", _NE),
 }
-_OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
+#: every exact spelling of an operator -> its canonical form in OPS_SOURCE
+OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
 _KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
 _OR_MESSAGE = (
     "'or' is not supported: a subscription is a conjunction of predicates joined by 'and'; "
@@ -361,7 +363,7 @@ class _TextParser:
         kind, value, _, _ = tok = self.toks[self.i]
         name = _fa(attr)
         if kind == _OP:
-            op = _OP_SPELLINGS[value]
+            op = OP_SPELLINGS[value]
             self.i += 1
             preds.append((attr, op, self.value(f"'{name} {value}'", attr)))
             return
@@ -590,9 +592,9 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         raise fail("attribute name is empty")
     if not isinstance(op, str):
         raise fail(f"operator must be a str, not {type(op).__name__}")
-    canon_op = _OP_SPELLINGS.get(op) if type(op) is str else None
+    canon_op = OP_SPELLINGS.get(op) if type(op) is str else None
     if canon_op is None:
-        canon_op = _OP_SPELLINGS.get(" ".join(op.lower().split()))
+        canon_op = OP_SPELLINGS.get(" ".join(op.lower().split()))
     if canon_op is None:
         raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
     try:

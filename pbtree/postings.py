@@ -20,7 +20,7 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.lists import FIXED_WIDTH
-from pbtree.subs import PLACES, constant, records, split_sub, stored
+from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND, constant, records, split_sub, stored
 from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
@@ -59,11 +59,7 @@ def split_code(place: Ints) -> tuple[Ints, Ints, Ints]:
 NOTHING = Grouped([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64),
                   np.zeros(0, np.uint32))
 
-_OP_CODE = {op: i for i, op in enumerate(PLACES)}
-_IN = _OP_CODE["in"]
-_FIRST_KIND = np.array([kinds[0] for kinds in PLACES.values()], np.int64)
-_SECOND_KIND = np.array([kinds[1] if len(kinds) > 1 else -1 for kinds in PLACES.values()],
-                        np.int64)
+_IN = OP_RANK["in"]
 #: a plain constant's type -> code: its family, and 0 for an int (checked for range)
 _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
@@ -95,7 +91,7 @@ def group(sids: np.ndarray, lists: list) -> Grouped:
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):
         raise ValueError("a predicate is not (attribute, op, value)")
     attrs, ops, values = [p[0] for p in preds], [p[1] for p in preds], [p[2] for p in preds]
-    op = np.fromiter(map(_OP_CODE.__getitem__, ops), np.int64, n)
+    op = np.fromiter(map(OP_RANK.__getitem__, ops), np.int64, n)
     pred_sid = np.repeat(sids, list(map(len, lists)))
     is_in = op == _IN
     if is_in.any():  # the scalars, then one constant per element of each 'in' set
@@ -110,9 +106,9 @@ def group(sids: np.ndarray, lists: list) -> Grouped:
     names = {name: i for i, name in enumerate(dict.fromkeys(attrs))}
     attr = np.fromiter(map(names.__getitem__, attrs), np.int64, n)[pred_of]
     op = op[pred_of]
-    second = np.flatnonzero(_SECOND_KIND[op] >= 0)  # >= and <= also post to GT or LT
+    second = np.flatnonzero(SECOND_KIND[op] >= 0)  # >= and <= also post to GT or LT
     post = np.concatenate((np.arange(len(values)), second))
-    kind = np.concatenate((_FIRST_KIND[op], _SECOND_KIND[op[second]]))
+    kind = np.concatenate((FIRST_KIND[op], SECOND_KIND[op[second]]))
     place = code(attr[post], family[post], kind)
     keys, post_sid = keys[post], pred_sid[pred_of[post]]
     order = np.lexsort((post_sid, keys, place))

@@ -171,14 +171,14 @@ class Shard:
         (``fold_due``), the same transaction folds them all.
         """
         dbs = self.dbs
+        sub_ids, idkeys, lists = zip(*items, strict=True)
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
             self._written.add(  # all dropped should the write fail
-                w.next_sid, len(items), [preds for _, _, preds in items] if found is None
+                w.next_sid, len(items), list(lists) if found is None
                 else found._replace(sids=found.sids + np.uint32(w.next_sid)))
             gone: dict[Posting, list[int]] = {}
-            sub_ids, idkeys, lists = zip(*items, strict=True)
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:
                 for sub_id, idkey in zip(sub_ids, idkeys, strict=True):

@@ -15,11 +15,18 @@ import msgpack
 import numpy as np
 
 from pbtree.errors import CorruptIndexError
+from pbtree.expr import OPS_CORE
 from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import const_payload
 
 PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to
+#: a core operator's rank (its index in OPS_CORE), and by rank the kind of place it posts
+#: to first and second (-1: none), as arrays for the columnar paths
+OP_RANK = {op: rank for rank, op in enumerate(OPS_CORE)}
+FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
+SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
+                       np.int64)
 
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
 CACHED_CHARS = 64

@@ -4,9 +4,11 @@ Inserting a fold's postings into a big PB+tree costs a leaf item and a list node
 place, whatever few sids each place gains; a fold of ten thousand subscriptions meets
 tens of thousands of places. So a fold adds to the tree's delta instead: a record in the
 packed tree layout (``pbtree.packed``), merged in a few array steps and searched as a
-packed tree is. Only when the delta outgrows ``limit(node_bytes)`` are its postings
-inserted into the PB+tree, each place then gaining many sids at once. Every sid of a
-delta is above every sid of its tree, so a removal knows where each sid is.
+packed tree is. Only when the delta outgrows its limit are its postings inserted into
+the PB+tree, each place then gaining many sids at once. The limit (``limit``) is 16
+list nodes' worth, or 64 times what the last fold added to the delta, up to 1,024 list
+nodes' worth. Every sid of a delta is above every sid of its tree, so a removal knows
+where each sid is.
 """
 
 from __future__ import annotations
@@ -17,14 +19,33 @@ from pbtree.packed import Packed
 
 #: key suffix of a tree's delta record in the trees database, after the tree's prefix
 SUFFIX = b"+"
-#: list nodes' worth of bytes a delta may take before it is merged into its tree: a merge
-#: then inserts the postings of many folds, and a delta's rewrite per fold stays small
+#: list nodes' worth of bytes any delta may take before it is merged into its tree: a
+#: merge then inserts the postings of many folds, and a delta's rewrite per fold stays small
 DELTA_NODES = 16
+#: ... and a delta this many times what the last write added to it: a tree of many
+#: distinct keys (prices) would otherwise fill its delta in a fold or two, and each merge
+#: would insert a few sids per place, paying per place ...
+FOLDS = 64
+#: ... up to this many times ``DELTA_NODES`` list nodes' worth
+GROWTH = 64
 
 
-def limit(node_bytes: int) -> int:
-    """Bytes a delta record may take in a shard of ``node_bytes`` list nodes."""
+def least(node_bytes: int) -> int:
+    """Bytes any delta may take in a shard of ``node_bytes`` list nodes."""
     return DELTA_NODES * node_bytes
+
+
+def most(node_bytes: int) -> int:
+    """Bytes a delta may take after a write that grew it fast."""
+    return GROWTH * least(node_bytes)
+
+
+def limit(node_bytes: int, grown: int) -> int:
+    """Bytes a delta may take after a write that grew it by ``grown`` bytes: ``most``
+    after one that did not grow it (removals never merge it)."""
+    if grown <= 0:
+        return most(node_bytes)
+    return min(max(least(node_bytes), FOLDS * grown), most(node_bytes))
 
 
 def key(prefix: bytes) -> bytes:
@@ -43,12 +64,19 @@ class Delta(Packed):
     ``first`` bounds the sids it may hold from below: sids under it are in the tree.
     """
 
-    __slots__ = ("first", "cleared")
+    __slots__ = ("first", "cleared", "stored")
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
+        self.stored = 0  # bytes of the record decoded (its growth sets its limit)
         self.first = int(self.sids.min()) if self.sids.size else None
         self.cleared = False  # emptied at once (its tree was dropped): delete the record
+
+    @classmethod
+    def decode(cls, raw: bytes | memoryview, family: int) -> Delta:
+        found = super().decode(raw, family)
+        found.stored = len(raw)
+        return found
 
     def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
         low = int(sids.min())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 import lmdb
 import numpy as np
@@ -84,7 +85,6 @@ class Writer:
         self.packed: dict[bytes, Packed | None] = {}
         self.pack_limit = limit(node_bytes)
         self.deltas: dict[bytes, Delta] = {}  # of PB+trees, by prefix
-        self.delta_limit = delta.limit(node_bytes)
         self.over = Store(txn, dbs, node_bytes)
         # set on changing a PB+tree (its leaf items, nodes, overflow sets or sentinels), which
         # readers may have flattened; packed trees and deltas are read afresh each search
@@ -191,18 +191,18 @@ class Writer:
                    if tree is not None and tree.changed]
         splice_all([tree for _, tree in changed])
         for prefix, tree in changed:
-            grown = self._write_record(prefix, tree, self.pack_limit)
+            grown = self._write_record(prefix, tree, lambda _: self.pack_limit)
             if grown:
                 self.packed[prefix] = None
             for kind, payload, sids in grown:
                 self._insert(prefix, kind, payload, sids)
 
-    def _write_record(self, key: bytes, tree: Packed, most: int) -> list:
+    def _write_record(self, key: bytes, tree: Packed, most: Callable[[int], int]) -> list:
         """Store a changed record in the packed layout (a packed tree or a delta) at
-        ``key``, or delete it once empty; one grown over ``most`` bytes is deleted too, and
-        its postings returned (``Packed.take``) for the PB+tree."""
+        ``key``, or delete it once empty; one of n bytes over ``most(n)`` is deleted too,
+        and its postings returned (``Packed.take``) for the PB+tree."""
         record = tree.encode()
-        if record is not None and len(record) <= most:
+        if record is not None and len(record) <= most(len(record)):
             self.txn.put(key, record, db=self.dbs["trees"])
             return []
         self.txn.delete(key, db=self.dbs["trees"])
@@ -219,11 +219,14 @@ class Writer:
         return found
 
     def _write_deltas(self) -> None:
-        """Store the deltas changed; one grown over the limit is inserted into its tree."""
+        """Store the deltas changed; one grown over its limit (``delta.limit``) is inserted
+        into its tree."""
         for prefix, found in self.deltas.items():
             if found.changed:
-                for kind, payload, sids in self._write_record(delta.key(prefix), found,
-                                                              self.delta_limit):
+                grown = self._write_record(
+                    delta.key(prefix), found,
+                    lambda size, stored=found.stored: delta.limit(self.node_bytes, size - stored))
+                for kind, payload, sids in grown:
                     self._insert(prefix, kind, payload, sids)
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:

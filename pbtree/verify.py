@@ -246,7 +246,7 @@ class _Checker:
         for prefix, raw in found.items():
             if prefix not in trees:
                 self.fail(f"delta {prefix.hex()} beside no PB+tree")
-            low = int(self.packed(prefix, raw, "delta", delta.limit(self.shard.node_bytes))
+            low = int(self.packed(prefix, raw, "delta", delta.most(self.shard.node_bytes))
                       .sids.min())
             if low <= highest.get(prefix, -1):
                 self.fail(f"delta {prefix.hex()} holds sid {low}, not above its tree's "

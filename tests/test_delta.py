@@ -33,9 +33,10 @@ def _check(ix, model: dict, attrs: list[str], seed: int) -> dict:
     return report
 
 
-def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing):
+def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing, monkeypatch):
     """Folds add to the delta and leave the tree's items alone until the delta outgrows
     its limit; then the tree holds them all and the delta starts again."""
+    monkeypatch.setattr(delta, "FOLDS", 1)  # the least limit holds: folds add little
     model: dict = {}
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
         sizes = []
@@ -53,6 +54,55 @@ def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing):
                 if deltas]
         assert kept and all(a == b for a, b in kept), sizes  # the tree's items untouched
         assert 10 < sizes[-1][1] < 120, sizes  # some folds merged, not all
+
+
+def _delta_bytes(ix) -> int:
+    """Bytes of the one delta record of a one-shard index (0: none)."""
+    shard = ix.shards[0]
+    with shard.read() as txn:
+        found = [len(v) for k, v in txn.cursor(db=shard.dbs["trees"]).iternext()
+                 if delta.tree_of(bytes(k)) is not None]
+    assert len(found) <= 1
+    return sum(found)
+
+
+def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, monkeypatch):
+    """A fold that grows a delta by g bytes keeps it while it takes at most FOLDS * g
+    bytes (at least the least limit, at most ``delta.most``); removals never merge it."""
+    monkeypatch.setattr(delta, "FOLDS", 3)
+    node_bytes, model, grown = 256, {}, []
+    with pbtree.create(tmp_path / "ix", node_bytes=node_bytes, fold_at=10**6) as ix:
+        ix.subscribe_many((n, f"a > {n}") for n in range(50))
+        ix.fold()  # builds the PB+tree: deltas come after it
+        assert _delta_bytes(ix) == 0
+        model.update((n, parse(f"a > {n}")) for n in range(50))
+        for round_no in range(8):
+            batch = {1000 * (round_no + 1) + n: f"a > {1000 * (round_no + 1) + n}"
+                     for n in range(60 + 30 * round_no)}  # new keys: the delta grows fast
+            before = _delta_bytes(ix)
+            ix.subscribe_many(batch.items())
+            ix.fold()
+            model.update((i, parse(s)) for i, s in batch.items())
+            after = _delta_bytes(ix)
+            items = _check(ix, model, ["a"], round_no)["gt_items"]
+            if after:  # kept: within the limit of this fold's growth
+                assert before < after <= delta.limit(node_bytes, after - before)
+                grown.append(after > delta.least(node_bytes))
+            else:  # merged: the tree holds every key
+                assert items == len(model)
+        assert any(grown), "no delta was kept over the least limit"
+        assert len(grown) < 8, "no fold merged the delta"
+        ix.subscribe_many((n, f"a > {n}") for n in range(90_000, 90_400))
+        ix.fold()
+        model.update((n, parse(f"a > {n}")) for n in range(90_000, 90_400))
+        full = _delta_bytes(ix)
+        assert full > delta.least(node_bytes)
+        gone = list(range(90_000, 90_400, 3))
+        assert ix.unsubscribe_many(gone) == len(gone)
+        for n in gone:
+            del model[n]
+        assert 0 < _delta_bytes(ix) < full  # shrunk, not merged
+        _check(ix, model, ["a"], 99)
 
 
 def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, monkeypatch):

@@ -34,6 +34,7 @@ def form(request, monkeypatch):
                             else 10**9)
         monkeypatch.setattr(delta, "DELTA_NODES", 0 if request.param == "flatten-at-once"
                             else 1)
+        monkeypatch.setattr(delta, "FOLDS", 1)  # so small folds' deltas merge often
     return request.param
 
 

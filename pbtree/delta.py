@@ -64,18 +64,19 @@ class Delta(Packed):
     ``first`` bounds the sids it may hold from below: sids under it are in the tree.
     """
 
-    __slots__ = ("first", "cleared", "stored")
+    __slots__ = ("first", "cleared", "size_read")
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
-        self.stored = 0  # bytes of the record decoded (its growth sets its limit)
-        self.first = int(self.sids.min()) if self.sids.size else None
+        self.size_read = 0  # bytes of the record read (its growth sets its limit)
+        self.first = int(self.sids.min()) if self.sids is not None and self.sids.size else None
         self.cleared = False  # emptied at once (its tree was dropped): delete the record
 
     @classmethod
-    def decode(cls, raw: bytes | memoryview, family: int) -> Delta:
-        found = super().decode(raw, family)
-        found.stored = len(raw)
+    def stored(cls, raw: bytes | memoryview, family: int) -> Delta:
+        found = super().stored(raw, family)
+        found.size_read = len(raw)
+        found.first = int(found.held_sids().min())
         return found
 
     def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:

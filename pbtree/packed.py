@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
+from itertools import chain
 
 import numpy as np
 
@@ -180,8 +181,11 @@ def _ranks(raw: bytes, family: int, m: int, keys_at: int, adds: list) -> np.ndar
             return None
         return rank
     index = {key: i for i, key in enumerate(_string_keys(raw, m, keys_at))}
-    found = [index.get(key) for _, keys, _ in adds for key in keys]
-    return None if None in found else np.array(found, np.int64)
+    wanted = list(chain.from_iterable(keys for _, keys, _ in adds))
+    try:
+        return np.fromiter(map(index.__getitem__, wanted), np.int64, len(wanted))
+    except KeyError:
+        return None
 
 
 def splice_all(trees: list[Packed]) -> list[bytes | None]:
@@ -191,7 +195,7 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
     few postings to each of many small trees). None for every other tree, which
     ``encode`` merges. A tree spliced holds its new record, nothing queued."""
     out: list[bytes | None] = [None] * len(trees)
-    picked, sizes, tails, ranks, kinds, sids = [], [], [], [], [], []
+    picked, sizes, tails, ranks, kinds, runs, sids = [], [], [], [], [], [], []
     for i, tree in enumerate(trees):
         if tree.raw is None or tree.removes or not tree.adds:
             continue
@@ -205,7 +209,8 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
                       np.frombuffer(tree.raw, _SID, -1, ends_at + 16 * m)))
         ranks.append(rank)
         for kind, _, run in tree.adds:
-            kinds += [kind] * len(run)
+            kinds.append(kind)
+            runs.append(len(run))
             sids.append(run)
     if not picked:
         return out
@@ -221,7 +226,7 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
     if (ends[last] != totals.ravel()).any() or not rising.all():
         return out  # a damaged record: ``encode`` names it
     tree_of = np.repeat(np.arange(len(picked)), [rank.size for rank in ranks])
-    row = tree_of * 4 + np.array(kinds, np.int64)  # each posting's tree and kind
+    row = tree_of * 4 + np.repeat(kinds, runs)  # each posting's tree and kind
     places = row_at[row] + np.concatenate(ranks)
     firsts = np.cumsum(totals, axis=1) - totals  # of each kind's sids in a tree's sids
     held = totals.sum(axis=1)
@@ -273,13 +278,20 @@ class Packed:
         keys)."""
         return cls(family, *_fields(bytes(raw), family))
 
-    @staticmethod
-    def stored(raw: bytes | memoryview, family: int) -> Packed:
+    @classmethod
+    def stored(cls, raw: bytes | memoryview, family: int) -> Packed:
         """The packed tree of a record, decoded only when a change needs more than
         splicing new postings into the record's bytes (``splice_all``)."""
-        tree = Packed(family, None, None, None)  # set by ``_load``
+        tree = cls(family, None, None, None)  # set by ``_load``
         tree.raw = bytes(raw)
         return tree
+
+    def held_sids(self) -> np.ndarray:
+        """The sids stored, not those queued (a view of the record while not decoded)."""
+        if self.raw is None:
+            return self.sids
+        m, _, _, ends_at, _ = _layout(self.raw, self.family)
+        return np.frombuffer(self.raw, _SID, -1, ends_at + 16 * m)
 
     def _load(self) -> None:
         """Decode the record held, if any, into keys, counts and sids."""

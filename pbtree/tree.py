@@ -184,19 +184,6 @@ class Writer:
         self.packed[prefix] = tree
         return tree
 
-    def _write_packed(self) -> None:
-        """Store the packed trees changed, those only added to at keys they hold spliced
-        all at once (``splice_all``); one grown over the limit becomes a PB+tree."""
-        changed = [(prefix, tree) for prefix, tree in self.packed.items()
-                   if tree is not None and tree.changed]
-        splice_all([tree for _, tree in changed])
-        for prefix, tree in changed:
-            grown = self._write_record(prefix, tree, lambda _: self.pack_limit)
-            if grown:
-                self.packed[prefix] = None
-            for kind, payload, sids in grown:
-                self._insert(prefix, kind, payload, sids)
-
     def _write_record(self, key: bytes, tree: Packed, most: Callable[[int], int]) -> list:
         """Store a changed record in the packed layout (a packed tree or a delta) at
         ``key``, or delete it once empty; one of n bytes over ``most(n)`` is deleted too,
@@ -215,19 +202,29 @@ class Writer:
             raw = self.txn.get(delta.key(prefix), db=self.dbs["trees"])
             family = prefix[4]
             found = self.deltas[prefix] = Delta.empty(family) if raw is None else \
-                Delta.decode(raw, family)
+                Delta.stored(raw, family)
         return found
 
-    def _write_deltas(self) -> None:
-        """Store the deltas changed; one grown over its limit (``delta.limit``) is inserted
-        into its tree."""
-        for prefix, found in self.deltas.items():
-            if found.changed:
-                grown = self._write_record(
-                    delta.key(prefix), found,
-                    lambda size, stored=found.stored: delta.limit(self.node_bytes, size - stored))
-                for kind, payload, sids in grown:
-                    self._insert(prefix, kind, payload, sids)
+    def _write_records(self) -> None:
+        """Store the packed trees and deltas changed, those only added to at keys they hold
+        spliced all at once (``splice_all``). A delta grown over its limit (``delta.limit``)
+        is inserted into its tree; a packed tree grown over its limit becomes a PB+tree."""
+        deltas = [(prefix, found) for prefix, found in self.deltas.items() if found.changed]
+        packed = [(prefix, tree) for prefix, tree in self.packed.items()
+                  if tree is not None and tree.changed]
+        splice_all([found for _, found in deltas] + [tree for _, tree in packed])
+        for prefix, found in deltas:
+            grown = self._write_record(
+                delta.key(prefix), found,
+                lambda size, read=found.size_read: delta.limit(self.node_bytes, size - read))
+            for kind, payload, sids in grown:
+                self._insert(prefix, kind, payload, sids)
+        for prefix, tree in packed:
+            grown = self._write_record(prefix, tree, lambda _: self.pack_limit)
+            if grown:
+                self.packed[prefix] = None
+            for kind, payload, sids in grown:
+                self._insert(prefix, kind, payload, sids)
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
@@ -529,8 +526,7 @@ class Writer:
         self.eq_appends.clear()
 
     def flush(self) -> None:
-        self._write_deltas()
-        self._write_packed()
+        self._write_records()
         self._flush_appends()
         self._flush_eq_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max

@@ -15,6 +15,7 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import packed
+from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import BOOL, NUMBER, STRING, number_payload
@@ -98,7 +99,10 @@ def test_packed_tree_follows_a_model(history):
         assert len(record) == packed.size(family, sorted({k for _, k in model}),
                                           sum(map(len, model.values())))
         tree = packed.Packed.decode(record, family)
-        trees = [tree, packed.Packed.stored(record, family)]
+        read = Delta.stored(record, family)  # a delta is spliced and merged the same way
+        assert read.size_read == len(record)
+        assert read.first == min(min(s) for s in model.values())
+        trees = [tree, packed.Packed.stored(record, family), read]
         assert tree.ordered()
         assert {(k, p): s.tolist() for k, p, s in tree.items()} == model
         for payload, exact in probes:

@@ -389,7 +389,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     Durability).
     New subscriptions are matched from memory until a shard has ``fold_at`` of them,
     and the write that reaches that folds them into its trees (1: at once). By default
-    that is 10,000, or 4 per record of the shard's trees database up to 80,000: a fold
+    that is 10,000, or 8 per record of the shard's trees database up to 80,000: a fold
     rewrites each small tree it adds to, so a wide schema's many trees wait for more.
     """
     path = os.fspath(path)

@@ -46,7 +46,7 @@ FOLD_AT = 10_000
 #: ... and per record of the trees database: a fold rewrites every small tree (packed
 #: record or delta) it adds to, so a shard of many (a wide schema) folds less often, each
 #: rewrite then carrying more postings
-FOLD_PER_TREE = 4
+FOLD_PER_TREE = 8
 #: ... but at most as many as ``Written`` keeps, so a fold decodes no record this process
 #: wrote since the last one
 FOLD_MOST = Written.HELD

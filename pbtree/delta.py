@@ -5,26 +5,27 @@ place, whatever few sids each place gains; a fold of ten thousand subscriptions 
 tens of thousands of places. So a fold adds to the tree's delta instead: a record in the
 packed tree layout (``pbtree.packed``), merged in a few array steps and searched as a
 packed tree is. Only when the delta outgrows its limit are its postings inserted into
-the PB+tree, each place then gaining many sids at once. The limit (``limit``) is 16
-list nodes' worth, or 64 times what the last fold added to the delta, up to 1,024 list
-nodes' worth. Every sid of a delta is above every sid of its tree, so a removal knows
-where each sid is.
+the PB+tree, each place then gaining many sids at once. The limit (``limit``) is the
+larger of 16 list nodes' worth and 64 times what the last write grew the record by, at
+most 1,024 list nodes' worth. Every sid of a delta is above every sid of its tree, so a
+removal knows where each sid is.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pbtree.packed import Packed
+from pbtree.errors import CorruptIndexError
+from pbtree.packed import Packed, record_sids
 
 #: key suffix of a tree's delta record in the trees database, after the tree's prefix
 SUFFIX = b"+"
 #: list nodes' worth of bytes any delta may take before it is merged into its tree: a
-#: merge then inserts the postings of many folds, and a delta's rewrite per fold stays small
+#: merge then inserts the postings of many folds
 DELTA_NODES = 16
-#: ... and a delta this many times what the last write added to it: a tree of many
+#: ... or, if larger, this many times what the last write grew it by: a tree of many
 #: distinct keys (prices) would otherwise fill its delta in a fold or two, and each merge
-#: would insert a few sids per place, paying per place ...
+#: would insert a few sids per place, paying per place; each fold rewrites the delta ...
 FOLDS = 64
 #: ... up to this many times ``DELTA_NODES`` list nodes' worth
 GROWTH = 64
@@ -36,13 +37,13 @@ def least(node_bytes: int) -> int:
 
 
 def most(node_bytes: int) -> int:
-    """Bytes a delta may take after a write that grew it fast."""
+    """Bytes a delta may take after a write that grew it fast, or did not grow it."""
     return GROWTH * least(node_bytes)
 
 
 def limit(node_bytes: int, grown: int) -> int:
-    """Bytes a delta may take after a write that grew it by ``grown`` bytes: ``most``
-    after one that did not grow it (removals never merge it)."""
+    """Bytes a delta may take after a write that grew its record by ``grown`` bytes (net
+    of removals): ``most`` after one that did not grow it (removals never merge it)."""
     if grown <= 0:
         return most(node_bytes)
     return min(max(least(node_bytes), FOLDS * grown), most(node_bytes))
@@ -69,14 +70,16 @@ class Delta(Packed):
     def __init__(self, *args) -> None:
         super().__init__(*args)
         self.size_read = 0  # bytes of the record read (its growth sets its limit)
-        self.first = int(self.sids.min()) if self.sids is not None and self.sids.size else None
+        self.first: int | None = None
         self.cleared = False  # emptied at once (its tree was dropped): delete the record
 
     @classmethod
     def stored(cls, raw: bytes | memoryview, family: int) -> Delta:
         found = super().stored(raw, family)
-        found.size_read = len(raw)
-        found.first = int(found.held_sids().min())
+        sids = record_sids(found.raw, family)
+        if not sids.size:
+            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes holds no sids")
+        found.size_read, found.first = len(raw), int(sids.min())
         return found
 
     def add(self, kind: int, keys: list[bytes], sids: np.ndarray) -> None:
@@ -95,7 +98,7 @@ class Delta(Packed):
     def take(self) -> list[tuple[int, bytes, list[int]]]:
         """``Packed.take``; the record is then deleted at flush."""
         held = super().take()
-        self.first, self.cleared = None, True
+        self.first, self.cleared, self.size_read = None, True, 0
         return held
 
     @property

@@ -102,6 +102,17 @@ def collect(raw: bytes | memoryview, family: int, payload: bytes, exact: bool,
             out.append(np.frombuffer(raw, _SID, t_ineq - hi, base + 4 * hi))
 
 
+def record_sids(raw: bytes | memoryview, family: int) -> np.ndarray:
+    """The sids of a record, every kind's, a view of it."""
+    m, _, _, ends_at, _ = _layout(raw, family)
+    return _sids(raw, m, ends_at)
+
+
+def _sids(raw: bytes | memoryview, m: int, ends_at: int) -> np.ndarray:
+    """The sids of a record of m keys whose ``end`` starts at ``ends_at``, a view."""
+    return np.frombuffer(raw, _SID, -1, ends_at + 16 * m)
+
+
 def _key(raw: bytes | memoryview, keys_at: int, width: int | None, i: int) -> bytes:
     if width:
         return bytes(raw[keys_at + width * i:keys_at + width * (i + 1)])
@@ -153,7 +164,7 @@ def _fields(raw: bytes, family: int) -> tuple[list[bytes] | np.ndarray, np.ndarr
         keys = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at).astype(np.uint64)
     else:
         keys = _string_keys(raw, m, keys_at)
-    return keys, counts, np.frombuffer(raw, _SID, -1, ends_at + 16 * m)
+    return keys, counts, _sids(raw, m, ends_at)
 
 
 def _inserted(old: np.ndarray, ends: np.ndarray, places: np.ndarray,
@@ -206,7 +217,7 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
         picked.append((i, tree, ends_at))
         sizes.append((m, *totals))
         tails.append((np.frombuffer(tree.raw, _SID, 4 * m, ends_at),
-                      np.frombuffer(tree.raw, _SID, -1, ends_at + 16 * m)))
+                      _sids(tree.raw, m, ends_at)))
         ranks.append(rank)
         for kind, _, run in tree.adds:
             kinds.append(kind)
@@ -285,13 +296,6 @@ class Packed:
         tree = cls(family, None, None, None)  # set by ``_load``
         tree.raw = bytes(raw)
         return tree
-
-    def held_sids(self) -> np.ndarray:
-        """The sids stored, not those queued (a view of the record while not decoded)."""
-        if self.raw is None:
-            return self.sids
-        m, _, _, ends_at, _ = _layout(self.raw, self.family)
-        return np.frombuffer(self.raw, _SID, -1, ends_at + 16 * m)
 
     def _load(self) -> None:
         """Decode the record held, if any, into keys, counts and sids."""

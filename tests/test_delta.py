@@ -67,41 +67,46 @@ def _delta_bytes(ix) -> int:
 
 
 def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, monkeypatch):
-    """A fold that grows a delta by g bytes keeps it while it takes at most FOLDS * g
-    bytes (at least the least limit, at most ``delta.most``); removals never merge it."""
+    """A fold that grows a delta's record by g bytes keeps it while it takes at most the
+    larger of the least limit and FOLDS * g bytes, never over ``delta.most``; a merge
+    leaves every key in the tree; removals never merge a delta."""
     monkeypatch.setattr(delta, "FOLDS", 3)
-    node_bytes, model, grown = 256, {}, []
+    monkeypatch.setattr(delta, "GROWTH", 8)
+    node_bytes, model, held, fates = 256, {}, 0, []
+
+    def size(keys: int) -> int:  # of a delta of ``keys`` GT keys, one sid each
+        return packed.size(NUMBER, [b""] * keys, keys) if keys else 0
+
     with pbtree.create(tmp_path / "ix", node_bytes=node_bytes, fold_at=10**6) as ix:
         ix.subscribe_many((n, f"a > {n}") for n in range(50))
         ix.fold()  # builds the PB+tree: deltas come after it
-        assert _delta_bytes(ix) == 0
         model.update((n, parse(f"a > {n}")) for n in range(50))
-        for round_no in range(8):
-            batch = {1000 * (round_no + 1) + n: f"a > {1000 * (round_no + 1) + n}"
-                     for n in range(60 + 30 * round_no)}  # new keys: the delta grows fast
-            before = _delta_bytes(ix)
+        for round_no, count in enumerate([60, 90, 120, 30, 1300, 400]):
+            batch = {10_000 * (round_no + 1) + n: f"a > {10_000 * (round_no + 1) + n}"
+                     for n in range(count)}  # new keys, one sid each
+            assert _delta_bytes(ix) == size(held)
+            grown = size(held + count) - size(held)
+            if size(held + count) > delta.most(node_bytes):
+                fates.append("over most")
+            elif size(held + count) > delta.limit(node_bytes, grown):
+                fates.append("merged")
+            else:
+                fates.append("kept over least" if held and size(held + count) >
+                             delta.least(node_bytes) else "kept")
             ix.subscribe_many(batch.items())
             ix.fold()
             model.update((i, parse(s)) for i, s in batch.items())
-            after = _delta_bytes(ix)
+            held = held + count if fates[-1].startswith("kept") else 0
+            assert _delta_bytes(ix) == size(held)
             items = _check(ix, model, ["a"], round_no)["gt_items"]
-            if after:  # kept: within the limit of this fold's growth
-                assert before < after <= delta.limit(node_bytes, after - before)
-                grown.append(after > delta.least(node_bytes))
-            else:  # merged: the tree holds every key
-                assert items == len(model)
-        assert any(grown), "no delta was kept over the least limit"
-        assert len(grown) < 8, "no fold merged the delta"
-        ix.subscribe_many((n, f"a > {n}") for n in range(90_000, 90_400))
-        ix.fold()
-        model.update((n, parse(f"a > {n}")) for n in range(90_000, 90_400))
-        full = _delta_bytes(ix)
-        assert full > delta.least(node_bytes)
-        gone = list(range(90_000, 90_400, 3))
+            assert items == len(model) - held  # a merge leaves every key in the tree
+        assert fates == ["kept", "kept over least", "kept over least", "merged", "over most",
+                         "kept"]
+        gone = list(range(60_000, 60_400, 3))
         assert ix.unsubscribe_many(gone) == len(gone)
         for n in gone:
             del model[n]
-        assert 0 < _delta_bytes(ix) < full  # shrunk, not merged
+        assert _delta_bytes(ix) == size(400 - len(gone))  # shrunk, not merged
         _check(ix, model, ["a"], 99)
 
 
@@ -208,6 +213,18 @@ def test_a_damaged_delta_is_named(tmp_path, no_packing):
         with pytest.raises(CorruptIndexError, match="damaged"):
             ix.unsubscribe(101)
         assert ix.match_many([{"b": 1}]) == [[]]
+
+
+def test_a_delta_of_keys_without_sids_is_named_damaged(tmp_path, no_packing):
+    ix, shard, prefix = _delta_shard(tmp_path)
+    with ix:
+        empty = packed.encode(NUMBER, np.array([5], np.uint64), np.zeros((4, 1), np.int64),
+                              np.zeros(0, np.uint32))
+        _put(shard, delta.key(prefix), empty)
+        with pytest.raises(CorruptIndexError, match="holds no sids"):
+            ix.unsubscribe(101)
+        with pytest.raises(CorruptIndexError, match="delta .*a key holds no sids"):
+            ix.verify()
 
 
 def test_gt_sids_of_delta_and_tree_are_both_collected(tmp_path, no_packing):

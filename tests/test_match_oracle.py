@@ -34,7 +34,7 @@ def form(request, monkeypatch):
                             else 10**9)
         monkeypatch.setattr(delta, "DELTA_NODES", 0 if request.param == "flatten-at-once"
                             else 1)
-        monkeypatch.setattr(delta, "FOLDS", 1)  # so small folds' deltas merge often
+        monkeypatch.setattr(delta, "GROWTH", 1)  # one node at most, whatever a fold adds
     return request.param
 
 

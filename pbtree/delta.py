@@ -75,6 +75,7 @@ class Delta(Packed):
 
     @classmethod
     def stored(cls, raw: bytes | memoryview, family: int) -> Delta:
+        """``Packed.stored``, knowing the record's size and least sid."""
         found = super().stored(raw, family)
         sids = record_sids(found.raw, family)
         if not sids.size:

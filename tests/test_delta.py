@@ -130,6 +130,25 @@ def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, m
         _check(ix, model, ["a"], 2)
 
 
+def test_a_write_that_replaces_from_a_delta_and_folds_into_it(tmp_path, no_packing):
+    """``replace`` removes the old postings from the delta and the fold in the same write
+    adds the new ones (removals merged first, then the additions)."""
+    rng, model, deltas = random.Random(7), {}, []
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=50) as ix:
+        ix.subscribe_many((n, f"a > {n % 30} and a != {n % 7}") for n in range(100))
+        model.update((n, parse(f"a > {n % 30} and a != {n % 7}")) for n in range(100))
+        last: list[int] = []
+        for round_no in range(1, 7):
+            batch = {n: f"a > {rng.randrange(40)} and a != {rng.randrange(9)}"
+                     for n in [*rng.sample(last, min(30, len(last))),
+                               *range(1000 * round_no, 1000 * round_no + 60 - min(30, len(last)))]}
+            ix.subscribe_many(batch.items(), replace=True)  # 60 pending: this write folds
+            model.update((i, parse(s)) for i, s in batch.items())
+            last = sorted(batch)
+            deltas.append(_check(ix, model, ["a"], round_no)["deltas"])
+        assert ix.stats()["pending"] == 0 and all(deltas)
+
+
 @pytest.mark.parametrize("packing", [True, False])
 def test_an_emptied_tree_takes_its_delta_along(tmp_path, monkeypatch, packing):
     """Removing every sid the tree holds drops it; the delta's postings become a new tree

@@ -60,8 +60,6 @@ class _Records:
         return sum(map(len, chain.from_iterable(chain.from_iterable(self.by_db.values()))))
 
 
-
-
 def const_key(value: object) -> tuple:
     """A dict key telling constants apart as the index does (1 and True differ; so do tuples)."""
     if value.__class__ is tuple:

@@ -199,10 +199,13 @@ class Writer:
         """The delta of the PB+tree ``prefix``."""
         found = self.deltas.get(prefix)
         if found is None:
-            raw = self.txn.get(delta.key(prefix), db=self.dbs["trees"])
-            family = prefix[4]
-            found = self.deltas[prefix] = Delta.empty(family) if raw is None else \
-                Delta.stored(raw, family)
+            key = delta.key(prefix)
+            raw = self.txn.get(key, db=self.dbs["trees"])
+            try:
+                found = Delta.empty(prefix[4]) if raw is None else Delta.stored(raw, prefix[4])
+            except CorruptIndexError as exc:
+                raise CorruptIndexError(f"delta {key.hex()}: {exc}") from None
+            self.deltas[prefix] = found
         return found
 
     def _write_records(self) -> None:

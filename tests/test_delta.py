@@ -240,7 +240,8 @@ def test_a_delta_of_keys_without_sids_is_named_damaged(tmp_path, no_packing):
         empty = packed.encode(NUMBER, np.array([5], np.uint64), np.zeros((4, 1), np.int64),
                               np.zeros(0, np.uint32))
         _put(shard, delta.key(prefix), empty)
-        with pytest.raises(CorruptIndexError, match="holds no sids"):
+        with pytest.raises(CorruptIndexError, match=f"delta {delta.key(prefix).hex()}: .*"
+                                                    "holds no sids"):
             ix.unsubscribe(101)
         with pytest.raises(CorruptIndexError, match="delta .*a key holds no sids"):
             ix.verify()

@@ -188,11 +188,9 @@ class _Rows:
         """'in' source predicates, from the values of their sets (``of``: each value's
         predicate): a set of one distinct value is '=', else one 'in' of them in order."""
         order = np.lexsort((keys, family, of))  # each set's distinct values, in order
-        of, family, keys = of[order], family[order], keys[order]
-        canon = canon[order]
+        of, family, keys, canon = (c[order] for c in (of, family, keys, canon))
         first = _new(of, family, keys)
-        of, family, keys = of[first], family[first], keys[first]
-        canon = canon[first]
+        of, family, keys, canon = (c[first] for c in (of, family, keys, canon))
         count = np.bincount(of)
         one = count[of] == 1
         self.add(of[one], _EQ, family[one], keys[one], canon[one])

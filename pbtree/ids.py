@@ -7,6 +7,7 @@ import zlib
 import numpy as np
 
 from pbtree.errors import IdError, shown
+from storage.keys import element_bytes
 
 MAX_ID_BYTES = 500
 _INT, _STR = b"i", b"s"
@@ -43,8 +44,7 @@ def encode_ids(ids: list) -> list[bytes] | None:
         return None
     spelled = np.empty(len(ids), _TAGGED)
     spelled["tag"], spelled["value"] = _INT, values
-    raw = spelled.tobytes()
-    return [raw[at:at + 9] for at in range(0, len(raw), 9)]
+    return element_bytes(spelled)
 
 
 def decode_id(data: bytes | memoryview) -> int | str:

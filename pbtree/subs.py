@@ -17,7 +17,7 @@ import numpy as np
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import OPS_CORE
 from pbtree.leaf import EQ, GT, INEQ, LT
-from storage.keys import const_payload
+from storage.keys import const_payload, element_bytes
 
 PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to
@@ -101,8 +101,7 @@ def sid_key(sid: int) -> bytes:
 
 def sid_keys(first: int, n: int) -> list[bytes]:
     """``sid_key`` of the sids ``first .. first + n``, spelled at once."""
-    spelled = np.arange(first, first + n, dtype=">u4").tobytes()
-    return [spelled[at:at + 4] for at in range(0, 4 * n, 4)]
+    return element_bytes(np.arange(first, first + n, dtype=">u4"))
 
 
 _ID_LEN = struct.Struct("<H")

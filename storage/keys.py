@@ -135,6 +135,13 @@ def decode_payload(family: int, data: bytes) -> object:
     return data == b"\x01"
 
 
+def element_bytes(array: np.ndarray) -> list[bytes]:
+    """The bytes of each element of ``array``: a column of fixed-width keys spelled at
+    once."""
+    raw, width = array.tobytes(), array.dtype.itemsize
+    return [raw[at:at + width] for at in range(0, len(raw), width)]
+
+
 def tree_prefix(attr_id: int, family: int) -> bytes:
     """The 5-byte prefix shared by all leaf keys of one (attribute, family) tree."""
     return _TREE.pack(attr_id, family)

@@ -98,15 +98,21 @@ class FlatList:
 
 
 class Flat:
-    """The GT, LT and INEQ lists of one tree, with its family's key search."""
+    """The GT, LT and INEQ lists of one tree, with its family's key search, and the
+    overflow EQ sets of event values met so far (``Search._equal`` fills them)."""
 
-    __slots__ = ("lists", "fixed")
+    __slots__ = ("lists", "fixed", "equal")
 
     def __init__(self, fixed: np.dtype | None, lists: tuple[One | FlatList, ...]) -> None:
-        self.fixed, self.lists = fixed, lists  # the family's key dtype; GT, LT, INEQ
+        self.fixed = fixed  # the family's key dtype
+        # GT, LT, INEQ; none when all three are empty (a tree of '=' and 'in' only)
+        self.lists = lists if any(part.n for part in lists) else ()
+        self.equal: dict[bytes, tuple[np.ndarray, ...]] = {}  # payload -> its EQ chunks
 
     def collect(self, payload: bytes, exact: bool, out: list[np.ndarray]) -> None:
         """Everything the three lists hold that an event value satisfies (DESIGN §3)."""
+        if not self.lists:
+            return
         gt, lt, ineq = self.lists
         key = payload if self.fixed is None else self.fixed.type(int.from_bytes(payload, "big"))
         gt.take(0, gt.rank(key, not exact), out)

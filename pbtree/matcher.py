@@ -26,6 +26,9 @@ FLATTEN_AFTER = 8
 #: fraction of the index: about 3 KB each for trees of single-node lists, whose keys and
 #: sids stay on the map (nodes of trees walked are parsed afresh: a header is cheap)
 MAX_FLAT = 2048
+#: bound on the overflow EQ sets a snapshot keeps in its flattened trees (``Flat.equal``),
+#: each about 500 bytes of views and keys, less than a tenth of the sids it stands for
+MAX_EQUAL = 8192
 HAS_INEQ = HAS[INEQ]
 
 
@@ -80,10 +83,11 @@ class Search:
         state = self.trees.get(prefix, 0)
         if type(state) is Flat:
             if exact:
-                target = prefix + payload
-                leaf = self.txn.get(target, db=self.leaf_db)
-                if leaf is not None:
-                    self._eq(leaf, target, HEADER.unpack_from(leaf)[3])
+                found = state.equal.get(payload)
+                if found is None:
+                    self._equal(state, prefix, payload)
+                else:
+                    self.out += found
             state.collect(payload, exact, self.out)
             self._delta(prefix, payload, exact)
             return
@@ -104,6 +108,23 @@ class Search:
         self.trees[prefix] = state + 1
         self._walk(prefix, payload, exact, ends)
         self._delta(prefix, payload, exact)
+
+    def _equal(self, flat: Flat, prefix: bytes, payload: bytes) -> None:
+        """Collect the EQ sids of a flattened tree's leaf ``payload``. In a tree of EQ items
+        only, an overflow set is kept in ``flat`` while the snapshot's bound allows: reading
+        it takes a cursor's steps, most of such a tree's search (where a tree has lists to
+        search too, keeping its sets measured no faster)."""
+        target = prefix + payload
+        leaf = self.txn.get(target, db=self.leaf_db)
+        if leaf is None:
+            return
+        flags = HEADER.unpack_from(leaf)[3]
+        if flags & EQ_OVERFLOW and not flat.lists and self.snapshot.equal < MAX_EQUAL:
+            found = flat.equal[payload] = tuple(self.overflow(overflow_key(EQ, target)))
+            self.snapshot.equal += 1
+            self.out += found
+        else:
+            self.out += self._eq(leaf, target, flags)
 
     def _delta(self, prefix: bytes, payload: bytes, exact: bool) -> None:
         """Collect what the event value satisfies in the PB+tree's delta, if it has one."""
@@ -130,7 +151,7 @@ class Search:
                 value = cur.value()
                 if exact:
                     hit = HEADER.unpack_from(value)
-                    self._eq(value, target, hit[3])
+                    self.out += self._eq(value, target, hit[3])
                 else:
                     pred = HEADER.unpack_from(value)
                     if cur.next() and cur.key()[:5] == prefix:
@@ -153,11 +174,11 @@ class Search:
             skip = payload if hit is not None and hit[3] & HAS_INEQ else None
             self._unequal(prefix, anchor[2], ends[4], ends[5], skip)
 
-    def _eq(self, value: memoryview, key: bytes, flags: int) -> None:
+    def _eq(self, value: memoryview, key: bytes, flags: int) -> list[np.ndarray]:
+        """The EQ sids of the leaf record ``value`` keyed ``key``."""
         if flags & EQ_OVERFLOW:
-            self.out += self.overflow(overflow_key(EQ, key))
-        elif len(value) > HEADER.size:
-            self.out.append(sidset.decode(value, HEADER.size))
+            return self.overflow(overflow_key(EQ, key))
+        return [sidset.decode(value, HEADER.size)] if len(value) > HEADER.size else []
 
     def _run(self, prefix: bytes, node_id: int, stop: int, forward: bool) -> None:
         """Every item of the nodes from ``node_id`` up to the sentinel ``stop``."""

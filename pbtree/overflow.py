@@ -96,10 +96,11 @@ class Reader:
         cur = self.cursor
         if cur is None:
             cur = self.cursor = self.txn.cursor(db=self.chunks)
-        dtype = sidset.DTYPE
-        out = [np.frombuffer(value, dtype) for _, value in chunk_records(cur, set_id)]
-        if not out:
+        if not cur.set_range(set_id) or cur.key()[:4] != set_id:
             raise CorruptIndexError(f"overflow SidSet {key.hex()} has no chunks")
+        out = [np.frombuffer(cur.value(), sidset.DTYPE)]
+        while cur.next() and cur.key()[:4] == set_id:  # most sets are one chunk
+            out.append(np.frombuffer(cur.value(), sidset.DTYPE))
         return out
 
 

@@ -28,11 +28,12 @@ class Snapshot:
     bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "counter", "int_ids", "views", "remaps", "pending", "current",
-                 "tree_gen")
+    __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "views", "remaps", "pending",
+                 "current", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
+        self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.counter: Counter | None = None
         self.int_ids: np.ndarray | None = None
@@ -85,7 +86,7 @@ class Snapshot:
         new.pending = self.pending  # extended by the sids since, unless they were folded
         new.tree_gen = read_counter(txn, dbs["meta"], TREE_GEN)
         if remaps == self.remaps and new.tree_gen == self.tree_gen:
-            new.trees, new.flat = self.trees, self.flat
+            new.trees, new.flat, new.equal = self.trees, self.flat, self.equal
         else:
             new.trees = self.hot()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages

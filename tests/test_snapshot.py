@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
@@ -218,6 +219,37 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
         assert {p.keys is None for p in one} == {True, False}  # a string list, a number list
         assert all(p.keys is None or not p.keys.flags.owndata for p in one)
         assert all(isinstance(p.keys, list) or p.keys.flags.owndata for p in joined)
+
+
+@pytest.mark.parametrize("bound", [2, matcher.MAX_EQUAL])
+def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pbtrees, bound):
+    """A flattened tree of EQ items only keeps the overflow sets events meet, up to the
+    snapshot's bound; a tree with lists keeps none. A write that changes the trees drops
+    what was kept, and every answer is the oracle's."""
+    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    monkeypatch.setattr(matcher, "MAX_EQUAL", bound)
+    texts = {n: f"a = {n % 5} and b {'<' if n % 2 else '='} {n % 3}" for n in range(600)}
+    texts.update({1000 + n: f"a in ({n % 5}, 9)" for n in range(100)})
+    model = {n: parse(text) for n, text in texts.items()}
+    events = [{"a": a, "b": b} for a in (0, 1, 2, 3, 9, 7) for b in (0, 2)]
+    with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
+        ix.subscribe_many(texts.items())
+        ix.fold()
+        for _ in range(2):
+            assert [ix.match(e) for e in events] == [oracle_match(model, e) for e in events]
+        cache = ix.shards[0]._cache
+        flats = [v for v in cache.trees.values() if isinstance(v, Flat)]
+        kept = {len(flat.equal) for flat in flats if not flat.lists}
+        assert len(flats) == 2 and kept == {min(bound, 5)} == {cache.equal}  # 7 is no leaf
+        assert all(not flat.equal for flat in flats if flat.lists)
+        ix.subscribe_many([(2000 + n, f"a = {n % 5}") for n in range(50)])
+        model.update((2000 + n, parse(f"a = {n % 5}")) for n in range(50))
+        ix.fold()
+        assert ix.unsubscribe(0) and ix.unsubscribe(1001)
+        del model[0], model[1001]
+        for _ in range(2):
+            assert [ix.match(e) for e in events] == [oracle_match(model, e) for e in events]
+        assert not any(v in flats for v in ix.shards[0]._cache.trees.values())
 
 
 def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):

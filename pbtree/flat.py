@@ -98,8 +98,9 @@ class FlatList:
 
 
 class Flat:
-    """The GT, LT and INEQ lists of one tree, with its family's key search, and the
-    overflow EQ sets of event values met so far (``Search._equal`` fills them)."""
+    """The GT, LT and INEQ lists of one tree, with its family's key search, and for a
+    tree of EQ items only the overflow EQ sets of the event values met while the
+    snapshot's bound allowed (``Search._equal``; kept until the Flat goes)."""
 
     __slots__ = ("lists", "fixed", "equal")
 

@@ -26,8 +26,8 @@ FLATTEN_AFTER = 8
 #: fraction of the index: about 3 KB each for trees of single-node lists, whose keys and
 #: sids stay on the map (nodes of trees walked are parsed afresh: a header is cheap)
 MAX_FLAT = 2048
-#: bound on the overflow EQ sets a snapshot keeps in its flattened trees (``Flat.equal``),
-#: each about 500 bytes of views and keys, less than a tenth of the sids it stands for
+#: bound on the overflow EQ sets a snapshot keeps in its flattened trees (``Flat.equal``):
+#: views of their chunks on the map, about 500 bytes for one chunk, ~300 more per chunk
 MAX_EQUAL = 8192
 HAS_INEQ = HAS[INEQ]
 

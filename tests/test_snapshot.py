@@ -221,35 +221,50 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
         assert all(isinstance(p.keys, list) or p.keys.flags.owndata for p in joined)
 
 
+def _flats(ix: pbtree.Index) -> list[Flat]:
+    return [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, Flat)]
+
+
 @pytest.mark.parametrize("bound", [2, matcher.MAX_EQUAL])
 def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pbtrees, bound):
     """A flattened tree of EQ items only keeps the overflow sets events meet, up to the
-    snapshot's bound; a tree with lists keeps none. A write that changes the trees drops
-    what was kept, and every answer is the oracle's."""
+    snapshot's bound; a tree with lists keeps none. A commit that changes no tree leaves
+    them to the next snapshot, with their count; one write that adds to a kept set drops
+    them, and so does a removal. Every answer is the oracle's."""
     monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
     monkeypatch.setattr(matcher, "MAX_EQUAL", bound)
     texts = {n: f"a = {n % 5} and b {'<' if n % 2 else '='} {n % 3}" for n in range(600)}
     texts.update({1000 + n: f"a in ({n % 5}, 9)" for n in range(100)})
     model = {n: parse(text) for n, text in texts.items()}
     events = [{"a": a, "b": b} for a in (0, 1, 2, 3, 9, 7) for b in (0, 2)]
+
+    def matches() -> None:
+        assert [ix.match(e) for e in events] == [oracle_match(model, e) for e in events]
+
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
         ix.subscribe_many(texts.items())
         ix.fold()
         for _ in range(2):
-            assert [ix.match(e) for e in events] == [oracle_match(model, e) for e in events]
-        cache = ix.shards[0]._cache
-        flats = [v for v in cache.trees.values() if isinstance(v, Flat)]
+            matches()
+        cache, flats = ix.shards[0]._cache, _flats(ix)
         kept = {len(flat.equal) for flat in flats if not flat.lists}
         assert len(flats) == 2 and kept == {min(bound, 5)} == {cache.equal}  # 7 is no leaf
         assert all(not flat.equal for flat in flats if flat.lists)
-        ix.subscribe_many([(2000 + n, f"a = {n % 5}") for n in range(50)])
-        model.update((2000 + n, parse(f"a = {n % 5}")) for n in range(50))
-        ix.fold()
+        ix.subscribe(2000, "a = 0")  # pending: no tree changes
+        model[2000] = parse("a = 0")
+        matches()
+        assert ix.shards[0]._cache is not cache and ix.shards[0]._cache.equal == cache.equal
+        assert _flats(ix) == flats and {len(f.equal) for f in flats if not f.lists} == kept
+        ix.fold()  # one write, into the set of a = 0 that the tree of a keeps
+        matches()
+        assert not set(_flats(ix)) & set(flats)
+        assert ix.shards[0]._cache.equal == sum(len(flat.equal) for flat in _flats(ix))
+        flats = _flats(ix)
         assert ix.unsubscribe(0) and ix.unsubscribe(1001)
         del model[0], model[1001]
         for _ in range(2):
-            assert [ix.match(e) for e in events] == [oracle_match(model, e) for e in events]
-        assert not any(v in flats for v in ix.shards[0]._cache.trees.values())
+            matches()
+        assert not set(_flats(ix)) & set(flats)
 
 
 def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):

@@ -385,7 +385,8 @@ class Packed:
         keep = np.ones(self.sids.size, bool)
         for kind, i, sids in self.removes:
             lo, hi = starts[kind * m + i], starts[kind * m + i + 1]
-            gone = np.isin(self.sids[lo:hi], sids) & keep[lo:hi]
+            place = self.sids[lo:hi]  # one sid is the usual removal: no set lookup for it
+            gone = (place == sids[0] if len(sids) == 1 else np.isin(place, sids)) & keep[lo:hi]
             keep[lo:hi] &= ~gone
             self.counts[kind, i] -= int(np.count_nonzero(gone))
         self.removes = []

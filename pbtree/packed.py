@@ -380,17 +380,27 @@ class Packed:
             self._add()
 
     def _remove(self) -> None:
+        """Drop every occurrence of the queued sids at their places, all at once: each
+        sid held as (place, sid) in one integer, in ascending order (places in order,
+        sids rising in each), found by binary search."""
         m = len(self.keys)
-        starts = np.concatenate(([0], np.cumsum(self.counts.ravel())))
-        keep = np.ones(self.sids.size, bool)
-        for kind, i, sids in self.removes:
-            lo, hi = starts[kind * m + i], starts[kind * m + i + 1]
-            place = self.sids[lo:hi]  # one sid is the usual removal: no set lookup for it
-            gone = (place == sids[0] if len(sids) == 1 else np.isin(place, sids)) & keep[lo:hi]
-            keep[lo:hi] &= ~gone
-            self.counts[kind, i] -= int(np.count_nonzero(gone))
+        place = np.repeat(np.arange(4 * m, dtype=np.uint64), self.counts.ravel())
+        held = place << np.uint64(32) | self.sids.astype(np.uint64)
+        if held.size > 1 and (held[1:] < held[:-1]).any():
+            raise CorruptIndexError("a packed tree record's sids do not rise at a place")
+        sizes = [len(sids) for _, _, sids in self.removes]
+        places = np.array([kind * m + i for kind, i, _ in self.removes], np.uint64)
+        sids = np.fromiter(chain.from_iterable(sids for _, _, sids in self.removes), np.uint64,
+                           sum(sizes))
+        wanted = np.repeat(places, sizes) << np.uint64(32) | sids
+        edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
+        np.add.at(edges, held.searchsorted(wanted, "left"), 1)
+        np.add.at(edges, held.searchsorted(wanted, "right"), -1)
+        gone = np.cumsum(edges[:-1]) > 0
+        self.counts = self.counts - np.bincount(place[gone].astype(np.int64),
+                                                minlength=4 * m).reshape(4, m)
         self.removes = []
-        self.sids = self.sids[keep]
+        self.sids = self.sids[~gone]
         used = self.counts.any(axis=0)
         if not used.all():
             self.counts = self.counts[:, used]

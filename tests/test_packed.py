@@ -207,6 +207,13 @@ def test_damaged_records_are_refused():
     assert packed.splice_all([spliced]) == [None]
     with pytest.raises(CorruptIndexError, match="damaged"):
         spliced.encode()
+    tree = packed.Packed.empty(NUMBER)
+    tree.add(GT, tree.repeated(number_payload(3), 2), np.array([1, 2], np.uint32))
+    unordered = tree.encode()[:-8] + struct.pack("<2I", 2, 1)  # a place's sids fall
+    removing = packed.Packed.decode(unordered, NUMBER)
+    removing.remove(GT, number_payload(3), [1])
+    with pytest.raises(CorruptIndexError, match="do not rise"):
+        removing.encode()
     keyless = packed.TOTALS.pack(0, 0, 2, 0, 0) + b"\1\0\0\0\2\0\0\0"  # sids, no key
     with pytest.raises(CorruptIndexError):
         packed.Packed.decode(keyless, NUMBER)

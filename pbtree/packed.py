@@ -390,9 +390,9 @@ class Packed:
             raise CorruptIndexError("a packed tree record's sids do not rise at a place")
         sizes = [len(sids) for _, _, sids in self.removes]
         places = np.array([kind * m + i for kind, i, _ in self.removes], np.uint64)
-        sids = np.fromiter(chain.from_iterable(sids for _, _, sids in self.removes), np.uint64,
-                           sum(sizes))
-        wanted = np.repeat(places, sizes) << np.uint64(32) | sids
+        removed = np.fromiter(chain.from_iterable(sids for _, _, sids in self.removes),
+                              np.uint64, sum(sizes))
+        wanted = np.repeat(places, sizes) << np.uint64(32) | removed
         edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
         np.add.at(edges, held.searchsorted(wanted, "left"), 1)
         np.add.at(edges, held.searchsorted(wanted, "right"), -1)

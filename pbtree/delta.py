@@ -74,12 +74,15 @@ class Delta(Packed):
         self.cleared = False  # emptied at once (its tree was dropped): delete the record
 
     @classmethod
-    def stored(cls, raw: bytes | memoryview, family: int) -> Delta:
+    def stored(cls, raw: bytes | memoryview, family: int, name: str = "") -> Delta:
         """``Packed.stored``, knowing the record's size and least sid."""
-        found = super().stored(raw, family)
-        sids = record_sids(found.raw, family)
+        found = super().stored(raw, family, name)
+        try:
+            sids = record_sids(found.raw, family)
+        except CorruptIndexError as exc:
+            raise found.damaged(str(exc)) from None
         if not sids.size:
-            raise CorruptIndexError(f"packed tree record of {len(raw)} bytes holds no sids")
+            raise found.damaged(f"packed tree record of {len(raw)} bytes holds no sids")
         found.size_read, found.first = len(raw), int(sids.min())
         return found
 

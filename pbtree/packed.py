@@ -210,7 +210,10 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
     for i, tree in enumerate(trees):
         if tree.raw is None or tree.removes or not tree.adds:
             continue
-        m, totals, keys_at, ends_at, _ = _layout(tree.raw, tree.family)
+        try:
+            m, totals, keys_at, ends_at, _ = _layout(tree.raw, tree.family)
+        except CorruptIndexError:
+            continue  # ``encode`` names it
         rank = _ranks(tree.raw, tree.family, m, keys_at, tree.adds)
         if rank is None:
             continue
@@ -268,7 +271,7 @@ class Packed:
     order as integers), those of strings as a list of payloads.
     """
 
-    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "raw")
+    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "raw", "name")
 
     def __init__(self, family: int, keys: list[bytes] | np.ndarray | None,
                  counts: np.ndarray | None, sids: np.ndarray | None) -> None:
@@ -277,6 +280,7 @@ class Packed:
         self.adds: list[tuple[int, np.ndarray | list[bytes], np.ndarray]] = []  # as ``add``
         self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
         self.raw: bytes | None = None  # the record, while not decoded (``stored``)
+        self.name = ""  # what a write's errors call the record (``stored``)
 
     @classmethod
     def empty(cls, family: int) -> Packed:
@@ -290,17 +294,25 @@ class Packed:
         return cls(family, *_fields(bytes(raw), family))
 
     @classmethod
-    def stored(cls, raw: bytes | memoryview, family: int) -> Packed:
+    def stored(cls, raw: bytes | memoryview, family: int, name: str = "") -> Packed:
         """The packed tree of a record, decoded only when a change needs more than
-        splicing new postings into the record's bytes (``splice_all``)."""
+        splicing new postings into the record's bytes (``splice_all``); ``name`` (its
+        key, say) begins the message of any damage found in it."""
         tree = cls(family, None, None, None)  # set by ``_load``
-        tree.raw = bytes(raw)
+        tree.raw, tree.name = bytes(raw), name
         return tree
+
+    def damaged(self, message: str) -> CorruptIndexError:
+        """The error for damage found in this tree's record, named as ``stored`` was told."""
+        return CorruptIndexError(f"{self.name}: {message}" if self.name else message)
 
     def _load(self) -> None:
         """Decode the record held, if any, into keys, counts and sids."""
         if self.raw is not None:
-            self.keys, self.counts, self.sids = _fields(self.raw, self.family)
+            try:
+                self.keys, self.counts, self.sids = _fields(self.raw, self.family)
+            except CorruptIndexError as exc:
+                raise self.damaged(str(exc)) from None
             self.raw = None
 
     def ordered(self) -> bool:
@@ -335,8 +347,8 @@ class Packed:
         else:
             i = bisect_left(self.keys, key)
         if i == m or self.key(i) != key or not self.counts[kind, i]:
-            raise CorruptIndexError(f"the tree holds no {KIND_NAMES[kind]} item for key "
-                                    f"{key.hex()} of a stored predicate (or is missing)")
+            raise self.damaged(f"the tree holds no {KIND_NAMES[kind]} item for key "
+                               f"{key.hex()} of a stored predicate (or is missing)")
         self.removes.append((kind, i, sids))
 
     @property
@@ -387,7 +399,7 @@ class Packed:
         place = np.repeat(np.arange(4 * m, dtype=np.uint64), self.counts.ravel())
         held = place << np.uint64(32) | self.sids.astype(np.uint64)
         if held.size > 1 and (held[1:] < held[:-1]).any():
-            raise CorruptIndexError("a packed tree record's sids do not rise at a place")
+            raise self.damaged("a packed tree record's sids do not rise at a place")
         sizes = [len(sids) for _, _, sids in self.removes]
         places = np.array([kind * m + i for kind, i, _ in self.removes], np.uint64)
         removed = np.fromiter(chain.from_iterable(sids for _, _, sids in self.removes),

@@ -180,7 +180,7 @@ class Writer:
         if raw is None:
             tree = Packed.empty(prefix[4])
         elif is_packed(raw):
-            tree = Packed.stored(raw, prefix[4])
+            tree = Packed.stored(raw, prefix[4], f"packed tree {prefix.hex()}")
         self.packed[prefix] = tree
         return tree
 
@@ -201,11 +201,8 @@ class Writer:
         if found is None:
             key = delta.key(prefix)
             raw = self.txn.get(key, db=self.dbs["trees"])
-            try:
-                found = Delta.empty(prefix[4]) if raw is None else Delta.stored(raw, prefix[4])
-            except CorruptIndexError as exc:
-                raise CorruptIndexError(f"delta {key.hex()}: {exc}") from None
-            self.deltas[prefix] = found
+            found = self.deltas[prefix] = Delta.empty(prefix[4]) if raw is None else \
+                Delta.stored(raw, prefix[4], f"delta {key.hex()}")
         return found
 
     def _write_records(self) -> None:

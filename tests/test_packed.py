@@ -233,6 +233,11 @@ def test_a_damaged_record_is_named_by_stats_and_verify(tmp_path):
         for call in (ix.stats, ix.verify, lambda: ix.match({"a": 5})):
             with pytest.raises(CorruptIndexError, match="packed tree|damaged"):
                 call()
+        named = f"packed tree {bytes(key).hex()}: .*damaged"  # a write says which record
+        ix.subscribe(3, "a > 3")  # pending: its fold reaches the record
+        for call in (lambda: ix.unsubscribe(1), ix.fold):
+            with pytest.raises(CorruptIndexError, match=named):
+                call()
 
 
 def test_close_negative_constants_are_found_for_removal(tmp_path):

@@ -246,13 +246,16 @@ class Index:
         if replace:
             groups = [list({item[1]: item for item in items}.values()) for items in groups]
         else:
-            seen: set[bytes] = set()
             for shard, items in zip(self.shards, groups, strict=True):
-                stored = shard.existing([item[1] for item in items]) if items else set()
-                for sub_id, idkey, _, _ in items:
-                    if idkey in seen or idkey in stored:
-                        raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
-                    seen.add(idkey)
+                keys = [item[1] for item in items]
+                stored = shard.existing(keys) if items else set()
+                if stored or len(set(keys)) < len(keys):  # name the first one seen twice
+                    seen: set[bytes] = set()
+                    for sub_id, idkey, _, _ in items:
+                        if idkey in seen or idkey in stored:
+                            raise DuplicateIdError(
+                                f"subscription id {sub_id!r} already exists")
+                        seen.add(idkey)
         return sum(shard.subscribe([item[:3] for item in items], replace,
                                    None if found is None else shard_postings(found, items))
                    for shard, items in zip(self.shards, groups, strict=True) if items)

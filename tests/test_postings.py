@@ -5,13 +5,16 @@ are the payloads' integers."""
 from __future__ import annotations
 
 import random
+from unittest.mock import patch
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import ATTRS, random_subscription, subscriptions
 
 import pbtree
+from pbtree import postings
 from pbtree.core import normalize
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Written
@@ -48,8 +51,10 @@ def _as_pairs(found: Grouped) -> dict:
 def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, data):
     """Numbers of every sign (and -0.0, infinities), strings long and short, bools, 'in'
     sets mixing families, a value posted twice by one subscription: the same postings in
-    the same order, for any range of sids, with removed subscriptions left out."""
+    the same order, for any range of sids, with removed subscriptions left out, however
+    many records are decoded at a time."""
     path = tmp_path_factory.mktemp("grouped") / "index"
+    at_a_time = data.draw(st.sampled_from([1, 2, 3, 7, postings.GROUP_RECORDS]))
     with pbtree.create(path, fold_at=10**6) as ix:
         ix.subscribe_many(list(enumerate(subs)))
         gone = data.draw(st.sets(st.integers(0, len(subs) - 1)))
@@ -57,7 +62,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
         first = data.draw(st.integers(0, len(subs)))
         end = data.draw(st.integers(first, len(subs) + 1))
         shard = ix.shards[0]
-        with shard.read() as txn:
+        with shard.read() as txn, patch.object(postings, "GROUP_RECORDS", at_a_time):
             found = grouped(txn, shard.dbs["subs"], first, end)
             want = _by_hand(txn, shard.dbs["subs"], first, end)
     assert _as_pairs(found) == want
@@ -65,16 +70,18 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
                                    for pairs in kinds.values())
 
 
-def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path):
+@pytest.mark.parametrize("at_a_time", [700, postings.GROUP_RECORDS])
+def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_time):
     """Thousands of subscriptions on a small domain, so that places hold many equal keys
-    posted by different operators (GT from both > and >=): sid order holds among them."""
+    posted by different operators (GT from both > and >=): sid order holds among them,
+    also across records decoded apart."""
     rng = random.Random(5)
     subs = [(n, random_subscription(rng, ["a", "b", "s"], 6)) for n in range(3000)]
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         ix.subscribe_many(subs)
         ix.unsubscribe_many(range(0, 3000, 7))
         shard = ix.shards[0]
-        with shard.read() as txn:
+        with shard.read() as txn, patch.object(postings, "GROUP_RECORDS", at_a_time):
             for first, end in ((0, 3000), (1000, 2500)):
                 found = grouped(txn, shard.dbs["subs"], first, end)
                 want = _by_hand(txn, shard.dbs["subs"], first, end)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import chain
+from itertools import chain, compress
 
 import numpy as np
 
@@ -206,60 +206,174 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
     few postings to each of many small trees). None for every other tree, which
     ``encode`` merges. A tree spliced holds its new record, nothing queued."""
     out: list[bytes | None] = [None] * len(trees)
-    picked, sizes, tails, ranks, kinds, runs, sids = [], [], [], [], [], [], []
+    picked, ranks, kinds, runs, sids = [], [], [], [], []
     for i, tree in enumerate(trees):
-        if tree.raw is None or tree.removes or not tree.adds:
+        if tree.raw is None or tree.removes or tree.cuts or not tree.adds:
             continue
-        try:
-            m, totals, keys_at, ends_at, _ = _layout(tree.raw, tree.family)
-        except CorruptIndexError:
-            continue  # ``encode`` names it
-        rank = _ranks(tree.raw, tree.family, m, keys_at, tree.adds)
+        found = _stored(tree)
+        if found is None:
+            continue
+        rank = _ranks(tree.raw, tree.family, found[1], found[3], tree.adds)
         if rank is None:
             continue
-        picked.append((i, tree, ends_at))
-        sizes.append((m, *totals))
-        tails.append((np.frombuffer(tree.raw, _SID, 4 * m, ends_at),
-                      _sids(tree.raw, m, ends_at)))
+        picked.append((i, *found))
         ranks.append(rank)
         for kind, _, run in tree.adds:
             kinds.append(kind)
             runs.append(len(run))
             sids.append(run)
-    if not picked:
-        return out
-    sizes = np.array(sizes, np.int64)
-    m, totals = sizes[:, 0], sizes[:, 1:]
-    ends = np.concatenate([e for e, _ in tails]).astype(np.int64)
-    rows = np.repeat(m, 4)  # every tree's four rows of ends, one after another
-    row_at = np.cumsum(rows) - rows
-    last = row_at + rows - 1
-    rising = np.ones(ends.size, bool)
-    rising[1:] = ends[1:] >= ends[:-1]
-    rising[row_at] = True
-    if (ends[last] != totals.ravel()).any() or not rising.all():
-        return out  # a damaged record: ``encode`` names it
+    rows = _Rows.of(picked)
+    if rows is None:
+        return out  # none, or a damaged record: ``encode`` names it
     tree_of = np.repeat(np.arange(len(picked)), [rank.size for rank in ranks])
     row = tree_of * 4 + np.repeat(kinds, runs)  # each posting's tree and kind
-    places = row_at[row] + np.concatenate(ranks)
-    firsts = np.cumsum(totals, axis=1) - totals  # of each kind's sids in a tree's sids
-    held = totals.sum(axis=1)
-    at = (np.cumsum(held) - held)[tree_of] + firsts.ravel()[row] + ends[places]
-    merged = _inserted(np.concatenate([s for _, s in tails]), at, places,
-                       np.concatenate(sids).astype(_SID, copy=False))
-    grown = np.cumsum(np.bincount(places, minlength=ends.size))
-    ends += grown - np.repeat(np.concatenate(([0], grown))[row_at], rows)
-    held += np.bincount(tree_of, minlength=len(picked))
-    end_bytes, sid_bytes = ends.astype(_SID).tobytes(), merged.tobytes()
-    for (i, tree, ends_at), n, first, kind_totals, sid_at, count in zip(
-            picked, m.tolist(), row_at[::4].tolist(), ends[last].reshape(-1, 4).tolist(),
-            (np.cumsum(held) - held).tolist(), held.tolist(), strict=True):
-        record = b"".join((TOTALS.pack(n, *kind_totals), tree.raw[TOTALS.size:ends_at],
-                           end_bytes[4 * first:4 * (first + 4 * n)],
-                           sid_bytes[4 * sid_at:4 * (sid_at + count)]))
-        tree.raw, tree.adds = record, []
-        out[i] = record
+    places = rows.at[row] + np.concatenate(ranks)
+    at = rows.sid_at[tree_of] + rows.firsts.ravel()[row] + rows.ends[places]
+    merged = _inserted(rows.sids, at, places, np.concatenate(sids).astype(_SID, copy=False))
+    rows.moved(np.bincount(places, minlength=rows.ends.size))
+    return rows.written(out, merged, np.ones(len(picked), bool))
+
+
+def cut_all(trees: list[Packed]) -> list[bytes | None]:
+    """The records of the stored trees that have only removals queued (``Packed.remove``
+    on a record held whole), made at once: every occurrence of the queued sids cut from
+    each record's sids and its ends moved back, in array steps over all the trees (a
+    batch of unsubscribes takes a few postings from each of many small trees); a key
+    left with no sids is dropped, a tree left with none is None. None for every other
+    tree, which ``encode`` merges: one whose removals name a place it does not hold
+    (damage ``encode`` names). A tree cut holds its new record, nothing queued."""
+    out: list[bytes | None] = [None] * len(trees)
+    picked, places, sizes, sids = [], [], [], []
+    for i, tree in enumerate(trees):
+        if tree.raw is None or not tree.cuts or tree.adds:
+            continue
+        found = _stored(tree)
+        if found is None:
+            continue
+        m = found[1]
+        rank = _ranks(tree.raw, tree.family, m, found[3],
+                      [(kind, tree.repeated(key, 1), None) for kind, key, _ in tree.cuts])
+        if rank is None:
+            continue
+        picked.append((i, *found))
+        places.append(np.array([kind * m for kind, _, _ in tree.cuts], np.int64) + rank)
+        for _, _, gone in tree.cuts:
+            sizes.append(len(gone))
+            sids.append(gone)
+    rows = _Rows.of(picked)
+    if rows is None:
+        return out
+    first_place = rows.at[::4]  # of each tree
+    cut = np.concatenate([first + place for first, place in zip(
+        first_place.tolist(), places, strict=True)])
+    counts = np.diff(rows.ends, prepend=0)
+    counts[rows.at] = rows.ends[rows.at]
+    kept = np.ones(len(picked), bool)  # not those naming a place they do not hold
+    kept[np.repeat(np.arange(len(picked)), list(map(len, places)))[counts[cut] == 0]] = False
+    held_place = np.repeat(np.arange(rows.ends.size, dtype=np.uint64), counts)
+    held = held_place << np.uint64(32) | rows.sids.astype(np.uint64)
+    if held.size > 1 and (held[1:] < held[:-1]).any():
+        return out  # sids that fall at a place: ``encode`` names it
+    wanted = np.repeat(cut.astype(np.uint64), sizes) << np.uint64(32) | np.fromiter(
+        chain.from_iterable(sids), np.uint64, sum(sizes))
+    edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
+    np.add.at(edges, held.searchsorted(wanted, "left"), 1)
+    np.add.at(edges, held.searchsorted(wanted, "right"), -1)
+    gone = np.cumsum(edges[:-1]) > 0
+    removed = np.bincount(held_place[gone].astype(np.int64), minlength=rows.ends.size)
+    m = np.repeat(rows.m, 4 * rows.m)  # per place, its tree's m
+    tree_at = np.repeat(first_place, 4 * rows.m)
+    key = tree_at // 4 + (np.arange(rows.ends.size) - tree_at) % m  # each place's key
+    left = np.bincount(key, counts - removed)  # sids each key keeps
+    emptied = np.zeros(len(picked), bool)
+    emptied[np.repeat(np.arange(len(picked)), rows.m)[left == 0]] = True
+    rows.moved(-removed)
+    sids = rows.sids[~gone]
+    rows.written(out, sids, kept & ~emptied)
+    counts -= removed
+    held = rows.ends[rows.last].reshape(-1, 4).sum(axis=1)
+    for (i, tree, m, _, keys_at, _), first, sid_at, count in zip(
+            compress(picked, kept & emptied), rows.at[::4][kept & emptied].tolist(),
+            (np.cumsum(held) - held)[kept & emptied].tolist(),
+            held[kept & emptied].tolist(), strict=True):
+        place_counts = counts[first:first + 4 * m].reshape(4, m)
+        used = place_counts.any(axis=0)
+        keys = np.frombuffer(tree.raw, FIXED_DTYPE[tree.family], m, keys_at)[used].astype(
+            np.uint64) if tree.width else list(compress(_string_keys(tree.raw, m, keys_at),
+                                                        used))
+        tree.keys, tree.counts = keys, place_counts[:, used]
+        tree.sids, tree.raw, tree.cuts = sids[sid_at:sid_at + count], None, []
+        out[i] = tree.encode()  # a key dropped from the record: None once empty
     return out
+
+
+def _stored(tree: Packed) -> tuple | None:
+    """(the tree, m, sid count per kind, offset of the keys, offset of ``end``) of a
+    stored record, None if damaged (``encode`` names it)."""
+    try:
+        m, totals, keys_at, ends_at, _ = _layout(tree.raw, tree.family)
+    except CorruptIndexError:
+        return None
+    return tree, m, totals, keys_at, ends_at
+
+
+class _Rows:
+    """The ends rows (4 per record: each kind's running sid count, key by key) and the
+    sids of many stored records, one after another, as ``splice_all`` and ``cut_all``
+    change them."""
+
+    __slots__ = ("picked", "m", "totals", "ends", "rows", "at", "last", "sids", "sid_at",
+                 "firsts")
+
+    @classmethod
+    def of(cls, picked: list) -> _Rows | None:
+        """Those of ``picked`` ((position, tree, m, totals, keys at, ends at) each), None
+        if there are none or one's ends fall or miss its totals."""
+        if not picked:
+            return None
+        rows = cls()
+        rows.picked = picked
+        rows.m = np.array([p[2] for p in picked], np.int64)
+        rows.totals = np.array([p[3] for p in picked], np.int64)
+        rows.ends = np.concatenate([np.frombuffer(p[1].raw, _SID, 4 * p[2], p[5])
+                                    for p in picked]).astype(np.int64)
+        rows.rows = np.repeat(rows.m, 4)  # every record's four rows, one after another
+        rows.at = np.cumsum(rows.rows) - rows.rows
+        rows.last = rows.at + rows.rows - 1
+        rising = np.ones(rows.ends.size, bool)
+        rising[1:] = rows.ends[1:] >= rows.ends[:-1]
+        rising[rows.at] = True
+        if (rows.ends[rows.last] != rows.totals.ravel()).any() or not rising.all():
+            return None
+        rows.sids = np.concatenate([_sids(p[1].raw, p[2], p[5]) for p in picked])
+        held = rows.totals.sum(axis=1)
+        rows.sid_at = np.cumsum(held) - held  # each record's first sid in ``sids``
+        rows.firsts = np.cumsum(rows.totals, axis=1) - rows.totals  # of each kind's sids
+        return rows
+
+    def moved(self, change: np.ndarray) -> None:
+        """Move the ends on by ``change`` sids at each place."""
+        grown = np.cumsum(change)
+        self.ends += grown - np.repeat(np.concatenate(([0], grown))[self.at], self.rows)
+
+    def written(self, out: list, sids: np.ndarray, kept: np.ndarray) -> list:
+        """``out`` with the new record of each ``kept`` record, its sids now in
+        ``sids``; each such tree holds its new record, nothing queued."""
+        kinds = self.ends[self.last].reshape(-1, 4)
+        held = kinds.sum(axis=1)
+        end_bytes, sid_bytes = self.ends.astype(_SID).tobytes(), sids.tobytes()
+        for (i, tree, _, _, _, ends_at), n, first, kind_totals, sid_at, count, keep in zip(
+                self.picked, self.m.tolist(), self.at[::4].tolist(), kinds.tolist(),
+                (np.cumsum(held) - held).tolist(), held.tolist(), kept.tolist(),
+                strict=True):
+            if not keep:
+                continue
+            record = b"".join((TOTALS.pack(n, *kind_totals), tree.raw[TOTALS.size:ends_at],
+                               end_bytes[4 * first:4 * (first + 4 * n)],
+                               sid_bytes[4 * sid_at:4 * (sid_at + count)]))
+            tree.raw, tree.adds, tree.cuts = record, [], []
+            out[i] = record
+        return out
 
 
 class Packed:
@@ -271,7 +385,8 @@ class Packed:
     order as integers), those of strings as a list of payloads.
     """
 
-    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "raw", "name")
+    __slots__ = ("family", "width", "keys", "counts", "sids", "adds", "removes", "cuts", "raw",
+                 "name")
 
     def __init__(self, family: int, keys: list[bytes] | np.ndarray | None,
                  counts: np.ndarray | None, sids: np.ndarray | None) -> None:
@@ -279,6 +394,7 @@ class Packed:
         self.keys, self.counts, self.sids = keys, counts, sids
         self.adds: list[tuple[int, np.ndarray | list[bytes], np.ndarray]] = []  # as ``add``
         self.removes: list[tuple[int, int, list[int]]] = []  # (kind, key index, sids)
+        self.cuts: list[tuple[int, bytes, list[int]]] = []  # (kind, key, sids): ``remove``
         self.raw: bytes | None = None  # the record, while not decoded (``stored``)
         self.name = ""  # what a write's errors call the record (``stored``)
 
@@ -307,13 +423,16 @@ class Packed:
         return CorruptIndexError(f"{self.name}: {message}" if self.name else message)
 
     def _load(self) -> None:
-        """Decode the record held, if any, into keys, counts and sids."""
+        """Decode the record held, if any, into keys, counts and sids; the removals
+        queued on it find their places."""
         if self.raw is not None:
             try:
                 self.keys, self.counts, self.sids = _fields(self.raw, self.family)
             except CorruptIndexError as exc:
                 raise self.damaged(str(exc)) from None
             self.raw = None
+            cuts, self.cuts = self.cuts, []
+            self.removes += [(kind, self._place(kind, key), sids) for kind, key, sids in cuts]
 
     def ordered(self) -> bool:
         """Whether the keys are strictly increasing."""
@@ -337,10 +456,18 @@ class Packed:
         self.adds.append((kind, keys, sids))
 
     def remove(self, kind: int, key: bytes, sids: list[int]) -> None:
-        """Queue the removal of every occurrence of ``sids`` at the place (kind, key)."""
+        """Queue the removal of every occurrence of ``sids`` at the place (kind, key): on
+        a record held whole, as it is for ``cut_all``."""
+        if self.raw is not None and not self.adds:
+            self.cuts.append((kind, key, sids))
+            return
         if self.adds:  # removals apply to what is stored, so merge what came first
             self.merge()
         self._load()
+        self.removes.append((kind, self._place(kind, key), sids))
+
+    def _place(self, kind: int, key: bytes) -> int:
+        """The index of ``key`` among the keys, which hold sids of ``kind`` there."""
         m = len(self.keys)
         if self.width:
             i = int(np.searchsorted(self.keys, np.uint64(int.from_bytes(key, "big"))))
@@ -349,12 +476,12 @@ class Packed:
         if i == m or self.key(i) != key or not self.counts[kind, i]:
             raise self.damaged(f"the tree holds no {KIND_NAMES[kind]} item for key "
                                f"{key.hex()} of a stored predicate (or is missing)")
-        self.removes.append((kind, i, sids))
+        return i
 
     @property
     def changed(self) -> bool:
         """Whether postings are queued (so the record must be written again)."""
-        return bool(self.adds or self.removes)
+        return bool(self.adds or self.removes or self.cuts)
 
     def items(self) -> Iterator[tuple[int, bytes, np.ndarray]]:
         """(kind, key, sids) of every place holding sids, key by key."""
@@ -452,7 +579,7 @@ class Packed:
     def encode(self) -> bytes | None:
         """The merged tree's record; None once it holds no sids. A stored (or spliced)
         record with nothing queued is its own record."""
-        if self.raw is not None and not self.adds:
+        if self.raw is not None and not self.adds and not self.cuts:
             return self.raw
         self.merge()
         if not len(self.keys):

@@ -25,7 +25,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
-from pbtree.packed import Packed, limit, splice_all
+from pbtree.packed import Packed, cut_all, limit, splice_all
 from storage import sidset
 from storage.keys import split_key, tree_prefix
 
@@ -207,12 +207,15 @@ class Writer:
 
     def _write_records(self) -> None:
         """Store the packed trees and deltas changed, those only added to at keys they hold
-        spliced all at once (``splice_all``). A delta grown over its limit (``delta.limit``)
+        spliced all at once (``splice_all``), those only removed from cut so
+        (``cut_all``). A delta grown over its limit (``delta.limit``)
         is inserted into its tree; a packed tree grown over its limit becomes a PB+tree."""
         deltas = [(prefix, found) for prefix, found in self.deltas.items() if found.changed]
         packed = [(prefix, tree) for prefix, tree in self.packed.items()
                   if tree is not None and tree.changed]
-        splice_all([found for _, found in deltas] + [tree for _, tree in packed])
+        changed = [found for _, found in deltas] + [tree for _, tree in packed]
+        cut_all(changed)
+        splice_all(changed)
         for prefix, found in deltas:
             grown = self._write_record(
                 delta.key(prefix), found,

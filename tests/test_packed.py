@@ -88,10 +88,11 @@ def test_packed_tree_follows_a_model(history):
             if not model[place]:
                 del model[place]
                 stored.remove(place)
-        spliced = packed.splice_all(trees)  # the stored tree's additions, if it can
+        cut = packed.cut_all(trees)  # the stored trees' removals, if they can
+        spliced = packed.splice_all(trees)  # their additions, if they can
         record, *others = [tree.encode() for tree in trees]
-        assert others == [record] * len(others)  # spliced into the record as merged
-        assert {record} >= set(spliced) - {None}
+        assert others == [record] * len(others)  # spliced or cut into the record as merged
+        assert {record} >= set(spliced) - {None} and {record} >= set(cut) - {None}
         if not model:
             assert record is None
             trees = [packed.Packed.empty(family)]
@@ -179,6 +180,64 @@ def test_trees_spliced_together_equal_each_merged(forest):
         assert (record is not None) == (bool(added) and {k for _, ks in added for k in ks} <= {
             k for _, k in stored})
         assert record is None or record == want
+
+
+@st.composite
+def cut_forests(draw):
+    """Trees of any family, each a stored record (postings, a place maybe holding a sid
+    twice) and removals then queued on it (kind, key, sids): of places it holds or not,
+    of sids there or not, some emptying a key."""
+    forest = []
+    for _ in range(draw(st.integers(1, 6))):
+        family = draw(st.sampled_from(sorted(FAMILY_KEYS)))
+        kinds, keys = st.sampled_from(packed.KINDS), FAMILY_KEYS[family]
+        stored = draw(st.lists(st.tuples(kinds, keys, st.integers(0, 5)), min_size=1,
+                               max_size=8))
+        cuts = draw(st.lists(st.tuples(kinds, keys, st.lists(st.integers(0, 5), min_size=1,
+                                                             max_size=3)), max_size=5))
+        forest.append((family, stored, cuts))
+    return forest
+
+
+@settings(max_examples=300, deadline=None)
+@given(cut_forests())
+def test_trees_cut_together_equal_each_merged(forest):
+    """``cut_all`` over many trees at once gives each the record its own merge gives (a
+    key left with no sids dropped, a tree left with none no record), and cuts exactly
+    the trees whose removals all name places they hold; the others are merged (or
+    refused) as before."""
+    stored_trees, merged_trees, expected = [], [], []
+    for family, stored, cuts in forest:
+        tree = packed.Packed.empty(family)
+        for kind, key, sid in sorted(stored, key=lambda p: p[2]):  # sids rise at a place
+            tree.add(kind, tree.repeated(key, 1), np.array([sid], np.uint32))
+        record = tree.encode()
+        model: dict = {}
+        for kind, key, sid in stored:
+            model.setdefault((kind, key), []).append(sid)
+        holds = all((kind, key) in model for kind, key, _ in cuts)
+        for kind, key, sids in cuts:
+            if (kind, key) in model:
+                model[(kind, key)] = [s for s in model[(kind, key)] if s not in sids]
+        expected.append(bool(cuts) and holds)
+        pair = [packed.Packed.stored(record, family), packed.Packed.decode(record, family)]
+        for kind, key, sids in cuts:
+            pair[0].remove(kind, key, sids)  # queued on the record held whole
+        stored_trees.append(pair[0])
+        merged_trees.append((pair[1], cuts, holds))
+    got = packed.cut_all(stored_trees)
+    for tree, record, (merged, cuts, holds), cut in zip(stored_trees, got, merged_trees,
+                                                        expected, strict=True):
+        assert not tree.cuts if cut else record is None
+        if not holds:  # a removal from a place the record does not hold
+            with pytest.raises(CorruptIndexError, match="holds no"):
+                tree.encode()
+            continue
+        for kind, key, sids in cuts:
+            merged.remove(kind, key, sids)  # found at once in the decoded tree
+        want = merged.encode()
+        assert tree.encode() == want
+        assert record == want if cut else record is None
 
 
 def test_damaged_records_are_refused():

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Iterator
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 
 import numpy as np
 
@@ -181,18 +181,17 @@ def _inserted(old: np.ndarray, ends: np.ndarray, places: np.ndarray,
     return merged
 
 
-def _ranks(raw: bytes, family: int, m: int, keys_at: int, adds: list) -> np.ndarray | None:
-    """The position among the record's keys of each key of the runs ``adds``, or None
-    when one is not there."""
+def _ranks(raw: bytes, family: int, m: int, keys_at: int,
+           wanted: np.ndarray | list[bytes]) -> np.ndarray | None:
+    """The position among the record's keys of each ``wanted`` key (held as ``Packed``
+    holds keys), or None when one is not there."""
     if FIXED_WIDTH.get(family):
         stored = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at)
-        wanted = np.concatenate([keys for _, keys, _ in adds])
         rank = stored.astype(np.uint64).searchsorted(wanted)
         if rank.size and (rank.max() == m or (stored[rank] != wanted).any()):
             return None
         return rank
     index = {key: i for i, key in enumerate(_string_keys(raw, m, keys_at))}
-    wanted = list(chain.from_iterable(keys for _, keys, _ in adds))
     try:
         return np.fromiter(map(index.__getitem__, wanted), np.int64, len(wanted))
     except KeyError:
@@ -213,7 +212,9 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
         found = _stored(tree)
         if found is None:
             continue
-        rank = _ranks(tree.raw, tree.family, found[1], found[3], tree.adds)
+        rank = _ranks(tree.raw, tree.family, found[1], found[3], np.concatenate(
+            [keys for _, keys, _ in tree.adds]) if tree.width else
+            list(chain.from_iterable(keys for _, keys, _ in tree.adds)))
         if rank is None:
             continue
         picked.append((i, *found))
@@ -251,8 +252,10 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
         if found is None:
             continue
         m = found[1]
-        rank = _ranks(tree.raw, tree.family, m, found[3],
-                      [(kind, tree.repeated(key, 1), None) for kind, key, _ in tree.cuts])
+        keys = [key for _, key, _ in tree.cuts]
+        rank = _ranks(tree.raw, tree.family, m, found[3], np.fromiter(
+            map(int.from_bytes, keys, repeat("big")), np.uint64, len(keys))
+            if tree.width else keys)
         if rank is None:
             continue
         picked.append((i, *found))

@@ -284,9 +284,9 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     np.add.at(edges, held.searchsorted(wanted, "right"), -1)
     gone = np.cumsum(edges[:-1]) > 0
     removed = np.bincount(held_place[gone].astype(np.int64), minlength=rows.ends.size)
-    m = np.repeat(rows.m, 4 * rows.m)  # per place, its tree's m
-    tree_at = np.repeat(first_place, 4 * rows.m)
-    key = tree_at // 4 + (np.arange(rows.ends.size) - tree_at) % m  # each place's key
+    tree_at = np.repeat(first_place, 4 * rows.m)  # per place, its tree's first place
+    key = tree_at // 4 + (np.arange(rows.ends.size) - tree_at) % np.repeat(
+        rows.m, 4 * rows.m)  # each place's key, counted over all the trees
     left = np.bincount(key, counts - removed)  # sids each key keeps
     emptied = np.zeros(len(picked), bool)
     emptied[np.repeat(np.arange(len(picked)), rows.m)[left == 0]] = True

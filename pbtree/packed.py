@@ -8,8 +8,9 @@ key by key. The leaf items' pointers into the lists become positions: the GT sid
 event value satisfies are a prefix of the GT sids, the LT ones a suffix, INEQ all but
 one key's. A search is one binary search, a few u32 reads and zero-copy slices of the
 record the walk reads first anyway. A write rewrites the record in one vectorised merge,
-or splices new sids into its bytes (``splice_all``, every tree of the write at once); a
-tree that outgrows the limit becomes a PB+tree for good.
+or splices new sids into its bytes (``splice_all``) or cuts removed ones out of them
+(``cut_all``), every tree of the write at once; a tree that outgrows the limit becomes a
+PB+tree for good.
 
 Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
 ``keys`` are the m payloads, back to back for the fixed-width families, else
@@ -242,9 +243,10 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     batch of unsubscribes takes a few postings from each of many small trees); a key
     left with no sids is dropped, a tree left with none is None. None for every other
     tree, which ``encode`` merges: one whose removals name a place it does not hold
-    (damage ``encode`` names). A tree cut holds its new record, nothing queued."""
+    (damage ``encode`` names). A tree cut holds its new record (decoded, when a key was
+    dropped), nothing queued."""
     out: list[bytes | None] = [None] * len(trees)
-    picked, places, sizes, sids = [], [], [], []
+    picked, places, sizes, removals = [], [], [], []
     for i, tree in enumerate(trees):
         if tree.raw is None or not tree.cuts or tree.adds:
             continue
@@ -262,7 +264,7 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
         places.append(np.array([kind * m for kind, _, _ in tree.cuts], np.int64) + rank)
         for _, _, gone in tree.cuts:
             sizes.append(len(gone))
-            sids.append(gone)
+            removals.append(gone)
     rows = _Rows.of(picked)
     if rows is None:
         return out
@@ -278,7 +280,7 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     if held.size > 1 and (held[1:] < held[:-1]).any():
         return out  # sids that fall at a place: ``encode`` names it
     wanted = np.repeat(cut.astype(np.uint64), sizes) << np.uint64(32) | np.fromiter(
-        chain.from_iterable(sids), np.uint64, sum(sizes))
+        chain.from_iterable(removals), np.uint64, sum(sizes))
     edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
     np.add.at(edges, held.searchsorted(wanted, "left"), 1)
     np.add.at(edges, held.searchsorted(wanted, "right"), -1)
@@ -294,18 +296,18 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     sids = rows.sids[~gone]
     rows.written(out, sids, kept & ~emptied)
     counts -= removed
-    held = rows.ends[rows.last].reshape(-1, 4).sum(axis=1)
+    total = rows.ends[rows.last].reshape(-1, 4).sum(axis=1)  # each tree's sids left
     for (i, tree, m, _, keys_at, _), first, sid_at, count in zip(
             compress(picked, kept & emptied), rows.at[::4][kept & emptied].tolist(),
-            (np.cumsum(held) - held)[kept & emptied].tolist(),
-            held[kept & emptied].tolist(), strict=True):
+            (np.cumsum(total) - total)[kept & emptied].tolist(),
+            total[kept & emptied].tolist(), strict=True):
         place_counts = counts[first:first + 4 * m].reshape(4, m)
         used = place_counts.any(axis=0)
         keys = np.frombuffer(tree.raw, FIXED_DTYPE[tree.family], m, keys_at)[used].astype(
             np.uint64) if tree.width else list(compress(_string_keys(tree.raw, m, keys_at),
                                                         used))
         tree.keys, tree.counts = keys, place_counts[:, used]
-        tree.sids, tree.raw, tree.cuts = sids[sid_at:sid_at + count], None, []
+        tree.sids, tree.raw, tree.cuts = sids[sid_at:sid_at + count].copy(), None, []
         out[i] = tree.encode()  # a key dropped from the record: None once empty
     return out
 
@@ -382,7 +384,8 @@ class _Rows:
 class Packed:
     """A packed tree changed inside a write transaction: ``add`` and ``remove`` queue
     postings, ``encode`` merges them, the additions in a few vectorised steps (or,
-    for stored trees only added to at keys they hold, ``splice_all`` splices them).
+    for stored trees only added to at keys they hold, ``splice_all`` splices them, and
+    for stored trees only removed from, ``cut_all`` cuts them).
 
     Keys of a fixed-width family are held as their integer values (big-endian payloads
     order as integers), those of strings as a list of payloads.
@@ -415,8 +418,9 @@ class Packed:
     @classmethod
     def stored(cls, raw: bytes | memoryview, family: int, name: str = "") -> Packed:
         """The packed tree of a record, decoded only when a change needs more than
-        splicing new postings into the record's bytes (``splice_all``); ``name`` (its
-        key, say) begins the message of any damage found in it."""
+        splicing new postings into the record's bytes or cutting removed ones out
+        (``splice_all``, ``cut_all``); ``name`` (its key, say) begins the message of any
+        damage found in it."""
         tree = cls(family, None, None, None)  # set by ``_load``
         tree.raw, tree.name = bytes(raw), name
         return tree

@@ -275,17 +275,11 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     counts[rows.at] = rows.ends[rows.at]
     kept = np.ones(len(picked), bool)  # not those naming a place they do not hold
     kept[np.repeat(np.arange(len(picked)), list(map(len, places)))[counts[cut] == 0]] = False
-    held_place = np.repeat(np.arange(rows.ends.size, dtype=np.uint64), counts)
-    held = held_place << np.uint64(32) | rows.sids.astype(np.uint64)
-    if held.size > 1 and (held[1:] < held[:-1]).any():
+    held_place = np.repeat(np.arange(rows.ends.size), counts)
+    gone = _gone(held_place, rows.sids, np.repeat(cut, sizes), removals, sum(sizes))
+    if gone is None:
         return out  # sids that fall at a place: ``encode`` names it
-    wanted = np.repeat(cut.astype(np.uint64), sizes) << np.uint64(32) | np.fromiter(
-        chain.from_iterable(removals), np.uint64, sum(sizes))
-    edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
-    np.add.at(edges, held.searchsorted(wanted, "left"), 1)
-    np.add.at(edges, held.searchsorted(wanted, "right"), -1)
-    gone = np.cumsum(edges[:-1]) > 0
-    removed = np.bincount(held_place[gone].astype(np.int64), minlength=rows.ends.size)
+    removed = np.bincount(held_place[gone], minlength=rows.ends.size)
     tree_at = np.repeat(first_place, 4 * rows.m)  # per place, its tree's first place
     key = tree_at // 4 + (np.arange(rows.ends.size) - tree_at) % np.repeat(
         rows.m, 4 * rows.m)  # each place's key, counted over all the trees
@@ -310,6 +304,23 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
         tree.sids, tree.raw, tree.cuts = sids[sid_at:sid_at + count].copy(), None, []
         out[i] = tree.encode()  # a key dropped from the record: None once empty
     return out
+
+
+def _gone(place: np.ndarray, sids: np.ndarray, at: np.ndarray, removals: list[list[int]],
+          count: int) -> np.ndarray | None:
+    """Which of ``sids`` (each at its ``place``) go: every occurrence, at place ``at[j]``,
+    of the j-th of the ``count`` sids in ``removals``. Each sid is held as place << 32 |
+    sid, ascending (places in order, sids rising at each), so one binary search finds
+    them all; None if the sids do not rise at a place."""
+    held = place.astype(np.uint64) << np.uint64(32) | sids.astype(np.uint64)
+    if held.size > 1 and (held[1:] < held[:-1]).any():
+        return None
+    wanted = at.astype(np.uint64) << np.uint64(32) | np.fromiter(
+        chain.from_iterable(removals), np.uint64, count)
+    edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
+    np.add.at(edges, held.searchsorted(wanted, "left"), 1)
+    np.add.at(edges, held.searchsorted(wanted, "right"), -1)
+    return np.cumsum(edges[:-1]) > 0
 
 
 def _stored(tree: Packed) -> tuple | None:
@@ -526,25 +537,17 @@ class Packed:
             self._add()
 
     def _remove(self) -> None:
-        """Drop every occurrence of the queued sids at their places, all at once: each
-        sid held as (place, sid) in one integer, in ascending order (places in order,
-        sids rising in each), found by binary search."""
+        """Drop every occurrence of the queued sids at their places, all at once
+        (``_gone``)."""
         m = len(self.keys)
-        place = np.repeat(np.arange(4 * m, dtype=np.uint64), self.counts.ravel())
-        held = place << np.uint64(32) | self.sids.astype(np.uint64)
-        if held.size > 1 and (held[1:] < held[:-1]).any():
-            raise self.damaged("a packed tree record's sids do not rise at a place")
+        place = np.repeat(np.arange(4 * m), self.counts.ravel())
         sizes = [len(sids) for _, _, sids in self.removes]
-        places = np.array([kind * m + i for kind, i, _ in self.removes], np.uint64)
-        removed = np.fromiter(chain.from_iterable(sids for _, _, sids in self.removes),
-                              np.uint64, sum(sizes))
-        wanted = np.repeat(places, sizes) << np.uint64(32) | removed
-        edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
-        np.add.at(edges, held.searchsorted(wanted, "left"), 1)
-        np.add.at(edges, held.searchsorted(wanted, "right"), -1)
-        gone = np.cumsum(edges[:-1]) > 0
-        self.counts = self.counts - np.bincount(place[gone].astype(np.int64),
-                                                minlength=4 * m).reshape(4, m)
+        places = np.array([kind * m + i for kind, i, _ in self.removes], np.int64)
+        gone = _gone(place, self.sids, np.repeat(places, sizes),
+                     [sids for _, _, sids in self.removes], sum(sizes))
+        if gone is None:
+            raise self.damaged("a packed tree record's sids do not rise at a place")
+        self.counts = self.counts - np.bincount(place[gone], minlength=4 * m).reshape(4, m)
         self.removes = []
         self.sids = self.sids[~gone]
         used = self.counts.any(axis=0)

@@ -76,19 +76,19 @@ def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
     """The postings of the subs records of sids ``first .. end`` that exist, decoded
     GROUP_RECORDS at a time. A record that does not decode to predicates is a
     CorruptIndexError naming its sid."""
-    pieces = [_grouped(txn, db, lo, min(lo + GROUP_RECORDS, end))
-              for lo in range(first, end, GROUP_RECORDS)]
-    return joined(pieces) if len(pieces) > 1 else pieces[0] if pieces else NOTHING
+    return joined([_grouped(txn, db, lo, min(lo + GROUP_RECORDS, end))
+                   for lo in range(first, end, GROUP_RECORDS)] or [NOTHING])
 
 
 def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
+    """``grouped``'s postings of one piece, unsorted."""
     found = list(records(txn, db, first, end))
     if not found:
         return NOTHING
     try:
         unpack = msgpack.unpackb
         lists = [unpack(split_sub(raw)[1], use_list=False) for _, raw in found]
-        return group(np.array([sid for sid, _ in found], np.uint32), lists)
+        return _unsorted(np.array([sid for sid, _ in found], np.uint32), lists)
     except (*_DECODE_ERRORS, CorruptIndexError):
         for _ in stored(txn, db, first, end):  # names the damaged record
             pass
@@ -99,6 +99,11 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
 def group(sids: np.ndarray, lists: list) -> Grouped:
     """``grouped`` of the predicate lists of ``sids`` (as decoded, or as ``normalize``
     gave them: tuples, an 'in' set a tuple)."""
+    return joined([_unsorted(sids, lists)])
+
+
+def _unsorted(sids: np.ndarray, lists: list) -> Grouped:
+    """``group``'s postings, unsorted: ``joined`` sorts them once, however many pieces."""
     preds = list(chain.from_iterable(lists))
     n = len(preds)
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):
@@ -123,10 +128,8 @@ def group(sids: np.ndarray, lists: list) -> Grouped:
     post = np.concatenate((np.arange(len(values)), second))
     kind = np.concatenate((FIRST_KIND[op], SECOND_KIND[op[second]]))
     place = code(attr[post], family[post], kind)
-    keys, post_sid = keys[post], pred_sid[pred_of[post]]
-    order = np.lexsort((post_sid, keys, place))
-    return Grouped([name.encode("utf-8") for name in names], strings, place[order],
-                   keys[order], post_sid[order])
+    return Grouped([name.encode("utf-8") for name in names], strings, place, keys[post],
+                   pred_sid[pred_of[post]])
 
 
 def concatenated(pieces: list[Grouped]) -> Grouped:

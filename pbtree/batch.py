@@ -98,8 +98,6 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
     bad = np.zeros(len(subs), bool)
     bad[rows.sub_of[~ok]] = True
     lists, found = rows.done(bad, max_predicates, np.array(taken, np.uint32))
-    if len(lists) == len(sources):  # every source taken, in order
-        return lists, found
     for j, preds in enumerate(lists):
         if preds is not None:
             out[taken[j]] = preds
@@ -111,8 +109,6 @@ def shard_postings(found: Grouped, items: list) -> Grouped:
     items, the sid of item ``k`` being ``k``: taken from ``found`` (``normalize_many``'s)
     for items with a position, grouped from the predicates for those at -1."""
     at = np.array([item[3] for item in items], np.int64)
-    if (at == np.arange(at.size)).all() and found.sids.size and found.sids.max() < at.size:
-        return found  # the whole batch, in order
     taken = np.flatnonzero(at >= 0)
     pieces = []
     if taken.size:  # then ``found`` holds their postings

@@ -115,6 +115,16 @@ def check_layout(shards: int, node_bytes: int) -> None:
             f"not {node_bytes!r}")
 
 
+def _first_duplicate(items: list, stored: set[bytes]) -> None:
+    """Raise DuplicateIdError for the first of ``items`` whose id is stored or came
+    earlier in the batch."""
+    seen: set[bytes] = set()
+    for sub_id, idkey, _, _ in items:
+        if idkey in seen or idkey in stored:
+            raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
+        seen.add(idkey)
+
+
 def check_options(fold_at: int | None, map_size: int) -> None:
     """The options ``create`` and ``open`` share."""
     if fold_at is not None:
@@ -249,13 +259,8 @@ class Index:
             for shard, items in zip(self.shards, groups, strict=True):
                 keys = [item[1] for item in items]
                 stored = shard.existing(keys) if items else set()
-                if stored or len(set(keys)) < len(keys):  # name the first one seen twice
-                    seen: set[bytes] = set()
-                    for sub_id, idkey, _, _ in items:
-                        if idkey in seen or idkey in stored:
-                            raise DuplicateIdError(
-                                f"subscription id {sub_id!r} already exists")
-                        seen.add(idkey)
+                if stored or len(set(keys)) < len(keys):
+                    _first_duplicate(items, stored)
         return sum(shard.subscribe([item[:3] for item in items], replace,
                                    None if found is None else shard_postings(found, items))
                    for shard, items in zip(self.shards, groups, strict=True) if items)

@@ -8,13 +8,13 @@ count; a later write folds them into the trees in one batch (``Shard``).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterator
 
 import lmdb
 import numpy as np
 
-from pbtree.leaf import EQ, GT, LT
+from pbtree.leaf import EQ, GT, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
 from pbtree.postings import Grouped, code, group, grouped, joined, places, starts
@@ -22,11 +22,11 @@ from pbtree.tree import read_counter, read_folded
 
 
 class Run:
-    """The postings of a range of pending sids (``postings.Grouped``), and each place's
-    span of them. A wide schema's run holds thousands of places of a few postings each,
-    so runs are joined in array steps, not place by place."""
+    """The postings of a range of pending sids (``postings.Grouped``), searched for a
+    whole event at once. A wide schema's run holds thousands of places of a few postings
+    each, so runs are joined and searched in array steps, not place by place."""
 
-    __slots__ = ("postings", "attrs", "spans", "probes")
+    __slots__ = ("postings", "attrs", "codes", "bounds", "values", "ranked")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
                  written: Written) -> None:
@@ -38,10 +38,19 @@ class Run:
     def _hold(self, found: Grouped) -> None:
         self.postings = found
         self.attrs = {name: i for i, name in enumerate(found.names)}
-        bounds = starts(found.place)
-        self.spans = dict(zip(found.place[bounds[:-1]].tolist(),
-                              zip(bounds, bounds[1:], strict=False), strict=True))
-        self.probes: dict[int, list] = {}  # a searched place's keys as a list, by code
+        self.ranked = None  # the search columns, made on first search (``_index``)
+
+    def _index(self) -> None:
+        """The columns a search needs: the place codes in order and where each place's
+        postings start, the distinct keys, and each posting's (place number, key rank) as
+        one integer, which rises with the postings (sorted by place, then key)."""
+        found = self.postings
+        bounds = np.array(starts(found.place), np.int64)
+        self.codes, self.bounds = found.place[bounds[:-1]], bounds
+        self.values = np.unique(found.keys)
+        number = np.repeat(np.arange(bounds.size - 1, dtype=np.uint64), np.diff(bounds))
+        self.ranked = number << np.uint64(32) | \
+            np.searchsorted(self.values, found.keys).astype(np.uint64)
 
     @property
     def size(self) -> int:
@@ -60,42 +69,59 @@ class Run:
                                    sids=found.sids[keep])
         return places(found)
 
-    def search(self, name: bytes, family: int, payload: bytes, exact: bool,
+    def search(self, event: list[tuple[bytes, int, bytes, bool]],
                out: list[np.ndarray]) -> None:
-        """Append the sids of this run's predicates on the attribute that the event value
-        satisfies; ``exact`` as in the tree walk (False: a longer string cut to
-        ``payload``, which no key equals and which every key up to it lies below)."""
-        attr = self.attrs.get(name)
-        if attr is None:
-            return
-        base, spans, key = code(attr, family, 0), self.spans, None
-        for kind in KINDS:
-            span = spans.get(base + kind)
-            if span is None:
+        """Append the sids of this run's predicates that the prepared event's values
+        satisfy, as the tree walk finds them (``Search._walk``). ``exact`` False is a
+        longer string cut to its payload, which no key equals and every key up to it
+        lies below."""
+        attrs, strings = self.attrs, self.postings.strings
+        picked = []
+        for name, family, payload, exact in event:
+            attr = attrs.get(name)
+            if attr is None:
                 continue
-            if key is None:  # the value as keys are held, and whether a key may equal it
-                if family in FIXED_WIDTH:
-                    key, equal = int.from_bytes(payload, "big"), True
-                else:
-                    strings = self.postings.strings
-                    key = bisect_left(strings, payload)
-                    equal = key < len(strings) and strings[key] == payload
-            probe = self.probes.get(base + kind)
-            lo, hi = span
-            if probe is None:
-                probe = self.probes[base + kind] = self.postings.keys[lo:hi].tolist()
-            sids = self.postings.sids[lo:hi]
-            start = bisect_left(probe, key)
-            stop = bisect_right(probe, key, start) if equal else start
-            if kind == EQ:
-                parts = (sids[start:stop],) if exact else ()
-            elif kind == GT:
-                parts = (sids[:start if exact else stop],)
-            elif kind == LT:
-                parts = (sids[stop:],)
-            else:
-                parts = (sids[:start], sids[stop:]) if exact else (sids,)
-            out += [part for part in parts if part.size]
+            if family in FIXED_WIDTH:
+                key, equal = int.from_bytes(payload, "big"), True
+            else:  # a string's key is its rank among the run's strings
+                key = bisect_left(strings, payload)
+                equal = key < len(strings) and strings[key] == payload
+            picked.append((code(attr, family, 0), key, equal, exact))
+        if not picked:
+            return
+        if self.ranked is None:
+            self._index()
+        base, key, equal, exact = (np.array(c, t) for c, t in zip(
+            zip(*picked, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
+        rank = np.searchsorted(self.values, key)  # keys below the value
+        equal &= self.values[np.minimum(rank, self.values.size - 1)] == key
+        query = (base[:, None] + np.array(KINDS)).ravel()  # every kind of every value
+        number = np.searchsorted(self.codes, query)
+        held = self.codes[np.minimum(number, self.codes.size - 1)] == query
+        number, query = number[held], query[held]
+        kind, value = query & 3, np.repeat(np.arange(len(picked)), len(KINDS))[held]
+        lo, hi = self.bounds[number], self.bounds[number + 1]
+        probe = number.astype(np.uint64) << np.uint64(32) | rank[value].astype(np.uint64)
+        start = np.searchsorted(self.ranked, probe)  # the first key at or above
+        stop = np.where(equal[value], np.searchsorted(self.ranked, probe, "right"), start)
+        exact = exact[value]
+        # the hits of each kind, as spans of postings: EQ the keys equal to an exact
+        # value; GT those below (or up to a cut value); LT those above; INEQ all but equal
+        first = np.where(kind == EQ, np.where(exact, start, stop),
+                         np.where(kind == LT, stop, lo))
+        last = np.where(kind == EQ, stop, np.where(kind == LT, hi, np.where(
+            kind == GT, np.where(exact, start, stop), np.where(exact, start, hi))))
+        more = (kind == INEQ) & exact  # an exact INEQ's second span: above the value
+        hits = _spans(np.concatenate((first, stop[more])), np.concatenate((last, hi[more])))
+        if hits.size:
+            out.append(self.postings.sids[hits])
+
+
+def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """The positions ``first[i] .. last[i]`` of every span, one after the other."""
+    size = np.maximum(last - first, 0)
+    ends = np.cumsum(size)
+    return np.repeat(first - ends + size, size) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
 class Written:
@@ -210,9 +236,9 @@ class Pending:
             newer = runs.pop()
             runs[-1].join(newer)
 
-    def search(self, name: bytes, family: int, payload: bytes, exact: bool,
+    def search(self, event: list[tuple[bytes, int, bytes, bool]],
                out: list[np.ndarray]) -> None:
-        """Append the sids of the pending predicates on this attribute that the event
-        value satisfies (``Run.search``)."""
+        """Append the sids of the pending predicates that the prepared event's values
+        satisfy (``Run.search``)."""
         for run in self.runs:
-            run.search(name, family, payload, exact, out)
+            run.search(event, out)

@@ -362,8 +362,7 @@ class Shard:
                 aid = self._attr(txn, name)
                 if aid is not None:
                     search.attribute(tree_prefix(aid, family), payload, exact)
-                if pending.runs:
-                    pending.search(name, family, payload, exact, search.out)
+            pending.search(event, search.out)
             return count(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):

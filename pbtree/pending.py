@@ -26,7 +26,8 @@ class Run:
     whole event at once. A wide schema's run holds thousands of places of a few postings
     each, so runs are joined and searched in array steps, not place by place."""
 
-    __slots__ = ("postings", "attrs", "codes", "bounds", "values", "ranked")
+    __slots__ = ("found", "names", "strings", "sids", "attrs", "codes", "bounds", "values",
+                 "ranked")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
                  written: Written) -> None:
@@ -36,15 +37,16 @@ class Run:
         self._hold(held if held is not None else grouped(txn, dbs["subs"], first, end))
 
     def _hold(self, found: Grouped) -> None:
-        self.postings = found
+        self.found: Grouped | None = found  # until the first search indexes it
+        self.names, self.strings, self.sids = found.names, found.strings, found.sids
         self.attrs = {name: i for i, name in enumerate(found.names)}
-        self.ranked = None  # the search columns, made on first search (``_index``)
 
     def _index(self) -> None:
-        """The columns a search needs: the place codes in order and where each place's
-        postings start, the distinct keys, and each posting's (place number, key rank) as
-        one integer, which rises with the postings (sorted by place, then key)."""
-        found = self.postings
+        """Hold the postings as a search wants them: the place codes in order and where
+        each place's postings start, the distinct keys, and each posting's (place number,
+        key rank) as one integer, which rises with the postings (sorted by place, then
+        key). That integer stands for the posting's place and key: 8 bytes, not 16."""
+        found, self.found = self.found, None
         bounds = np.array(starts(found.place), np.int64)
         self.codes, self.bounds = found.place[bounds[:-1]], bounds
         self.values = np.unique(found.keys)
@@ -53,8 +55,16 @@ class Run:
             np.searchsorted(self.values, found.keys).astype(np.uint64)
 
     @property
+    def postings(self) -> Grouped:
+        """The run's postings, made again from the search columns once indexed."""
+        if self.found is not None:
+            return self.found
+        return Grouped(self.names, self.strings, np.repeat(self.codes, np.diff(self.bounds)),
+                       self.values[self.ranked & np.uint64(0xFFFFFFFF)], self.sids)
+
+    @property
     def size(self) -> int:
-        return self.postings.place.size
+        return self.sids.size
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids: attributes and strings renumbered, then one sort."""
@@ -75,7 +85,7 @@ class Run:
         satisfy, as the tree walk finds them (``Search._walk``). ``exact`` False is a
         longer string cut to its payload, which no key equals and every key up to it
         lies below."""
-        attrs, strings = self.attrs, self.postings.strings
+        attrs, strings = self.attrs, self.strings
         picked = []
         for name, family, payload, exact in event:
             attr = attrs.get(name)
@@ -89,7 +99,7 @@ class Run:
             picked.append((code(attr, family, 0), key, equal, exact))
         if not picked:
             return
-        if self.ranked is None:
+        if self.found is not None:
             self._index()
         base, key, equal, exact = (np.array(c, t) for c, t in zip(
             zip(*picked, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
@@ -114,7 +124,7 @@ class Run:
         more = (kind == INEQ) & exact  # an exact INEQ's second span: above the value
         hits = _spans(np.concatenate((first, stop[more])), np.concatenate((last, hi[more])))
         if hits.size:
-            out.append(self.postings.sids[hits])
+            out.append(self.sids[hits])
 
 
 def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:

@@ -100,7 +100,7 @@ def listed(found: Grouped) -> list:
 def test_joined_runs_hold_what_one_run_of_all_holds():
     """Runs joined in sid order hold the columns that one run of all their sids holds:
     attributes new to the older run, strings on one side or on both (ranks renumbered),
-    'in' sets."""
+    'in' sets; whether or not a search has indexed them (held as place and key ranks)."""
     rng = random.Random(11)
     for _ in range(80):
         n = rng.randint(2, 40)
@@ -110,10 +110,17 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         written.add(0, n, group(np.arange(n, dtype=np.uint32), lists))
         bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
         runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
+        for run in runs:
+            if rng.random() < 0.5:
+                run._index()
         joined = runs[0]
         for run in runs[1:]:
             joined.join(run)
-        assert listed(joined.postings) == listed(Run(None, {}, 0, n, written).postings)
+        whole = Run(None, {}, 0, n, written)
+        want = listed(whole.postings)
+        whole._index()
+        assert listed(whole.postings) == want
+        assert listed(joined.postings) == want
 
 
 @given(st.lists(st.floats(allow_nan=False) | st.integers(-2**53, 2**53)

@@ -40,6 +40,7 @@ class Run:
         self.found: Grouped | None = found  # until the first search indexes it
         self.names, self.strings, self.sids = found.names, found.strings, found.sids
         self.attrs = {name: i for i, name in enumerate(found.names)}
+        self.codes = self.bounds = self.values = self.ranked = None  # a join's are stale
 
     def _index(self) -> None:
         """Hold the postings as a search wants them: the place codes in order and where

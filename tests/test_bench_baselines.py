@@ -249,6 +249,7 @@ def test_bench_harness_runs_small(tmp_path):
     assert all("sustained_subs" not in r for r in report["results"][1:])
     # measured in a fresh process: a number, not an error (it may be ~0 at this size)
     assert isinstance(ours["matcher_rss_bytes"], int)
+    assert isinstance(ours["pending_matcher_rss_bytes"], int)
     assert report["results"][3]["cold_first_event_ms"] > 0
     # the workload was frozen out of the GC's reach while systems ran, and released after
     assert report["settings"]["gc"] == bench.GC_NOTE

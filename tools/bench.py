@@ -281,13 +281,15 @@ def measure_fold(system: Any, events: Sequence[dict], settings: dict) -> dict[st
     """pbtree's subscribes leave their postings pending (matched from memory) until a fold
     puts them into the trees: the first match after the writes (which reads the pending
     subscriptions in), events/s while they are pending, then the fold itself (which takes
-    the postings that match read in)."""
+    the postings that match read in). And the RssAnon growth of a fresh matcher process
+    while they are pending (every matcher holds their postings)."""
     warm = settings["warmup"]
     limit = min(settings["events"], 200)
     out: dict[str, Any] = {"pending_subs": system.stats().get("pending")}
     out["pending_first_ms"] = time_events(system, events[warm:], 1, 0.0)[0] * 1e3
     lat = time_events(system, events[warm:], limit, settings["budget"] / 4)
     out["pending_events_per_s"] = len(lat) / sum(lat) if sum(lat) else None
+    out["pending_matcher_rss_bytes"] = matcher_rss(system.path, events[: warm + len(lat)])
     t0 = time.perf_counter()
     system.fold()
     out["fold_s"] = time.perf_counter() - t0
@@ -491,6 +493,7 @@ COLUMNS = (
     ("index_bytes", "index MiB", _mb),
     ("rss_anon_bytes", "RssAnon Δ MiB", _mb),
     ("matcher_rss_bytes", "matcher RssAnon Δ MiB", _mb),
+    ("pending_matcher_rss_bytes", "matcher RssAnon Δ pending MiB", _mb),
     ("cold_open_s", "cold open s", None),
     ("cold_first_event_ms", "cold 1st ms", None),
     ("cold_p50_ms", "cold p50 ms", None),

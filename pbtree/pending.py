@@ -86,6 +86,8 @@ class Run:
         satisfy, as the tree walk finds them (``Search._walk``). ``exact`` False is a
         longer string cut to its payload, which no key equals and every key up to it
         lies below."""
+        if not self.sids.size:  # names, but no postings: nothing to find
+            return
         attrs, strings = self.attrs, self.strings
         picked = []
         for name, family, payload, exact in event:

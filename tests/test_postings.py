@@ -15,7 +15,7 @@ from strategies import ATTRS, random_subscription, subscriptions
 
 import pbtree
 from pbtree import postings
-from pbtree.core import normalize
+from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Written
 from pbtree.postings import Grouped, group, grouped, places
@@ -130,3 +130,14 @@ def test_number_keys_spell_the_number_payloads(values):
     payloads (and the numbers) do."""
     keys = number_keys(np.array(values, np.float64)).tolist()
     assert keys == [int.from_bytes(number_payload(v), "big") for v in values]
+
+
+def test_a_run_naming_attributes_without_postings_finds_nothing():
+    """A run whose range holds none of the postings still names their attributes; a
+    search of it finds nothing, and does not fail."""
+    written = Written()
+    written.add(0, 3, group(np.arange(3, dtype=np.uint32), [[], [], normalize([("a", "=", 1)])]))
+    run = Run(None, {}, 0, 2, written)
+    out: list = []
+    run.search(prepare_event({"a": 1}), out)
+    assert run.size == 0 and run.names == [b"a"] and out == []

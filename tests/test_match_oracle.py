@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
-from strategies import events, random_event, random_subscription, subscriptions
+from strategies import EVENT_ONLY, STRINGS, events, random_event, random_subscription, subscriptions
 
 import pbtree
 from pbtree import delta, matcher, packed
@@ -153,3 +153,22 @@ def test_shared_constants_overflow_and_delete(tmp_path, fold_at):
             for b in ["x", "xy", "y", None]:
                 event = {"a": v, "b": b}
                 assert ix.match(event) == oracle_match(model, event)
+
+
+@pytest.mark.parametrize("fold_at", [1, 10**6])
+def test_long_event_strings_meet_every_operator(tmp_path, fold_at):
+    """Event strings longer than a constant may be (searched as their cut payload, which
+    the longest constants equal but the value does not) against every operator on every
+    string constant, from the trees or pending: each match is the oracle's."""
+    ops = ["<", "<=", "=", "!=", ">=", ">", "prefix"]
+    constants = [*STRINGS, "a" * 505]  # the cut payload of "a" * 600
+    subs = [[("s", op, c)] for op in ops for c in constants]
+    subs += [[("s", op, [c, d])] for op in ("in", "not in") for c in constants for d in ("b", "")]
+    subs += [[("s", "between", (c, d))] for c in constants for d in constants if c <= d]
+    model = dict(enumerate(subs))
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=fold_at) as ix:
+        ix.subscribe_many(model.items())
+        assert ix.stats()["pending"] == (0 if fold_at == 1 else len(subs))
+        for value in [*STRINGS, *EVENT_ONLY]:
+            event = {"s": value}
+            assert ix.match(event) == oracle_match(model, event), value

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import lmdb
 import numpy as np
 
-from pbtree.leaf import EQ, GT, INEQ, LT
+from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
 from pbtree.postings import Grouped, code, group, grouped, joined, places, starts
@@ -117,14 +117,13 @@ class Run:
         probe = number.astype(np.uint64) << np.uint64(32) | rank[value].astype(np.uint64)
         start = np.searchsorted(self.ranked, probe)  # the first key at or above
         stop = np.where(equal[value], np.searchsorted(self.ranked, probe, "right"), start)
-        exact = exact[value]
-        # the hits of each kind, as spans of postings: EQ the keys equal to an exact
-        # value; GT those below (or up to a cut value); LT those above; INEQ all but equal
-        first = np.where(kind == EQ, np.where(exact, start, stop),
-                         np.where(kind == LT, stop, lo))
-        last = np.where(kind == EQ, stop, np.where(kind == LT, hi, np.where(
-            kind == GT, np.where(exact, start, stop), np.where(exact, start, hi))))
-        more = (kind == INEQ) & exact  # an exact INEQ's second span: above the value
+        # keys below the value end at ``below`` (a cut value: keys up to it), those above
+        # start at ``stop``; EQ hits the keys between, GT those below, LT those above,
+        # INEQ both (all of its keys for a cut value, as nothing lies between)
+        below = np.where(exact[value], start, stop)
+        first = np.select([kind == EQ, kind == LT], [below, stop], lo)
+        last = np.select([kind == EQ, kind == LT], [stop, hi], below)
+        more = kind == INEQ  # its second span: the keys above
         hits = _spans(np.concatenate((first, stop[more])), np.concatenate((last, hi[more])))
         if hits.size:
             out.append(self.sids[hits])

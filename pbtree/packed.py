@@ -290,18 +290,17 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     sids = rows.sids[~gone]
     rows.written(out, sids, kept & ~emptied)
     counts -= removed
-    total = rows.ends[rows.last].reshape(-1, 4).sum(axis=1)  # each tree's sids left
-    for (i, tree, m, _, keys_at, _), first, sid_at, count in zip(
+    _, total, sid_at = rows.held()
+    for (i, tree, m, _, keys_at, _), first, at, count in zip(
             compress(picked, kept & emptied), rows.at[::4][kept & emptied].tolist(),
-            (np.cumsum(total) - total)[kept & emptied].tolist(),
-            total[kept & emptied].tolist(), strict=True):
+            sid_at[kept & emptied].tolist(), total[kept & emptied].tolist(), strict=True):
         place_counts = counts[first:first + 4 * m].reshape(4, m)
         used = place_counts.any(axis=0)
         keys = np.frombuffer(tree.raw, FIXED_DTYPE[tree.family], m, keys_at)[used].astype(
             np.uint64) if tree.width else list(compress(_string_keys(tree.raw, m, keys_at),
                                                         used))
         tree.keys, tree.counts = keys, place_counts[:, used]
-        tree.sids, tree.raw, tree.cuts = sids[sid_at:sid_at + count].copy(), None, []
+        tree.sids, tree.raw, tree.cuts = sids[at:at + count].copy(), None, []
         out[i] = tree.encode()  # a key dropped from the record: None once empty
     return out
 
@@ -362,8 +361,7 @@ class _Rows:
         if (rows.ends[rows.last] != rows.totals.ravel()).any() or not rising.all():
             return None
         rows.sids = np.concatenate([_sids(p[1].raw, p[2], p[5]) for p in picked])
-        held = rows.totals.sum(axis=1)
-        rows.sid_at = np.cumsum(held) - held  # each record's first sid in ``sids``
+        _, _, rows.sid_at = rows.held()  # each record's first sid in ``sids``, as stored
         rows.firsts = np.cumsum(rows.totals, axis=1) - rows.totals  # of each kind's sids
         return rows
 
@@ -372,21 +370,26 @@ class _Rows:
         grown = np.cumsum(change)
         self.ends += grown - np.repeat(np.concatenate(([0], grown))[self.at], self.rows)
 
+    def held(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per record as the ends now say: its sid count per kind, its sid count, and
+        where its sids start among all the records' sids."""
+        kinds = self.ends[self.last].reshape(-1, 4)
+        held = kinds.sum(axis=1)
+        return kinds, held, np.cumsum(held) - held
+
     def written(self, out: list, sids: np.ndarray, kept: np.ndarray) -> list:
         """``out`` with the new record of each ``kept`` record, its sids now in
         ``sids``; each such tree holds its new record, nothing queued."""
-        kinds = self.ends[self.last].reshape(-1, 4)
-        held = kinds.sum(axis=1)
+        kinds, held, sid_at = self.held()
         end_bytes, sid_bytes = self.ends.astype(_SID).tobytes(), sids.tobytes()
-        for (i, tree, _, _, _, ends_at), n, first, kind_totals, sid_at, count, keep in zip(
+        for (i, tree, _, _, _, ends_at), n, first, kind_totals, at, count, keep in zip(
                 self.picked, self.m.tolist(), self.at[::4].tolist(), kinds.tolist(),
-                (np.cumsum(held) - held).tolist(), held.tolist(), kept.tolist(),
-                strict=True):
+                sid_at.tolist(), held.tolist(), kept.tolist(), strict=True):
             if not keep:
                 continue
             record = b"".join((TOTALS.pack(n, *kind_totals), tree.raw[TOTALS.size:ends_at],
                                end_bytes[4 * first:4 * (first + 4 * n)],
-                               sid_bytes[4 * sid_at:4 * (sid_at + count)]))
+                               sid_bytes[4 * at:4 * (at + count)]))
             tree.raw, tree.adds, tree.cuts = record, [], []
             out[i] = record
         return out

@@ -31,10 +31,13 @@ class Run:
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
                  written: Written) -> None:
-        """The subscriptions of sids ``first .. end`` (those ``written`` holds, else those
-        whose records still exist)."""
-        held = written.take(first, end)
-        self._hold(held if held is not None else grouped(txn, dbs["subs"], first, end))
+        """The subscriptions of sids ``first .. end``: of those whose records still
+        exist, read in, but for the last ones ``written`` holds (``Written.held_from``)."""
+        held_from = written.held_from(first, end)
+        pieces = [written.take(held_from, end)] if held_from < end else []
+        if first < held_from or not pieces:
+            pieces.insert(0, grouped(txn, dbs["subs"], first, held_from))
+        self._hold(pieces[0] if len(pieces) == 1 else joined(pieces))
 
     def _hold(self, found: Grouped) -> None:
         self.found: Grouped | None = found  # until the first search indexes it
@@ -165,6 +168,17 @@ class Written:
         self.held += count
         while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
             self.held -= self.chunks.pop(0)[1]
+
+    def held_from(self, start: int, end: int) -> int:
+        """The first sid, ``start`` at the lowest, from which every sid up to ``end`` is
+        held; ``end`` when the one before it is not. A process reopened, or one that did
+        not write some pending sids, still has the postings of those it wrote after."""
+        at = end
+        for first, count, _ in reversed(self.chunks):
+            if first + count < at or at <= start:
+                break
+            at = min(at, first)
+        return max(at, start)
 
     def take(self, start: int, end: int) -> Grouped | None:
         """The postings of sids ``start .. end``, sorted, or None unless all are held."""

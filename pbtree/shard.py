@@ -101,6 +101,7 @@ class Shard:
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
         self._written = Written()
+        self._folding = False  # whether the write running has folded (``_write``)
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -238,7 +239,7 @@ class Shard:
             runs, start = list(pending.runs), pending.next
         if start < w.next_sid:
             runs.append(Run(txn, self.dbs, start, w.next_sid, self._written))
-        self._written.clear()  # all folded (or, should the write fail, read again)
+        self._folding = True
         alive = w.needed.values(w.folded, w.next_sid) != 0
         attr_ids: dict[bytes, int] = {}
         for run in runs:  # older runs hold lower sids
@@ -275,16 +276,22 @@ class Shard:
         reuse (LMDB reuses only pages freed before the last commit, which its readers do
         not reach); an older snapshot would, and is released, and so is any before the map
         is grown (LMDB remaps only with no transaction open in the process). A write that
-        fails drops ``Written``: its sids will be given again."""
+        fails drops ``Written``: its sids will be given again. So does one that folded,
+        once committed: not before, as a try that fills the map is made again, and its
+        fold again takes what ``Written`` holds."""
         with self._lock:
             if self._stale():
                 self._release()
+            self._folding = False
             try:
-                return self.env.write(apply, self._release)
+                result = self.env.write(apply, self._release)
             except BaseException as exc:
                 self._written.clear()
                 self._locate(exc)
                 raise
+            if self._folding:
+                self._written.clear()
+            return result
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:

@@ -2,7 +2,10 @@
 
 Every write runs as a function inside one write transaction; when the map is
 full the transaction is aborted, the map doubled, and the function run again,
-so callers never see MapFullError and a failed write changes nothing.
+so callers never see MapFullError and a failed write changes nothing. A map whose
+file has reached GROW_AT of it is doubled before the next write begins, so that a
+big write (a fold rewrites every small tree of a shard) seldom fills it midway and
+is made twice.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from pbtree.errors import CorruptIndexError, NotAnIndexError, ReadOnlyError, Sto
 T = TypeVar("T")
 
 DEFAULT_MAP_SIZE = 64 << 20
+#: the share of the map the file's pages may reach before a write doubles it first
+GROW_AT = 3 / 4
 MAX_DBS = 16
 DATA_FILE = "data.mdb"
 
@@ -173,6 +178,10 @@ class Environment:
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the index is open read-only")
         self._check_usable()
+        info = self.env.info()
+        if (info["last_pgno"] + 1) * self.env.stat()["psize"] > GROW_AT * info["map_size"]:
+            release()
+            self.remap(info["map_size"] * 2)
         while True:
             try:
                 txn = self.env.begin(write=True)

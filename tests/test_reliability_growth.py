@@ -177,3 +177,26 @@ def test_map_that_cannot_be_mapped_larger_is_a_storage_error_that_loses_nothing(
     with env.read() as txn:
         assert [bytes(key) for key, _ in txn.cursor(db=env.dbs["meta"])] == [b"kept"]
     env.close()
+
+
+def test_a_map_grown_ahead_makes_no_write_twice(tmp_path):
+    """Once the file reaches GROW_AT of the map, the map doubles before the next write
+    begins: writes far smaller than the map never fill it midway, so none is run twice,
+    and everything written stays."""
+    env = Environment(str(tmp_path / "env"), ("meta",), create=True, map_size=1 << 20)
+    runs: list[int] = []
+
+    def writing(n: int):
+        def put(txn) -> None:
+            runs.append(n)
+            for i in range(40):
+                txn.put(f"{n:03}-{i:02}".encode(), bytes([n]) * 1000, db=env.dbs["meta"])
+        return put
+
+    for n in range(60):
+        env.write(writing(n))
+    assert runs == list(range(60))
+    assert env.env.info()["map_size"] >= 4 << 20
+    with env.read() as txn:
+        assert sum(1 for _ in txn.cursor(db=env.dbs["meta"])) == 60 * 40
+    env.close()

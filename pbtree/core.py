@@ -17,6 +17,7 @@ import numpy as np
 
 from pbtree import expr as expressions
 from pbtree.batch import normalize_many, shard_postings
+from pbtree.collector import collector_paused
 from pbtree.errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -249,6 +250,7 @@ class Index:
         """Add one subscription; an existing id raises DuplicateIdError unless replace."""
         self.subscribe_many([(sub_id, expr)], replace=replace)
 
+    @collector_paused
     def subscribe_many(self, pairs: Iterable[tuple[int | str, Expr]], *,
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
@@ -269,6 +271,7 @@ class Index:
         """Remove a subscription; False when the id is unknown."""
         return self.unsubscribe_many([sub_id]) == 1
 
+    @collector_paused
     def unsubscribe_many(self, ids: Iterable[int | str]) -> int:
         """Remove many subscriptions (one transaction per shard); returns how many existed."""
         keys = dict.fromkeys(encode_id(i) for i in ids)
@@ -290,6 +293,7 @@ class Index:
             groups[shard_of(key, len(shards))].append(key)
         return [(shard, group) for shard, group in zip(shards, groups, strict=True) if group]
 
+    @collector_paused
     def fold(self) -> int:
         """Fold every pending subscription into the trees now (writes do it on their own
         whenever a shard has enough pending, ``Shard.fold_due``); returns how many there were."""

@@ -1,0 +1,85 @@
+"""Writes run with Python's cyclic garbage collector paused (``pbtree.collector``), and
+leave it as they found it: after errors, when the caller had disabled it, and when
+writes in several threads overlap."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import pbtree
+from pbtree.errors import DuplicateIdError
+from pbtree.shard import Shard
+
+
+@pytest.fixture
+def collector_states(monkeypatch) -> list[bool]:
+    """Whether the collector was enabled inside each shard write."""
+    seen: list[bool] = []
+    subscribe, unsubscribe, fold = Shard.subscribe, Shard.unsubscribe, Shard.fold
+
+    def record(write):
+        def recorded(self, *args):
+            seen.append(gc.isenabled())
+            return write(self, *args)
+        return recorded
+
+    monkeypatch.setattr(Shard, "subscribe", record(subscribe))
+    monkeypatch.setattr(Shard, "unsubscribe", record(unsubscribe))
+    monkeypatch.setattr(Shard, "fold", record(fold))
+    yield seen
+    gc.enable()
+
+
+def test_writes_pause_the_collector_and_restore_it(tmp_path, collector_states) -> None:
+    with pbtree.create(tmp_path / "index", shards=2, fold_at=10**6) as ix:
+        assert gc.isenabled()
+        ix.subscribe_many([(n, f"a = {n}") for n in range(300)])
+        ix.subscribe(300, "a > 1")
+        assert ix.fold() == 301
+        assert ix.unsubscribe_many(range(10)) == 10
+        assert gc.isenabled()
+        with pytest.raises(DuplicateIdError):
+            ix.subscribe(300, "a < 1")
+        assert gc.isenabled()
+        gc.disable()
+        ix.subscribe(301, "a < 1")
+        assert not gc.isenabled()  # as the caller left it
+        gc.enable()
+        assert ix.match({"a": 20}) == [20, 300] and ix.match({"a": 0}) == [301]
+    assert collector_states and not any(collector_states)
+
+
+def test_overlapping_writes_enable_it_when_the_last_ends(tmp_path, monkeypatch) -> None:
+    """Two threads write at once: the first to end leaves the collector paused for the
+    other, which enables it again."""
+    both_in, first_done = threading.Barrier(2), threading.Event()
+    states: dict[str, bool] = {}
+    subscribe = Shard.subscribe
+
+    def meeting(self, items, *args):
+        if items[0][0] in ("slow", "quick"):
+            both_in.wait(timeout=30)
+            if items[0][0] == "slow":
+                first_done.wait(timeout=30)
+                states["slow, after quick ended"] = gc.isenabled()
+        return subscribe(self, items, *args)
+
+    monkeypatch.setattr(Shard, "subscribe", meeting)
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        def write(name: str) -> None:
+            ix.subscribe(name, "a = 1")
+            if name == "quick":
+                states["quick ended"] = gc.isenabled()
+                first_done.set()
+
+        threads = [threading.Thread(target=write, args=(name,)) for name in ("slow", "quick")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert ix.match({"a": 1}) == ["quick", "slow"]
+    assert states == {"quick ended": False, "slow, after quick ended": False}
+    assert gc.isenabled()

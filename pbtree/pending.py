@@ -158,11 +158,15 @@ class Written:
         self.chunks: list[tuple[int, int, Grouped | list]] = []  # (first sid, sids, held)
         self.held = 0
 
-    def add(self, first: int, count: int, held: Grouped | list) -> None:
+    def add(self, first: int, count: int, held: Grouped | list, tried: int | None = None
+            ) -> None:
         """Keep the postings (unsorted) or the predicate lists of sids ``first .. first +
-        count``, in place of any held from ``first`` on (a write tried again gives its
-        sids again)."""
-        while self.chunks and self.chunks[-1][0] >= first:
+        count``, in place of any held from ``first`` on, or from ``tried`` on: the first
+        sid an earlier try of the same write gave. A write is tried again when it fills
+        the map, and another process may commit in between: the sids the earlier try gave
+        may then be that process's subscriptions."""
+        since = first if tried is None else min(first, tried)
+        while self.chunks and self.chunks[-1][0] >= since:
             self.held -= self.chunks.pop()[1]
         self.chunks.append((first, count, held))
         self.held += count

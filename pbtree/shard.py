@@ -174,11 +174,15 @@ class Shard:
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
+        tries: list[int] = []  # the first sid each try of this write gave
+
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
             self._written.add(  # all dropped should the write fail
                 w.next_sid, len(items), list(lists) if found is None
-                else found._replace(sids=found.sids + np.uint32(w.next_sid)))
+                else found._replace(sids=found.sids + np.uint32(w.next_sid)),
+                tries[0] if tries else None)
+            tries.append(w.next_sid)
             gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:

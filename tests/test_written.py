@@ -22,6 +22,7 @@ from pbtree.expr import parse
 from pbtree.pending import Written
 from pbtree.postings import group, grouped
 from pbtree.tree import Writer
+from storage.env import Environment
 
 ATTRS = ["a", "b", "s"]
 
@@ -100,6 +101,43 @@ def test_a_fold_tried_again_after_the_map_filled_reads_no_record(tmp_path, monke
         ix.verify()
         _check(ix, model, rng)
     assert reads == []
+
+
+def test_a_write_tried_again_after_another_process_wrote_keeps_no_stale_postings(
+        tmp_path, monkeypatch):
+    """The map fills during a write that folds; while it is grown, another process
+    commits. The write's next try gives other sids, and what its first try kept for the
+    sids now the other process's is dropped: the fold reads those from their records,
+    and every answer is the oracle's."""
+    rng = random.Random(7)
+    model: dict = {}
+    path = tmp_path / "index"
+    flush, remap, state = Writer.flush, Environment.remap, []
+    other = _batch(rng, range(1000, 1050))
+
+    def full_once(self) -> None:
+        if self.folded == self.next_sid and not state:  # the first try of a fold
+            state.append("full")
+            raise lmdb.MapFullError("map full")
+        flush(self)
+
+    def remap_after_other(self, size: int) -> None:
+        if state == ["full"]:  # the try was aborted: the write lock is free
+            state.append("other")
+            _other_process(path, other)
+        remap(self, size)
+
+    with pbtree.create(path, fold_at=600) as ix:
+        first = _batch(rng, range(500))
+        ix.subscribe_many(first)
+        monkeypatch.setattr(Writer, "flush", full_once)
+        monkeypatch.setattr(Environment, "remap", remap_after_other)
+        then = _batch(rng, range(500, 600))
+        ix.subscribe_many(then)
+        assert state == ["full", "other"]
+        model.update((n, parse(text)) for n, text in first + then + other)
+        ix.verify()
+        _check(ix, model, rng, 40)
 
 
 WRITER = """import json, sys, pbtree

@@ -3,13 +3,14 @@
 Every write runs as a function inside one write transaction; when the map is
 full the transaction is aborted, the map doubled, and the function run again,
 so callers never see MapFullError and a failed write changes nothing. A map whose
-file has reached GROW_AT of it is doubled before the next write begins, so that a
-big write (a fold rewrites every small tree of a shard) seldom fills it midway and
-is made twice.
+file has reached GROW_AT of it is doubled before the next write begins (when the
+address space allows), so that a big write (a fold rewrites every small tree of a
+shard) seldom fills it midway and is made twice.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,17 @@ DEFAULT_MAP_SIZE = 64 << 20
 GROW_AT = 3 / 4
 MAX_DBS = 16
 DATA_FILE = "data.mdb"
+
+
+def _mappable(size: int) -> bool:
+    """Whether ``size`` more bytes of address space can be mapped now. Growing the map
+    ahead of a write is optional, and LMDB lets go of an environment whose map it failed
+    to grow: so it is tried only when this much could be mapped beside the present map."""
+    try:
+        mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ).close()
+    except (OSError, OverflowError, ValueError):
+        return False
+    return True
 
 
 def _storage_error(path: str, exc: lmdb.Error) -> Exception:
@@ -179,7 +191,8 @@ class Environment:
             raise ReadOnlyError(f"{self.path}: the index is open read-only")
         self._check_usable()
         info = self.env.info()
-        if (info["last_pgno"] + 1) * self.env.stat()["psize"] > GROW_AT * info["map_size"]:
+        if (info["last_pgno"] + 1) * self.env.stat()["psize"] > GROW_AT * info["map_size"] \
+                and _mappable(info["map_size"] * 2):
             release()
             self.remap(info["map_size"] * 2)
         while True:

@@ -1,6 +1,6 @@
 """Writes run with Python's cyclic garbage collector paused (``pbtree.collector``), and
 leave it as they found it: after errors, when the caller had disabled it, and when
-writes in several threads overlap."""
+writes in several threads overlap (never off past the write that paused it)."""
 
 from __future__ import annotations
 
@@ -52,34 +52,42 @@ def test_writes_pause_the_collector_and_restore_it(tmp_path, collector_states) -
     assert collector_states and not any(collector_states)
 
 
-def test_overlapping_writes_enable_it_when_the_last_ends(tmp_path, monkeypatch) -> None:
-    """Two threads write at once: the first to end leaves the collector paused for the
-    other, which enables it again."""
-    both_in, first_done = threading.Barrier(2), threading.Event()
+def test_overlapping_writes_never_keep_it_off_past_the_one_that_paused_it(
+        tmp_path, monkeypatch) -> None:
+    """A write pauses the collector; a second thread's write begins while it is off. When
+    the first ends the collector is on again, though the second still runs (writers that
+    overlap without end must not keep it off for good), and stays on after both."""
+    first_in, second_in, first_done, second_go = (threading.Event() for _ in range(4))
     states: dict[str, bool] = {}
     subscribe = Shard.subscribe
 
     def meeting(self, items, *args):
-        if items[0][0] in ("slow", "quick"):
-            both_in.wait(timeout=30)
-            if items[0][0] == "slow":
-                first_done.wait(timeout=30)
-                states["slow, after quick ended"] = gc.isenabled()
+        if items[0][0] == "first":
+            first_in.set()
+            second_in.wait(timeout=30)
+        elif items[0][0] == "second":
+            second_in.set()
+            second_go.wait(timeout=30)
+            states["second, after first ended"] = gc.isenabled()
         return subscribe(self, items, *args)
 
     monkeypatch.setattr(Shard, "subscribe", meeting)
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         def write(name: str) -> None:
             ix.subscribe(name, "a = 1")
-            if name == "quick":
-                states["quick ended"] = gc.isenabled()
+            if name == "first":
+                states["first ended"] = gc.isenabled()
                 first_done.set()
 
-        threads = [threading.Thread(target=write, args=(name,)) for name in ("slow", "quick")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
+        first = threading.Thread(target=write, args=("first",))
+        first.start()
+        assert first_in.wait(timeout=30)
+        second = threading.Thread(target=write, args=("second",))
+        second.start()
+        assert first_done.wait(timeout=30)
+        second_go.set()
+        for thread in (first, second):
             thread.join(timeout=60)
-        assert ix.match({"a": 1}) == ["quick", "slow"]
-    assert states == {"quick ended": False, "slow, after quick ended": False}
+        assert ix.match({"a": 1}) == ["first", "second"]
+    assert states == {"first ended": True, "second, after first ended": True}
     assert gc.isenabled()

@@ -146,7 +146,8 @@ class Written:
     again and its record never changes, so what is here stays true (a removed
     subscription's postings are left out by the fold, and reach no event when pending).
     A write keeps its postings (``batch.normalize_many``'s), or its predicate lists
-    when it was too small to be normalised as a batch (grouped when taken). Older
+    when it was too small to be normalised as a batch (grouped when taken), once it has
+    committed (a fold in the same write takes them through ``plus``). Older
     writes are dropped while the newer still hold HELD subscriptions: a fold of up to
     HELD (``shard.FOLD_MOST``) finds all it needs, whatever size the batches."""
 
@@ -158,20 +159,23 @@ class Written:
         self.chunks: list[tuple[int, int, Grouped | list]] = []  # (first sid, sids, held)
         self.held = 0
 
-    def add(self, first: int, count: int, held: Grouped | list, tried: int | None = None
-            ) -> None:
-        """Keep the postings (unsorted) or the predicate lists of sids ``first .. first +
-        count``, in place of any held from ``first`` on, or from ``tried`` on: the first
-        sid an earlier try of the same write gave. A write is tried again when it fills
-        the map, and another process may commit in between: the sids the earlier try gave
-        may then be that process's subscriptions."""
-        since = first if tried is None else min(first, tried)
-        while self.chunks and self.chunks[-1][0] >= since:
+    def add(self, first: int, count: int, held: Grouped | list) -> None:
+        """Keep the postings (unsorted) or the predicate lists of the committed sids
+        ``first .. first + count``, in place of any held from ``first`` on."""
+        while self.chunks and self.chunks[-1][0] >= first:
             self.held -= self.chunks.pop()[1]
         self.chunks.append((first, count, held))
         self.held += count
         while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
             self.held -= self.chunks.pop(0)[1]
+
+    def plus(self, first: int, count: int, held: Grouped | list) -> Written:
+        """What this holds and, besides, a write's own sids (``add``), for its fold to
+        take before the write commits."""
+        out = Written()
+        out.chunks, out.held = list(self.chunks), self.held
+        out.add(first, count, held)
+        return out
 
     def held_from(self, start: int, end: int) -> int:
         """The first sid, ``start`` at the lowest, from which every sid up to ``end`` is

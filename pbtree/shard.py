@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import lmdb
@@ -101,7 +101,6 @@ class Shard:
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
         self._written = Written()
-        self._folding = False  # whether the write running has folded (``_write``)
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -174,15 +173,12 @@ class Shard:
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
-        tries: list[int] = []  # the first sid each try of this write gave
+        kept: list = []  # the committed try's (first sid, count, postings), if it folded
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
-            self._written.add(  # all dropped should the write fail
-                w.next_sid, len(items), list(lists) if found is None
-                else found._replace(sids=found.sids + np.uint32(w.next_sid)),
-                tries[0] if tries else None)
-            tries.append(w.next_sid)
+            kept[:] = [w.next_sid, len(items), list(lists) if found is None
+                       else found._replace(sids=found.sids + np.uint32(w.next_sid)), False]
             gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:
@@ -203,11 +199,18 @@ class Shard:
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
             self._remove(w, gone)
             if self.fold_due(w.next_sid - w.folded, txn):
-                self._fold(w, txn)
+                self._fold(w, txn, self._written.plus(*kept[:3]))
+                kept[3] = True
             w.flush()
             return len(items)
 
-        return self._write(apply)
+        def committed() -> None:
+            if kept[3]:
+                self._written.clear()  # all folded
+            else:
+                self._written.add(*kept[:3])
+
+        return self._write(apply, committed)
 
     def fold_due(self, pending: int, txn: lmdb.Transaction) -> bool:
         """Whether ``pending`` sids are to be folded: ``fold_at`` of them, or by default
@@ -223,27 +226,27 @@ class Shard:
             w = Writer(txn, self.dbs, self.node_bytes)
             if w.next_sid == w.folded:
                 return 0
-            folded = self._fold(w, txn)
+            folded = self._fold(w, txn, self._written)
             w.flush()
             return folded
 
-        return self._write(apply)
+        return self._write(apply, self._written.clear)
 
-    def _fold(self, w: Writer, txn) -> int:
+    def _fold(self, w: Writer, txn, written: Written) -> int:
         """Add the postings of every pending subscription to the trees, run by run as
         ``Writer.add`` takes them; returns how many subscriptions that was.
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
-        the postings it kept (``Written``), without decoding their records again; the ones
-        removed since (predicate count 0) are left out."""
+        the postings it kept (``written``: what ``Written`` holds, and the write's own),
+        without decoding their records again; the ones removed since (predicate count 0)
+        are left out."""
         pending = self._cache.pending
         runs, start = [], w.folded
         if pending is not None and pending.folded == w.folded:
             runs, start = list(pending.runs), pending.next
         if start < w.next_sid:
-            runs.append(Run(txn, self.dbs, start, w.next_sid, self._written))
-        self._folding = True
+            runs.append(Run(txn, self.dbs, start, w.next_sid, written))
         alive = w.needed.values(w.folded, w.next_sid) != 0
         attr_ids: dict[bytes, int] = {}
         for run in runs:  # older runs hold lower sids
@@ -274,27 +277,24 @@ class Shard:
 
         return self._write(apply)
 
-    def _write(self, apply):
+    def _write(self, apply, committed: Callable[[], None] = lambda: None):
         """Run a write, keeping the pinned snapshot if it is of the last commit, so that the
         next match renews its caches chunk by chunk. That pins no page the write could
         reuse (LMDB reuses only pages freed before the last commit, which its readers do
         not reach); an older snapshot would, and is released, and so is any before the map
-        is grown (LMDB remaps only with no transaction open in the process). A write that
-        fails drops ``Written``: its sids will be given again. So does one that folded,
-        once committed: not before, as a try that fills the map is made again, and its
-        fold again takes what ``Written`` holds."""
+        is grown (LMDB remaps only with no transaction open in the process). ``committed``
+        runs once the write has committed, still under the lock: only then does
+        ``Written`` take what it wrote, so it never holds a try that was aborted (its sids
+        given again, maybe to another process's write) or failed."""
         with self._lock:
             if self._stale():
                 self._release()
-            self._folding = False
             try:
                 result = self.env.write(apply, self._release)
             except BaseException as exc:
-                self._written.clear()
                 self._locate(exc)
                 raise
-            if self._folding:
-                self._written.clear()
+            committed()
             return result
 
     @contextmanager

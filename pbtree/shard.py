@@ -382,7 +382,7 @@ class Shard:
 
     def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Ids of sorted sids: int ids as one array, string ids as a list."""
-        ints = cache.int_ids_all(txn, self.dbs)[sids].astype(np.int64, copy=False)
+        ints = cache.int_ids_all(txn, self.dbs)[sids]
         strings = ints == STRING_ID
         if not strings.any():
             return ints, []

@@ -8,6 +8,7 @@ import numpy as np
 from pbtree.columns import INT_IDS, NEEDED, Column
 from pbtree.counter import Counter
 from pbtree.flat import Flat
+from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
@@ -23,7 +24,7 @@ class Snapshot:
     """What matching caches for one read snapshot of a shard (``renewed`` for the next).
 
     Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
-    sid with the counter's copy and int32 ids, 12 with 64-bit ids), so counting and id
+    sid with the counter's copy and ids that fit int32, ``IdTable``), so counting and id
     lookup are vectorised; and each column's chunks as views into the map (about 0.4
     bytes per sid), by which a renewal tells the chunks that changed.
     """
@@ -36,7 +37,7 @@ class Snapshot:
         self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.counter: Counter | None = None
-        self.int_ids: np.ndarray | None = None
+        self.int_ids: IdTable | None = None
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``current``, else older
@@ -56,12 +57,10 @@ class Snapshot:
             self.counter = Counter(_counts(self._read(NEEDED, txn, dbs)))
         return self.counter
 
-    def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
-        """Integer id (or STRING_ID) of all sids; as int32 when every one fits (no string
-        ids, ids below 2^31), which halves the matcher's largest table."""
+    def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> IdTable:
+        """Integer id (or STRING_ID) of all sids."""
         if self.int_ids is None:
-            table = self._read(INT_IDS, txn, dbs)
-            self.int_ids = table.astype(np.int32) if _fits_int32(table) else table
+            self.int_ids = IdTable.of(self._read(INT_IDS, txn, dbs))
         return self.int_ids
 
     def _read(self, column: Column, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
@@ -103,12 +102,9 @@ class Snapshot:
         found = self._changed(INT_IDS, txn, dbs) if self.int_ids is not None else None
         if found is not None:
             views, changed = found
-            table = _grown(self.int_ids, len(views) * INT_IDS.size)
+            table = self.int_ids
             for number in changed:
-                ids = views[number]
-                if table.dtype != ids.dtype and not _fits_int32(ids):
-                    table = table.astype(ids.dtype)
-                table[number * INT_IDS.size:(number + 1) * INT_IDS.size] = ids
+                table = table.assigned(number * INT_IDS.size, views[number])
             new.int_ids, new.views[INT_IDS.db] = table, views
         return new
 
@@ -140,12 +136,6 @@ def _grown(table: np.ndarray, size: int) -> np.ndarray:
     out = np.empty(size, table.dtype)
     out[:table.size] = table
     return out
-
-
-def _fits_int32(values: np.ndarray) -> bool:
-    """Whether every value fits an int32 above its minimum (so none is STRING_ID)."""
-    small = np.iinfo(np.int32)
-    return bool(values.size and values.min() > small.min and values.max() <= small.max)
 
 
 def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,

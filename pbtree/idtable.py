@@ -1,0 +1,79 @@
+"""The integer id of every sid, as matching holds it: 4 bytes a sid where ids allow.
+
+The ``intids`` column stores 8 bytes a sid. Most tables fit int32; a few ids beyond it (or
+string ids) would double the matcher's largest table, so those are held apart, their sids
+sorted beside their 64-bit ids, and the table takes 8 bytes a sid only when they are many.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: what the narrow table holds for a sid whose id is held apart
+APART = np.iinfo(np.int32).min
+#: held apart, an id costs 16 bytes (its mark, sid and id): beyond this share of the sids,
+#: a table of 8 bytes a sid is smaller
+MAX_APART = 1 / 4
+_NO_SIDS = np.zeros(0, np.int64)
+
+
+class IdTable:
+    """Integer id (or ``columns.STRING_ID``) of sids ``0 .. size - 1``: ``table`` holds
+    them all as int64, or as int32 with ``APART`` where the id is ``ids[searchsorted(sids,
+    sid)]``."""
+
+    __slots__ = ("table", "sids", "ids")
+
+    def __init__(self, table: np.ndarray, sids: np.ndarray = _NO_SIDS,
+                 ids: np.ndarray = _NO_SIDS) -> None:
+        self.table, self.sids, self.ids = table, sids, ids
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> IdTable:
+        """The table of the int64 ids of all sids, narrowed if few are beyond int32."""
+        return cls(np.zeros(0, np.int32)).assigned(0, ids)
+
+    @property
+    def size(self) -> int:
+        return self.table.size
+
+    def __getitem__(self, sids: np.ndarray) -> np.ndarray:
+        """The ids of ``sids``, as int64."""
+        out = self.table[sids].astype(np.int64, copy=False)
+        if self.table.dtype == np.int32:
+            apart = np.flatnonzero(out == APART)
+            if apart.size:
+                out[apart] = self.ids[np.searchsorted(self.sids, sids[apart])]
+        return out
+
+    def assigned(self, start: int, ids: np.ndarray) -> IdTable:
+        """This table with sids from ``start`` on given the int64 ``ids`` (grown as needed,
+        sids never given reading 0), updated in place unless it grows or widens, as
+        ``Snapshot.renewed`` wants."""
+        end = start + ids.size
+        table = self.table
+        if end > table.size:
+            table = np.zeros(end, table.dtype)
+            table[:self.table.size] = self.table
+        if table.dtype == np.int64:
+            table[start:end] = ids
+            return self if table is self.table else IdTable(table)
+        wide = np.flatnonzero((ids <= APART) | (ids > np.iinfo(np.int32).max))
+        keep = (self.sids < start) | (self.sids >= end)
+        sids = np.concatenate((self.sids[keep], wide + start))
+        if sids.size > MAX_APART * table.size:
+            table = table.astype(np.int64)
+            table[self.sids] = self.ids
+            table[start:end] = ids
+            return IdTable(table)
+        table[start:end] = ids  # ``wide`` ones wrap, and are marked next
+        table[wide + start] = APART
+        if keep.all() and not wide.size:
+            sids, held = self.sids, self.ids
+        else:
+            held = np.concatenate((self.ids[keep], ids[wide]))
+            order = np.argsort(sids, kind="stable")
+            sids, held = sids[order], held[order]
+        if table is self.table and sids is self.sids:
+            return self
+        return IdTable(table, sids, held)

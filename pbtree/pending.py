@@ -47,16 +47,26 @@ class Run:
 
     def _index(self) -> None:
         """Hold the postings as a search wants them: the place codes in order and where
-        each place's postings start, the distinct keys, and each posting's (place number,
-        key rank) as one integer, which rises with the postings (sorted by place, then
-        key). That integer stands for the posting's place and key: 8 bytes, not 16."""
+        each place's postings start, the distinct keys, and each posting's place number
+        and key rank as one integer (``_ranked``), which rises with the postings (sorted
+        by place, then key). That integer stands for the posting's place and key: 4 bytes
+        (8 for over 2^32 pairs of place and key), not 16."""
         found, self.found = self.found, None
         bounds = np.array(starts(found.place), np.int64)
         self.codes, self.bounds = found.place[bounds[:-1]], bounds
         self.values = np.unique(found.keys)
-        number = np.repeat(np.arange(bounds.size - 1, dtype=np.uint64), np.diff(bounds))
-        self.ranked = number << np.uint64(32) | \
-            np.searchsorted(self.values, found.keys).astype(np.uint64)
+        number = np.repeat(np.arange(bounds.size - 1), np.diff(bounds))
+        self.ranked = self._ranked(number, np.searchsorted(self.values, found.keys))
+
+    def _ranked(self, number: np.ndarray, rank: np.ndarray) -> np.ndarray:
+        """The integer of place ``number`` and key ``rank`` (at most ``values.size``)."""
+        width = self._width()
+        return number.astype(width.dtype) * width + rank.astype(width.dtype)
+
+    def _width(self) -> np.unsignedinteger:
+        """The ranks a place spans in ``_ranked``, of the integers' type."""
+        width = self.values.size + 1
+        return (np.uint32 if self.codes.size * width <= 1 << 32 else np.uint64)(width)
 
     @property
     def postings(self) -> Grouped:
@@ -64,7 +74,7 @@ class Run:
         if self.found is not None:
             return self.found
         return Grouped(self.names, self.strings, np.repeat(self.codes, np.diff(self.bounds)),
-                       self.values[self.ranked & np.uint64(0xFFFFFFFF)], self.sids)
+                       self.values[self.ranked % self._width()], self.sids)
 
     @property
     def size(self) -> int:
@@ -117,7 +127,7 @@ class Run:
         number, query = number[held], query[held]
         kind, value = query & 3, np.repeat(np.arange(len(picked)), len(KINDS))[held]
         lo, hi = self.bounds[number], self.bounds[number + 1]
-        probe = number.astype(np.uint64) << np.uint64(32) | rank[value].astype(np.uint64)
+        probe = self._ranked(number, rank[value])
         start = np.searchsorted(self.ranked, probe)  # the first key at or above
         stop = np.where(equal[value], np.searchsorted(self.ranked, probe, "right"), start)
         # keys below the value end at ``below`` (a cut value: keys up to it), those above

@@ -141,3 +141,22 @@ def test_a_run_naming_attributes_without_postings_finds_nothing():
     out: list = []
     run.search(prepare_event({"a": 1}), out)
     assert run.size == 0 and run.names == [b"a"] and out == []
+
+
+def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
+    """A run whose places times distinct keys pass 2^32 holds each posting's place and key
+    rank in 64 bits, and finds what its predicates say: each attribute's own value,
+    below it and above it, on every side of the widths' boundary."""
+    n = 70_000  # 70,000 places (one '=' each) times 70,001 key ranks
+    lists = [normalize([(f"a{i}", "=", i)]) for i in range(n)]
+    written = Written()
+    written.add(0, n, group(np.arange(n, dtype=np.uint32), lists))
+    run = Run(None, {}, 0, n, written)
+    want = listed(run.postings)
+    for sid in (0, 1, 61_355, 61_356, n - 1):  # place 61,356 * 70,001 is just past 2^32
+        for value, found in ((sid, [sid]), (sid - 0.5, []), (sid + 0.5, [])):
+            out: list = []
+            run.search(prepare_event({f"a{sid}": value}), out)
+            assert (np.concatenate(out).tolist() if out else []) == found, (sid, value)
+    assert run.ranked.dtype == np.uint64
+    assert listed(run.postings) == want

@@ -142,14 +142,19 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
     names = list(dict.fromkeys(chain.from_iterable(found.names for found in pieces)))
     index = dict(zip(names, range(len(names)), strict=True))
     strings = sorted(set().union(*(found.strings for found in pieces)))
-    place = []
+    rank: dict[bytes, int] = {}  # of ``strings``, made once if a piece's ranks differ
+    place, keys = [], []
     for found in pieces:
         renumbered = np.fromiter(map(index.__getitem__, found.names), np.int64,
                                  len(found.names))
         attr, family, kind = split_code(found.place)
         place.append(code(renumbered[attr], family, kind))
-    return Grouped(names, strings, np.concatenate(place),
-                   np.concatenate([_ranked(found, strings) for found in pieces]),
+        if found.strings and found.strings != strings:
+            rank = rank or dict(zip(strings, range(len(strings)), strict=True))
+            keys.append(_ranked(found, family, rank))
+        else:
+            keys.append(found.keys)
+    return Grouped(names, strings, np.concatenate(place), np.concatenate(keys),
                    np.concatenate([found.sids for found in pieces]))
 
 
@@ -161,15 +166,12 @@ def joined(pieces: list[Grouped]) -> Grouped:
                    found.sids[order])
 
 
-def _ranked(found: Grouped, strings: list[bytes]) -> np.ndarray:
-    """The keys of ``found``, its string ranks made ranks among ``strings`` (which hold
-    its own)."""
-    if not found.strings or found.strings == strings:
-        return found.keys
-    rank = {payload: i for i, payload in enumerate(strings)}
-    ranks = np.array([rank[payload] for payload in found.strings], np.uint64)
+def _ranked(found: Grouped, family: Ints, rank: dict[bytes, int]) -> np.ndarray:
+    """The keys of ``found`` (its places of ``family``), its string ranks made the ranks
+    ``rank`` gives its strings."""
+    ranks = np.fromiter(map(rank.__getitem__, found.strings), np.uint64, len(found.strings))
     keys = found.keys.copy()
-    of = np.flatnonzero(split_code(found.place)[1] == STRING)
+    of = np.flatnonzero(family == STRING)
     keys[of] = ranks[keys[of].astype(np.int64)]
     return keys
 

@@ -66,7 +66,7 @@ class Run:
     def _width(self) -> np.unsignedinteger:
         """The ranks a place spans in ``_ranked``, of the integers' type."""
         width = self.values.size + 1
-        return (np.uint32 if self.codes.size * width <= 1 << 32 else np.uint64)(width)
+        return (np.uint32 if self.codes.size * width < 1 << 32 else np.uint64)(width)
 
     @property
     def postings(self) -> Grouped:

@@ -59,21 +59,19 @@ class IdTable:
             table[start:end] = ids
             return self if table is self.table else IdTable(table)
         wide = np.flatnonzero((ids <= APART) | (ids > np.iinfo(np.int32).max))
-        keep = (self.sids < start) | (self.sids >= end)
-        sids = np.concatenate((self.sids[keep], wide + start))
-        if sids.size > MAX_APART * table.size:
+        lo, hi = np.searchsorted(self.sids, (start, end)).tolist()  # those apart now
+        if self.sids.size - (hi - lo) + wide.size > MAX_APART * table.size:
             table = table.astype(np.int64)
             table[self.sids] = self.ids
             table[start:end] = ids
             return IdTable(table)
         table[start:end] = ids  # ``wide`` ones wrap, and are marked next
         table[wide + start] = APART
-        if keep.all() and not wide.size:
+        if hi - lo == wide.size and np.array_equal(self.sids[lo:hi], wide + start):
+            if wide.size:  # the same sids apart: their ids in place
+                self.ids[lo:hi] = ids[wide]
             sids, held = self.sids, self.ids
-        else:
-            held = np.concatenate((self.ids[keep], ids[wide]))
-            order = np.argsort(sids, kind="stable")
-            sids, held = sids[order], held[order]
-        if table is self.table and sids is self.sids:
-            return self
+        else:  # sorted, as sids start .. end lie between those before and after
+            sids = np.concatenate((self.sids[:lo], wide + start, self.sids[hi:]))
+            held = np.concatenate((self.ids[:lo], ids[wide], self.ids[hi:]))
         return IdTable(table, sids, held)

@@ -74,6 +74,15 @@ class Column:
                 for k, v in txn.cursor(db=dbs[self.db])}
 
 
+def grown(table: np.ndarray, size: int) -> np.ndarray:
+    """A per-sid table itself, or a copy extended to ``size`` sids, the new ones 0."""
+    if size <= table.size:
+        return table
+    out = np.zeros(size, table.dtype)
+    out[:table.size] = table
+    return out
+
+
 class ColumnWriter:
     """Pending changes to one column inside a write transaction."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pbtree import columns
+
 #: what the narrow table holds for a sid whose id is held apart
 APART = np.iinfo(np.int32).min
 #: held apart, an id costs 16 bytes (its mark, sid and id): beyond this share of the sids,
@@ -46,15 +48,17 @@ class IdTable:
                 out[apart] = self.ids[np.searchsorted(self.sids, sids[apart])]
         return out
 
+    def grown(self, size: int) -> IdTable:
+        """This table, or a copy of ``size`` sids, the new ones reading 0."""
+        table = columns.grown(self.table, size)
+        return self if table is self.table else IdTable(table, self.sids, self.ids)
+
     def assigned(self, start: int, ids: np.ndarray) -> IdTable:
         """This table with sids from ``start`` on given the int64 ``ids`` (grown as needed,
         sids never given reading 0), updated in place unless it grows or widens, as
         ``Snapshot.renewed`` wants."""
         end = start + ids.size
-        table = self.table
-        if end > table.size:
-            table = np.zeros(end, table.dtype)
-            table[:self.table.size] = self.table
+        table = columns.grown(self.table, end)
         if table.dtype == np.int64:
             table[start:end] = ids
             return self if table is self.table else IdTable(table)

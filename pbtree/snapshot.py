@@ -5,7 +5,7 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree.columns import INT_IDS, NEEDED, Column
+from pbtree.columns import INT_IDS, NEEDED, Column, grown
 from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
@@ -95,14 +95,14 @@ class Snapshot:
             views, changed = found
             counter = self.counter
             if len(views) * NEEDED.size > counter.needed.size:  # its sizes depend on the sids
-                counter = Counter(_grown(counter.needed, len(views) * NEEDED.size))
+                counter = Counter(grown(counter.needed, len(views) * NEEDED.size))
             for number in changed:  # counts are u2 in the column, so they fit the counter
                 counter.assign(number * NEEDED.size, _counts(views[number]))
             new.counter, new.views[NEEDED.db] = counter, views
         found = self._changed(INT_IDS, txn, dbs) if self.int_ids is not None else None
         if found is not None:
             views, changed = found
-            table = self.int_ids
+            table = self.int_ids.grown(len(views) * INT_IDS.size)
             for number in changed:
                 table = table.assigned(number * INT_IDS.size, views[number])
             new.int_ids, new.views[INT_IDS.db] = table, views
@@ -127,15 +127,6 @@ class Snapshot:
 def _counts(needed: np.ndarray) -> np.ndarray:
     """Predicate counts as the counter takes them: a free sid's 0 becomes FREE."""
     return np.where(needed == 0, FREE, needed)
-
-
-def _grown(table: np.ndarray, size: int) -> np.ndarray:
-    """``table`` itself, or a copy extended to ``size`` elements (the rest left to assign)."""
-    if size <= table.size:
-        return table
-    out = np.empty(size, table.dtype)
-    out[:table.size] = table
-    return out
 
 
 def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,

@@ -58,15 +58,16 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
     if not subs:
         return out, NOTHING
     attrs, distinct, op, values = columns  # type: ignore[misc]
-    if set(map(type, distinct)) == _STR and all(map(str.isascii, distinct)) and \
-            "" not in distinct and max(map(len, distinct)) <= max_attr_bytes:
+    named = set(map(type, attrs)) == _STR  # a str subclass equal to a name is no name
+    if named and all(map(str.isascii, distinct)) and "" not in distinct and \
+            max(map(len, distinct)) <= max_attr_bytes:
         names = sorted(distinct)
     else:
         names = sorted(a for a in distinct if type(a) is str and a and a.isascii()
                        and len(a) <= max_attr_bytes)
     rank = dict(zip(names, range(len(names)), strict=True))
     attr = np.fromiter(map(rank.get, attrs, repeat(-1)), np.int64, len(attrs))
-    if set(map(type, attrs)) != _STR:  # a str subclass equal to a name is still no name
+    if not named:
         attr[~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))] = -1
     ok = (attr >= 0) & (op >= 0)
     rows = _Rows(names, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
@@ -129,19 +130,19 @@ def _plain(pred: object) -> bool:
         type(pred[1]) is str  # type: ignore[index]
 
 
-def _columns(subs: list) -> tuple[tuple, dict, np.ndarray, tuple] | None:
+def _columns(subs: list) -> tuple[tuple, set, np.ndarray, tuple] | None:
     """(attributes, the distinct ones, operator codes, values) of the subscriptions'
     predicates, or None if one is not a 3-item list or tuple, its operator is not a str
     or its attribute can't be hashed."""
     if not subs:
-        return (), {}, np.zeros(0, np.int64), ()
+        return (), set(), np.zeros(0, np.int64), ()
     if not set(map(type, chain.from_iterable(subs))) <= _SEQUENCE:
         return None
     try:
         attrs, ops, values = zip(*chain.from_iterable(subs), strict=True)
         if not set(map(type, ops)) <= _STR:
             return None
-        return attrs, dict.fromkeys(attrs), \
+        return attrs, set(attrs), \
             np.fromiter(map(_SOURCE_OP.get, ops, repeat(-1)), np.int64, len(ops)), values
     except (ValueError, TypeError):
         return None

@@ -173,12 +173,15 @@ class Shard:
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
-        kept: list = []  # the committed try's (first sid, count, postings), if it folded
+        mine: tuple = ()  # the last try's (first sid, count, postings) for ``Written``
+        folded = False  # whether the last try folded them
 
         def apply(txn) -> int:
+            nonlocal mine, folded
             w = Writer(txn, dbs, self.node_bytes)
-            kept[:] = [w.next_sid, len(items), list(lists) if found is None
-                       else found._replace(sids=found.sids + np.uint32(w.next_sid)), False]
+            mine = (w.next_sid, len(items), list(lists) if found is None
+                    else found._replace(sids=found.sids + np.uint32(w.next_sid)))
+            folded = False
             gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:
@@ -199,16 +202,16 @@ class Shard:
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
             self._remove(w, gone)
             if self.fold_due(w.next_sid - w.folded, txn):
-                self._fold(w, txn, self._written.plus(*kept[:3]))
-                kept[3] = True
+                self._fold(w, txn, self._written.plus(*mine))
+                folded = True
             w.flush()
             return len(items)
 
         def committed() -> None:
-            if kept[3]:
+            if folded:
                 self._written.clear()  # all folded
             else:
-                self._written.add(*kept[:3])
+                self._written.add(*mine)
 
         return self._write(apply, committed)
 

@@ -180,6 +180,11 @@ class Environment:
             raise StorageError(self.broken) from None
         self.remaps += 1
 
+    def _double(self, release: Callable[[], None]) -> None:
+        """Double the map, once ``release`` has ended the process's read transactions."""
+        release()
+        self.remap(self.env.info()["map_size"] * 2)
+
     def write(self, fn: Callable[[lmdb.Transaction], T],
               release: Callable[[], None] = lambda: None) -> T:
         """Run ``fn(txn)`` in one write transaction and commit; all or nothing.
@@ -193,8 +198,7 @@ class Environment:
         info = self.env.info()
         if (info["last_pgno"] + 1) * self.env.stat()["psize"] > GROW_AT * info["map_size"] \
                 and _mappable(info["map_size"] * 2):
-            release()
-            self.remap(info["map_size"] * 2)
+            self._double(release)
         while True:
             try:
                 txn = self.env.begin(write=True)
@@ -210,8 +214,7 @@ class Environment:
                 return result
             except lmdb.MapFullError:
                 txn.abort()
-                release()
-                self.remap(self.env.info()["map_size"] * 2)
+                self._double(release)
             except lmdb.Error as exc:
                 txn.abort()
                 raise _storage_error(self.path, exc) from None

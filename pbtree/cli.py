@@ -83,7 +83,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 _STAT_ROWS = (
-    ("subscriptions", "subscriptions"), ("pending", "pending (not yet folded into trees)"),
+    ("subscriptions", "subscriptions"), ("pending", "pending (not yet folded)"),
+    ("staged", "staged (folded, not yet merged into trees)"),
     ("predicates", "predicates (core)"),
     ("attributes", "attributes"), ("shards", "shards"), ("node_bytes", "list node size (bytes)"),
     ("leaf_items", "leaf items"), ("gt_nodes", "GT list nodes"), ("gt_items", "GT list items"),
@@ -135,7 +136,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_fold(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         folded = index.fold()
-    note(args, f"{args.index}: folded {plural(folded, 'pending subscription')} into the trees")
+    note(args, f"{args.index}: folded {plural(folded, 'pending or staged subscription')} into "
+               f"the trees")
     return 0
 
 
@@ -558,8 +560,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = _command(sub, "fold", cmd_fold,
-                 "move pending subscriptions into the trees now (writes do it every "
-                 f"{FOLD_AT:,} or more per shard)", "pbtree fold alerts.pbt")
+                 "move pending and staged subscriptions into the trees now (writes fold "
+                 f"every {FOLD_AT:,} per shard into staged runs, and merge those later)",
+                 "pbtree fold alerts.pbt")
     p.add_argument("index", metavar="INDEX")
 
     p = _command(sub, "generate", cmd_generate,

@@ -9,7 +9,7 @@ count; a later write folds them into the trees in one batch (``Shard``).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Sequence
 
 import lmdb
 import numpy as np
@@ -17,106 +17,72 @@ import numpy as np
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, group, grouped, joined, places, starts
+from pbtree.postings import Grouped, code, concatenated, group, grouped, joined
 from pbtree.tree import read_counter, read_folded
 
 
-class Run:
-    """The postings of a range of pending sids (``postings.Grouped``), searched for a
-    whole event at once. A wide schema's run holds thousands of places of a few postings
-    each, so runs are joined and searched in array steps, not place by place."""
+class Sorted:
+    """Postings sorted by place, key and sid, held as a search wants them: the place
+    codes in order and where each place's postings start, the distinct keys, and each
+    posting's place number and key rank as one integer (``ranked``), which rises with
+    the postings. That integer stands for the posting's place and key: 4 bytes (8 for
+    over 2^32 pairs of place and key), not 16. A pending run holds one in memory, a
+    staged run (``pbtree.staged``) one whose arrays are views of the map."""
 
-    __slots__ = ("found", "names", "strings", "sids", "attrs", "codes", "bounds", "values",
-                 "ranked")
+    __slots__ = ("codes", "bounds", "values", "ranked", "sids")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
-                 written: Written) -> None:
-        """The subscriptions of sids ``first .. end``: of those whose records still
-        exist, read in, but for the last ones ``written`` holds (``Written.held_from``)."""
-        held_from = written.held_from(first, end)
-        pieces = [written.take(held_from, end)] if held_from < end else []
-        if first < held_from or not pieces:
-            pieces.insert(0, grouped(txn, dbs["subs"], first, held_from))
-        self._hold(pieces[0] if len(pieces) == 1 else joined(pieces))
+    def __init__(self, codes: np.ndarray, bounds: np.ndarray, values: np.ndarray,
+                 ranked: np.ndarray, sids: np.ndarray) -> None:
+        self.codes, self.bounds, self.values = codes, bounds, values
+        self.ranked, self.sids = ranked, sids
 
-    def _hold(self, found: Grouped) -> None:
-        self.found: Grouped | None = found  # until the first search indexes it
-        self.names, self.strings, self.sids = found.names, found.strings, found.sids
-        self.attrs = {name: i for i, name in enumerate(found.names)}
-        self.codes = self.bounds = self.values = self.ranked = None  # a join's are stale
+    @classmethod
+    def of(cls, place: np.ndarray, keys: np.ndarray, sids: np.ndarray) -> Sorted:
+        """The postings of aligned columns whose sids ascend among those of each place
+        and key (as in runs of later sids one after the other)."""
+        codes, values = distinct(place), distinct(keys)
+        return cls.ordered(codes, np.searchsorted(codes, place), values,
+                           np.searchsorted(values, keys), sids)
 
-    def _index(self) -> None:
-        """Hold the postings as a search wants them: the place codes in order and where
-        each place's postings start, the distinct keys, and each posting's place number
-        and key rank as one integer (``_ranked``), which rises with the postings (sorted
-        by place, then key). That integer stands for the posting's place and key: 4 bytes
-        (8 for over 2^32 pairs of place and key), not 16."""
-        found, self.found = self.found, None
-        bounds = np.array(starts(found.place), np.int64)
-        self.codes, self.bounds = found.place[bounds[:-1]], bounds
-        self.values = np.unique(found.keys)
-        number = np.repeat(np.arange(bounds.size - 1), np.diff(bounds))
-        self.ranked = self._ranked(number, np.searchsorted(self.values, found.keys))
+    @classmethod
+    def ordered(cls, codes: np.ndarray, number: np.ndarray, values: np.ndarray,
+                rank: np.ndarray, sids: np.ndarray) -> Sorted:
+        """``of`` the postings given as their place's number among ``codes`` and their
+        key's rank among ``values``: sorted by one stable sort of the integer of the two,
+        which finds the sorted runs it is given (several times faster than a lexsort of
+        the three columns)."""
+        out = cls(codes, np.zeros(codes.size + 1, np.int64), values, values[:0], sids)
+        ranked = out.ranked_of(number, rank)
+        order = np.argsort(ranked, kind="stable")
+        out.ranked, out.sids = ranked[order], sids[order]
+        np.cumsum(np.bincount(number, minlength=codes.size), out=out.bounds[1:])
+        return out
 
-    def _ranked(self, number: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    def numbered(self) -> tuple[np.ndarray, np.ndarray]:
+        """(place number, key rank) of each posting."""
+        width = self.width()
+        return self.ranked // width, self.ranked % width
+
+    def ranked_of(self, number: np.ndarray, rank: np.ndarray) -> np.ndarray:
         """The integer of place ``number`` and key ``rank`` (at most ``values.size``)."""
-        width = self._width()
+        width = self.width()
         return number.astype(width.dtype) * width + rank.astype(width.dtype)
 
-    def _width(self) -> np.unsignedinteger:
-        """The ranks a place spans in ``_ranked``, of the integers' type."""
+    def width(self) -> np.unsignedinteger:
+        """The ranks a place spans in ``ranked``, of the integers' type."""
         width = self.values.size + 1
         return (np.uint32 if self.codes.size * width < 1 << 32 else np.uint64)(width)
 
-    @property
-    def postings(self) -> Grouped:
-        """The run's postings, made again from the search columns once indexed."""
-        if self.found is not None:
-            return self.found
-        return Grouped(self.names, self.strings, np.repeat(self.codes, np.diff(self.bounds)),
-                       self.values[self.ranked % self._width()], self.sids)
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(place code, key) of each posting."""
+        number, rank = self.numbered()
+        return self.codes[number], self.values[rank]
 
-    @property
-    def size(self) -> int:
-        return self.sids.size
-
-    def join(self, newer: Run) -> None:
-        """Take in a run of later sids: attributes and strings renumbered, then one sort."""
-        self._hold(joined([self.postings, newer.postings]))
-
-    def kept(self, alive: np.ndarray, folded: int) -> Iterator[tuple]:
-        """``postings.places`` of the postings whose sid ``s`` has ``alive[s - folded]``."""
-        found = self.postings
-        keep = alive[found.sids - folded]
-        if not keep.all():
-            found = found._replace(place=found.place[keep], keys=found.keys[keep],
-                                   sids=found.sids[keep])
-        return places(found)
-
-    def search(self, event: list[tuple[bytes, int, bytes, bool]],
-               out: list[np.ndarray]) -> None:
-        """Append the sids of this run's predicates that the prepared event's values
-        satisfy, as the tree walk finds them (``Search._walk``). ``exact`` False is a
-        longer string cut to its payload, which no key equals and every key up to it
-        lies below."""
-        if not self.sids.size:  # names, but no postings: nothing to find
-            return
-        attrs, strings = self.attrs, self.strings
-        picked = []
-        for name, family, payload, exact in event:
-            attr = attrs.get(name)
-            if attr is None:
-                continue
-            if family in FIXED_WIDTH:
-                key, equal = int.from_bytes(payload, "big"), True
-            else:  # a string's key is its rank among the run's strings
-                key = bisect_left(strings, payload)
-                equal = key < len(strings) and strings[key] == payload
-            picked.append((code(attr, family, 0), key, equal, exact))
-        if not picked:
-            return
-        if self.found is not None:
-            self._index()
+    def search(self, picked: list[tuple[int, int, bool, bool]], out: list[np.ndarray]) -> None:
+        """Append the sids that the event's values satisfy, as the tree walk finds them
+        (``Search._walk``): each picked value as (place code of its kind 0, key, whether
+        the key is held, exact). ``exact`` False is a longer string cut to its payload,
+        which no key equals and every key up to it lies below."""
         base, key, equal, exact = (np.array(c, t) for c, t in zip(
             zip(*picked, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
         rank = np.searchsorted(self.values, key)  # keys below the value
@@ -127,19 +93,124 @@ class Run:
         number, query = number[held], query[held]
         kind, value = query & 3, np.repeat(np.arange(len(picked)), len(KINDS))[held]
         lo, hi = self.bounds[number], self.bounds[number + 1]
-        probe = self._ranked(number, rank[value])
+        probe = self.ranked_of(number, rank[value])
         start = np.searchsorted(self.ranked, probe)  # the first key at or above
         stop = np.where(equal[value], np.searchsorted(self.ranked, probe, "right"), start)
         # keys below the value end at ``below`` (a cut value: keys up to it), those above
         # start at ``stop``; EQ hits the keys between, GT those below, LT those above,
         # INEQ both (all of its keys for a cut value, as nothing lies between)
         below = np.where(exact[value], start, stop)
-        first = np.select([kind == EQ, kind == LT], [below, stop], lo)
-        last = np.select([kind == EQ, kind == LT], [stop, hi], below)
+        eq, lt = kind == EQ, kind == LT
+        first = np.where(eq, below, np.where(lt, stop, lo))
+        last = np.where(eq, stop, np.where(lt, hi, below))
         more = kind == INEQ  # its second span: the keys above
         hits = _spans(np.concatenate((first, stop[more])), np.concatenate((last, hi[more])))
         if hits.size:
             out.append(self.sids[hits])
+
+
+def picked(event: list[tuple[bytes, int, bytes, bool]], attrs: Callable[[bytes], int | None],
+           strings: Sequence[bytes]) -> list[tuple[int, int, bool, bool]]:
+    """The event's values as ``Sorted.search`` takes them, for postings whose place codes
+    hold attribute numbers ``attrs`` gives (None: the attribute has no postings) and whose
+    string keys are ranks among ``strings`` (``ranked_among``, or all the event's strings
+    at once by their own ``ranks``)."""
+    out, texts = [], []
+    for name, family, payload, exact in event:
+        attr = attrs(name)
+        if attr is not None:
+            fixed = family in FIXED_WIDTH
+            if not fixed:
+                texts.append(len(out))
+            out.append((code(attr, family, 0), int.from_bytes(payload, "big") if fixed
+                        else payload, True, exact))
+    if texts:
+        payloads = [out[i][1] for i in texts]
+        ranks = strings.ranks(payloads) if hasattr(strings, "ranks") else \
+            [ranked_among(strings, payload) for payload in payloads]
+        for i, (key, equal) in zip(texts, ranks, strict=True):
+            out[i] = (out[i][0], key, equal, out[i][3])
+    return out
+
+
+def ranked_among(strings: Sequence[bytes], payload: bytes, lo: int = 0,
+                 hi: int | None = None) -> tuple[int, bool]:
+    """(how many of the ascending ``strings`` lie below ``payload``, whether the next one
+    is it), looked for between ``lo`` and ``hi``."""
+    hi = len(strings) if hi is None else hi
+    key = bisect_left(strings, payload, lo, hi)
+    return key, key < hi and strings[key] == payload
+
+
+def pending_postings(txn: lmdb.Transaction, dbs: dict, first: int, end: int,
+                     written: Written, sort: bool = True) -> Grouped:
+    """The postings of the pending sids ``first .. end``, sorted unless not ``sort``: of
+    those whose records still exist, read in, but for the last ones ``written`` holds
+    (``Written.held_from``)."""
+    held_from = written.held_from(first, end)
+    pieces = [written.take(held_from, end, sort)] if held_from < end else []
+    if first < held_from or not pieces:
+        pieces.insert(0, grouped(txn, dbs["subs"], first, held_from))
+    return pieces[0] if len(pieces) == 1 else (joined if sort else concatenated)(pieces)
+
+
+class Run:
+    """The postings of a range of pending sids (``postings.Grouped``), searched for a
+    whole event at once. A wide schema's run holds thousands of places of a few postings
+    each, so runs are joined and searched in array steps, not place by place."""
+
+    __slots__ = ("found", "names", "strings", "sids", "attrs", "index")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
+                 written: Written) -> None:
+        """The subscriptions of sids ``first .. end`` (``pending_postings``)."""
+        self._hold(pending_postings(txn, dbs, first, end, written))
+
+    def _hold(self, found: Grouped) -> None:
+        self.found: Grouped | None = found  # until the first search indexes it
+        self.names, self.strings, self.sids = found.names, found.strings, found.sids
+        self.attrs = {name: i for i, name in enumerate(found.names)}
+        self.index: Sorted | None = None  # a join's is stale
+
+    @property
+    def postings(self) -> Grouped:
+        """The run's postings, made again from the search columns once indexed."""
+        if self.index is None:
+            return self.found
+        return Grouped(self.names, self.strings, *self.index.columns(), self.sids)
+
+    @property
+    def size(self) -> int:
+        return self.sids.size
+
+    def join(self, newer: Run) -> None:
+        """Take in a run of later sids: attributes and strings renumbered, then one sort."""
+        self._hold(joined([self.postings, newer.postings]))
+
+    def indexed(self) -> Sorted:
+        """The postings as a search holds them, made on first use."""
+        if self.index is None:
+            found, self.found = self.found, None
+            self.index = Sorted.of(found.place, found.keys, found.sids)
+        return self.index
+
+    def search(self, event: list[tuple[bytes, int, bytes, bool]],
+               out: list[np.ndarray]) -> None:
+        """Append the sids of this run's predicates that the prepared event's values
+        satisfy (``Sorted.search``)."""
+        if not self.sids.size:  # names, but no postings: nothing to find
+            return
+        values = picked(event, self.attrs.get, self.strings)
+        if values:
+            self.indexed().search(values, out)
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values ascending (``np.unique``'s, by one sort: faster than its hash
+    table for hundreds of thousands of integers)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size \
+        else ordered
 
 
 def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -198,8 +269,9 @@ class Written:
             at = min(at, first)
         return max(at, start)
 
-    def take(self, start: int, end: int) -> Grouped | None:
-        """The postings of sids ``start .. end``, sorted, or None unless all are held."""
+    def take(self, start: int, end: int, sort: bool = True) -> Grouped | None:
+        """The postings of sids ``start .. end``, sorted unless not ``sort``, or None
+        unless all are held."""
         spans = []
         at = start
         for first, count, held in self.chunks:
@@ -229,7 +301,7 @@ class Written:
             if not pieces:  # grouped, so sorted already
                 return group(np.arange(start, end, dtype=np.uint32), lists)
             pieces.append(group(np.arange(end - len(lists), end, dtype=np.uint32), lists))
-        return joined(pieces)
+        return (joined if sort else concatenated)(pieces)
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

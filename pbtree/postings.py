@@ -10,7 +10,7 @@ constant once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import chain, repeat
 from typing import NamedTuple
 
@@ -151,7 +151,7 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
         place.append(code(renumbered[attr], family, kind))
         if found.strings and found.strings != strings:
             rank = rank or dict(zip(strings, range(len(strings)), strict=True))
-            keys.append(_ranked(found, family, rank))
+            keys.append(ranked(found.keys, found.strings, family, rank))
         else:
             keys.append(found.keys)
     return Grouped(names, strings, np.concatenate(place), np.concatenate(keys),
@@ -166,11 +166,12 @@ def joined(pieces: list[Grouped]) -> Grouped:
                    found.sids[order])
 
 
-def _ranked(found: Grouped, family: Ints, rank: dict[bytes, int]) -> np.ndarray:
-    """The keys of ``found`` (its places of ``family``), its string ranks made the ranks
-    ``rank`` gives its strings."""
-    ranks = np.fromiter(map(rank.__getitem__, found.strings), np.uint64, len(found.strings))
-    keys = found.keys.copy()
+def ranked(keys: np.ndarray, strings: Sequence[bytes], family: Ints,
+           rank: dict[bytes, int]) -> np.ndarray:
+    """``keys`` of postings of ``family``, their ranks among ``strings`` made the ranks
+    ``rank`` gives those strings."""
+    ranks = np.fromiter(map(rank.__getitem__, strings), np.uint64, len(strings))
+    keys = keys.copy()
     of = np.flatnonzero(family == STRING)
     keys[of] = ranks[keys[of].astype(np.int64)]
     return keys
@@ -183,15 +184,16 @@ def starts(place: np.ndarray) -> list[int]:
     return [0, *(np.flatnonzero(place[1:] != place[:-1]) + 1).tolist(), place.size]
 
 
-def places(found: Grouped) -> Iterator[tuple[bytes, int, int, Keys, np.ndarray]]:
-    """(attribute name, family, kind, keys in order, sids aligned) of each place."""
-    bounds = starts(found.place)
-    for place, lo, hi in zip(found.place[bounds[:-1]].tolist(), bounds, bounds[1:],
-                             strict=False):
-        attr, family, kind = split_code(place)
-        keys = found.keys[lo:hi]
-        yield found.names[attr], family, kind, keys if family in FIXED_WIDTH else \
-            [found.strings[i] for i in keys.tolist()], found.sids[lo:hi]
+def places(place: np.ndarray, keys: np.ndarray, sids: np.ndarray, strings: Sequence[bytes]
+           ) -> Iterator[tuple[int, int, int, Keys, np.ndarray]]:
+    """(attribute number, family, kind, keys in order, sids aligned) of each place of
+    postings sorted by place, a string key given as its payload in ``strings``."""
+    bounds = starts(place)
+    for at, lo, hi in zip(place[bounds[:-1]].tolist(), bounds, bounds[1:], strict=False):
+        attr, family, kind = split_code(at)
+        held = keys[lo:hi]
+        yield attr, family, kind, held if family in FIXED_WIDTH else \
+            [strings[i] for i in held.tolist()], sids[lo:hi]
 
 
 def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:

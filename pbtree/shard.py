@@ -21,12 +21,13 @@ import lmdb
 import msgpack
 import numpy as np
 
+from pbtree import staged
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
-from pbtree.pending import Run, Written
-from pbtree.postings import Grouped
+from pbtree.pending import Written, pending_postings
+from pbtree.postings import NOTHING, Grouped, code, concatenated, split_code
 from pbtree.snapshot import Snapshot, count
 from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, sub_record
 from pbtree.tree import Writer
@@ -34,22 +35,26 @@ from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
-            "intids", "chunks")
+            "intids", "chunks", "staged")
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
-#: 5: deltas of PB+trees
-VERSION = 5
+#: 5: deltas of PB+trees; 6: staged postings
+VERSION = 6
 #: older versions this one reads, and upgrades on opening for writes
-UPGRADES = (2, 3, 4)
-#: pending sids from which a write folds them into the trees, by default at the least
+UPGRADES = (2, 3, 4, 5)
+#: pending sids from which a write folds them into a staged run, by default: every
+#: matching process holds the pending ones' postings in its heap
 FOLD_AT = 10_000
-#: ... and per record of the trees database: a fold rewrites every small tree (packed
-#: record or delta) it adds to, so a shard of many (a wide schema) folds less often, each
-#: rewrite then carrying more postings
-FOLD_PER_TREE = 8
-#: ... but at most as many as ``Written`` keeps, so a fold decodes no record this process
-#: wrote since the last one
-FOLD_MOST = Written.HELD
+#: staged sids from which a fold merges them into the trees, by default at the least
+MERGE_AT = FOLD_AT
+#: ... and per record of the trees database: a merge rewrites every small tree (packed
+#: record or delta) it adds to, so a shard of many (a wide schema) merges less often,
+#: each rewrite then carrying more postings
+MERGE_PER_TREE = 32
+#: ... but at most this many, as matching searches the staged runs
+MERGE_MOST = 320_000
+#: with ``fold_at`` given, folds per merge
+MERGE_FOLDS = 4
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
@@ -89,14 +94,17 @@ class Shard:
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
-        if self.env.missing:
+        if self.env.missing == ["staged"] and version != VERSION:  # staged runs came with 6
+            self.dbs["staged"] = None if readonly else self.env.env.open_db(b"staged")
+        elif self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
         if version != VERSION and not readonly:  # older readers must not see what is new
             self.env.write(lambda txn: txn.put(b"version", VERSION.to_bytes(4, "little"),
                                                db=meta))
-        self._attr_ids: dict[bytes, int] = {}
+        self._attr_ids: dict[bytes, int] = {}  # committed attribute ids, as found
+        self._named: dict[bytes, int] = {}  # attribute ids a write's fold gave or found
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
@@ -201,8 +209,8 @@ class Shard:
                 list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
             self._remove(w, gone)
-            if self.fold_due(w.next_sid - w.folded, txn):
-                self._fold(w, txn, self._written.plus(*mine))
+            if self.fold_due(w.next_sid - w.folded):
+                self._fold(w, txn, self._written.plus(*mine), False)
                 folded = True
             w.flush()
             return len(items)
@@ -215,51 +223,86 @@ class Shard:
 
         return self._write(apply, committed)
 
-    def fold_due(self, pending: int, txn: lmdb.Transaction) -> bool:
-        """Whether ``pending`` sids are to be folded: ``fold_at`` of them, or by default
-        FOLD_AT, FOLD_PER_TREE per trees record, or FOLD_MOST, whichever is in between."""
+    def fold_due(self, pending: int) -> bool:
+        """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of
+        them, by default FOLD_AT."""
+        return pending >= (FOLD_AT if self.fold_at is None else self.fold_at)
+
+    def merge_due(self, staged: int, txn: lmdb.Transaction) -> bool:
+        """Whether ``staged`` sids are to be merged into the trees: MERGE_FOLDS times
+        ``fold_at``, or by default MERGE_AT, MERGE_PER_TREE per trees record, or
+        MERGE_MOST, whichever is in between."""
         if self.fold_at is not None:
-            return pending >= self.fold_at
-        return pending >= FOLD_MOST or pending >= FOLD_AT and \
-            pending >= FOLD_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
+            return staged >= MERGE_FOLDS * self.fold_at
+        return staged >= MERGE_MOST or staged >= MERGE_AT and \
+            staged >= MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
 
     def fold(self) -> int:
-        """Fold every pending subscription into the trees now; returns how many."""
+        """Fold every pending and staged subscription into the trees now; returns how
+        many."""
         def apply(txn) -> int:
             w = Writer(txn, self.dbs, self.node_bytes)
-            if w.next_sid == w.folded:
+            if w.next_sid == w.merged:
                 return 0
-            folded = self._fold(w, txn, self._written)
+            folded = self._fold(w, txn, self._written, True)
             w.flush()
             return folded
 
         return self._write(apply, self._written.clear)
 
-    def _fold(self, w: Writer, txn, written: Written) -> int:
-        """Add the postings of every pending subscription to the trees, run by run as
-        ``Writer.add`` takes them; returns how many subscriptions that was.
+    def _fold(self, w: Writer, txn, written: Written, merge: bool) -> int:
+        """Fold the postings of every pending subscription into a staged run, joined with
+        the runs before it while the one before is at most twice its size; then, when
+        ``merge`` or ``merge_due``, merge every staged run into the trees. Returns how many
+        subscriptions that moved.
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
         the postings it kept (``written``: what ``Written`` holds, and the write's own),
         without decoding their records again; the ones removed since (predicate count 0)
-        are left out."""
-        pending = self._cache.pending
-        runs, start = [], w.folded
-        if pending is not None and pending.folded == w.folded:
-            runs, start = list(pending.runs), pending.next
-        if start < w.next_sid:
-            runs.append(Run(txn, self.dbs, start, w.next_sid, written))
-        alive = w.needed.values(w.folded, w.next_sid) != 0
-        attr_ids: dict[bytes, int] = {}
-        for run in runs:  # older runs hold lower sids
-            for name, family, kind, keys, sids in run.kept(alive, w.folded):
-                aid = attr_ids.get(name)  # given once a live subscription uses it
-                if aid is None:
-                    aid = attr_ids[name] = w.attr_id(name, True)
+        are left out, here and when merging."""
+        db = self.dbs["staged"]
+        self._named = {}  # of this try only
+        run = self._staged(w, txn, written)
+        moved = int(np.count_nonzero(w.needed.values(w.folded, w.next_sid)))
+        staged_end, w.folded = w.folded, w.next_sid
+        if not (merge or self.merge_due(w.folded - w.merged, txn)):
+            run = staged.peeled(txn, db, run)
+            txn.put(staged.run_key(run.first), run.encode(), db=db)
+            return moved
+        runs = [*staged.read(txn, db), run]
+        alive = w.needed.values(w.merged, w.folded) != 0
+        for older in runs:  # in sid order
+            for aid, family, kind, keys, sids in older.places(alive, w.merged):
                 w.add(tree_prefix(aid, family), kind, keys, sids)
-        w.folded = w.next_sid
-        return int(np.count_nonzero(alive))
+        for older in runs[:-1]:
+            txn.delete(staged.run_key(older.first), db=db)
+        moved += int(np.count_nonzero(alive[:staged_end - w.merged]))
+        w.merged = w.folded
+        return moved
+
+    def _staged(self, w: Writer, txn, written: Written) -> staged.Staged:
+        """The staged run of the pending subscriptions that are not removed, their
+        attributes given ids."""
+        pending = self._cache.pending
+        pieces, start = [], w.folded
+        if pending is not None and pending.folded == w.folded:
+            pieces, start = [run.postings for run in pending.runs], pending.next
+        if start < w.next_sid:  # unsorted: sorted once below
+            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written, False))
+        found = concatenated(pieces or [NOTHING])
+        keep = w.needed.values(w.folded, w.next_sid)[found.sids - w.folded] != 0
+        keep = np.flatnonzero(keep)[np.argsort(found.sids[keep], kind="stable")]  # sid order
+        attr, family, kind = split_code(found.place[keep])
+        aids = np.zeros(len(found.names), np.int64)
+        used = np.unique(attr).tolist()  # given once a live subscription uses it
+        known, named = self._attr_ids, self._named
+        for i in used:
+            name = found.names[i]
+            aid = known.get(name)
+            aids[i] = named[name] = w.attr_id(name, True) if aid is None else aid
+        return staged.staged(w.folded, w.next_sid, code(aids[attr], family, kind),
+                             found.keys[keep], found.sids[keep], found.strings)
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""
@@ -292,11 +335,13 @@ class Shard:
         with self._lock:
             if self._stale():
                 self._release()
+            self._named = {}
             try:
                 result = self.env.write(apply, self._release)
             except BaseException as exc:
                 self._locate(exc)
                 raise
+            self._attr_ids.update(self._named)
             committed()
             return result
 
@@ -349,7 +394,7 @@ class Shard:
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
         idkey, _, found = decoded(sid, raw)
-        if sid < w.folded:  # a pending one has no postings
+        if sid < w.merged:  # a staged or pending one has none in the trees
             for posting in set(found):
                 gone.setdefault(posting, []).append(sid)
         w.set_sid(sid, 0, 0)
@@ -372,10 +417,14 @@ class Shard:
         search = Search(txn, self.dbs, cache)
         try:
             pending = cache.pending_of(txn, self.dbs, self._written)
+            by_id = []
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)
                 if aid is not None:
                     search.attribute(tree_prefix(aid, family), payload, exact)
+                    by_id.append((aid, family, payload, exact))
+            for run in cache.staged:
+                run.search(by_id, search.out)
             pending.search(event, search.out)
             return count(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
+from pbtree import staged
 from pbtree.columns import INT_IDS, NEEDED, Column, grown
 from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
+from pbtree.staged import Staged
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
@@ -30,7 +32,7 @@ class Snapshot:
     """
 
     __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "views", "remaps", "pending",
-                 "current", "tree_gen")
+                 "staged", "current", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
@@ -41,13 +43,16 @@ class Snapshot:
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``current``, else older
+        self.staged: list[Staged] = []  # this snapshot's staged runs, once ``current``
         self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
         self.current = False
 
     def pending_of(self, txn: lmdb.Transaction, dbs: dict, written: Written) -> Pending:
-        """The pending subscriptions' postings, brought up to this snapshot on first use."""
+        """The pending subscriptions' postings, brought up to this snapshot on first use,
+        and (``staged``) the staged runs of this snapshot, views of its map."""
         if not self.current:
             self.pending = Pending.of(self.pending, txn, dbs, written)
+            self.staged = staged.read(txn, dbs["staged"])
             self.current = True
         return self.pending
 

@@ -53,6 +53,17 @@ def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
     return folded
 
 
+def read_merged(txn: lmdb.Transaction, meta, folded: int) -> int:
+    """The first sid whose postings are not in the trees: those from it up to ``folded``
+    are staged (``pbtree.staged``). A shard without the record has none staged."""
+    raw = txn.get(b"merged", db=meta)
+    merged = folded if raw is None else COUNTER.unpack(raw)[0]
+    if merged > folded:
+        raise CorruptIndexError(f"the first staged sid {merged} is above the first pending "
+                                f"sid {folded}")
+    return merged
+
+
 def is_packed(raw: bytes | memoryview) -> bool:
     """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
     return len(raw) != TREE.size
@@ -94,6 +105,7 @@ class Writer:
         meta = dbs["meta"]
         self.next_sid = read_counter(txn, meta, b"next_sid")
         self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
+        self.merged = read_merged(txn, meta, self.folded)  # ... and when merging
         self.next_node = read_counter(txn, meta, b"next_node") or 1
         self.next_attr = read_counter(txn, meta, b"next_attr")
 
@@ -566,6 +578,7 @@ class Writer:
         meta = dbs["meta"]
         txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
         txn.put(b"folded", COUNTER.pack(self.folded), db=meta)
+        txn.put(b"merged", COUNTER.pack(self.merged), db=meta)
         txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
         txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
         if self.trees_changed:  # readers keep what they read of the trees until this moves

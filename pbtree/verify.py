@@ -7,16 +7,16 @@ from collections import defaultdict
 
 import numpy as np
 
-from pbtree import delta
+from pbtree import delta, staged
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
-from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
+from pbtree.lists import FIXED_WIDTH, HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from pbtree.packed import Packed, limit
 from pbtree.subs import sid_key, stored
-from pbtree.tree import is_packed, read_counter, read_folded, tree_sentinels
+from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
 from storage.keys import tree_prefix
 
@@ -36,15 +36,19 @@ def shard_stats(shard) -> dict:
                 raise CorruptIndexError(f"{shard.path}: trees record {bytes(key).hex()} is of "
                                         f"attribute id {aid}, which has no name")
             used.add(names[aid])
-        pending = 0
+        pending = staged = 0
         meta = dbs["meta"]
-        first = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
-        for _, _, preds, _ in stored(txn, dbs["subs"], first):
-            pending += 1
+        folded = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
+        for sid, _, preds, _ in stored(txn, dbs["subs"], read_merged(txn, meta, folded)):
+            if sid < folded:
+                staged += 1
+            else:
+                pending += 1
             used.update(attr for attr, _, _ in preds)
         stats = {
             "subscriptions": txn.stat(dbs["ids"])["entries"],
             "pending": pending,
+            "staged": staged,
             "predicates": int(sum(c.sum(dtype=np.int64)
                                   for c in NEEDED.chunks(txn, dbs).values())),
             "attribute_names": used,
@@ -87,6 +91,7 @@ class _Checker:
         self.sets_seen: set[bytes] = set()
         self.chunks_seen = 0
         self.next_set = read_counter(txn, self.dbs["meta"], NEXT_SET)
+        self.staged: dict[tuple, list[int]] = defaultdict(list)  # expected, as ``actual``
 
     def fail(self, what: str) -> None:
         raise CorruptIndexError(f"{self.shard.path}: {what}")
@@ -290,6 +295,7 @@ class _Checker:
         attrs = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=dbs["attrs"])}
         next_sid = read_counter(txn, dbs["meta"], b"next_sid")
         folded = read_folded(txn, dbs["meta"], next_sid)
+        merged = read_merged(txn, dbs["meta"], folded)
         needed = NEEDED.chunks(txn, dbs)
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
@@ -313,10 +319,11 @@ class _Checker:
             live += 1
             if sid >= folded:  # pending: its postings are not in the trees yet
                 continue
+            into = expected if sid < merged else self.staged
             for name, family, payload, kind in found:
                 if name not in attrs:
                     self.fail(f"sid {sid}: attribute {name!r} has no id")
-                expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
+                into[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
             self.fail("predicate counts exist for removed subscriptions")
         if txn.stat(dbs["ids"])["entries"] != live:
@@ -351,13 +358,52 @@ class _Checker:
             self.fail("overflow chunks exist that no overflow SidSet holds")
         if max(self.nodes_seen, default=-1) >= read_counter(txn, dbs["meta"], b"next_node"):
             self.fail("a node id is not below the node counter")
-        for place in expected.keys() | self.actual.keys():
+        self.compare(expected, self.actual, "")
+        self.compare(self.staged, self.staged_runs(), "staged ")
+
+    def compare(self, expected: dict[tuple, list[int]], actual: dict[tuple, np.ndarray],
+                what: str) -> None:
+        for place in expected.keys() | actual.keys():
             want = np.sort(np.array(expected.get(place, []), dtype=np.uint32))
-            got = self.actual.get(place, sidset.EMPTY)
+            got = actual.get(place, sidset.EMPTY)
             if not np.array_equal(want, got):
                 prefix, kind, payload = place
-                self.fail(f"{KIND_NAMES[kind]} SidSet of key {(prefix + payload).hex()} holds "
-                          f"{got.size} sids, the subscriptions put {want.size} there")
+                self.fail(f"{what}{KIND_NAMES[kind]} SidSet of key {(prefix + payload).hex()} "
+                          f"holds {got.size} sids, the subscriptions put {want.size} there")
+
+    def staged_runs(self) -> dict[tuple, np.ndarray]:
+        """The postings of live sids in the staged runs, which must follow one another
+        from the first staged sid to the first pending one, each sorted."""
+        txn, meta = self.txn, self.dbs["meta"]
+        folded = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
+        at = merged = read_merged(txn, meta, folded)
+        alive = NEEDED.read(txn, self.dbs)[0][merged:folded] != 0
+        found: dict[tuple, list[np.ndarray]] = defaultdict(list)
+        for run in staged.read(txn, self.dbs["staged"]):
+            what = f"staged run from sid {run.first}"
+            if run.first != at or run.end > folded:
+                self.fail(f"{what}: runs do not cover the staged sids {at} to {folded}")
+            index, at = run.index, run.end
+            number = np.repeat(np.arange(index.codes.size), np.diff(index.bounds))
+            ranked = index.ranked.astype(np.int64)
+            order = np.lexsort((index.sids, ranked))
+            if not (np.all(np.diff(index.codes) > 0) and np.all(np.diff(index.values) > 0)
+                    and index.bounds[0] == 0 and np.all(np.diff(index.bounds) > 0)
+                    and np.array_equal(ranked // int(index.width()), number)
+                    and np.all(ranked % int(index.width()) < index.values.size)
+                    and np.array_equal(order, np.arange(order.size))
+                    and np.all((index.sids >= run.first) & (index.sids < run.end))):
+                self.fail(f"{what}: not sorted, or holds sids outside it")
+            for aid, family, kind, keys, sids in run.places(alive, merged):
+                prefix = tree_prefix(aid, family)
+                for key, sid in zip(keys.tolist() if isinstance(keys, np.ndarray) else keys,
+                                    sids.tolist(), strict=True):
+                    payload = key.to_bytes(FIXED_WIDTH[family], "big") \
+                        if family in FIXED_WIDTH else key
+                    found[(prefix, kind, payload)].append(sid)
+        if at != folded:
+            self.fail(f"staged runs end at sid {at}, not at the first pending sid {folded}")
+        return {place: np.array(sids, np.uint32) for place, sids in found.items()}
 
 
 def verify_shard(shard, number: int, shards: int) -> None:

@@ -73,7 +73,7 @@ def test_create_subscribe_get_stats_verify(tmp_path: Path) -> None:
     assert stats["pending"] == 2
     table = run("stats", path).stdout
     assert "subscriptions" in table and "size on disk" in table
-    assert "folded 2 pending subscriptions" in run("fold", path).stderr
+    assert "folded 2 pending or staged subscriptions" in run("fold", path).stderr
     assert json.loads(run("stats", path, "--json").stdout)["pending"] == 0
     assert run("get", path, 42).stdout == "brand = 'acme' and price < 100\n"
     assert run("verify", path).stdout.startswith("OK ")

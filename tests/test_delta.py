@@ -12,6 +12,7 @@ from strategies import random_event
 
 import pbtree
 from pbtree import delta, matcher, packed
+from pbtree import shard as shard_module
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.flat import Flat
@@ -130,9 +131,11 @@ def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, m
         _check(ix, model, ["a"], 2)
 
 
-def test_a_write_that_replaces_from_a_delta_and_folds_into_it(tmp_path, no_packing):
+def test_a_write_that_replaces_from_a_delta_and_folds_into_it(tmp_path, no_packing,
+                                                               monkeypatch):
     """``replace`` removes the old postings from the delta and the fold in the same write
-    adds the new ones (removals merged first, then the additions)."""
+    adds the new ones (removals merged first, then the additions), each fold merged."""
+    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 1)
     rng, model, deltas = random.Random(7), {}, []
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=50) as ix:
         ix.subscribe_many((n, f"a > {n % 30} and a != {n % 7}") for n in range(100))

@@ -81,9 +81,10 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, 
                 ix.subscribe(sub_id, sub, replace=True)
                 model[sub_id] = parse(sub)
             elif action == "fold":
-                pending = ix.stats()["pending"]
-                assert ix.fold() == pending
-                assert ix.stats()["pending"] == 0
+                stats = ix.stats()
+                assert ix.fold() == stats["pending"] + stats["staged"]
+                stats = ix.stats()
+                assert stats["pending"] == stats["staged"] == 0
             ix.verify()
             assert len(ix) == len(model)
             batch = data.draw(st.lists(events, min_size=1, max_size=6), label="events")
@@ -92,14 +93,16 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, 
             assert ix.match_many(batch) == expected  # later uses of each tree
 
 
-@pytest.mark.parametrize("fold_at", [1, 700])
+@pytest.mark.parametrize("fold_at", [1, 150])
 @pytest.mark.parametrize("form", ["packed", "pbtree"], indirect=True)
 def test_many_events_many_subscriptions(tmp_path, fold_at, form):
-    """Ten thousand events against thousands of subscriptions, with churn; folds of 700
-    come at varying points of the rounds, leaving some subscriptions pending in each."""
+    """Ten thousand events against thousands of subscriptions, with churn; folds of 150
+    per shard, merged into the trees from 600 staged, come at varying points of the
+    rounds, leaving some subscriptions staged and some pending in each."""
     rng = random.Random(20261125)
     attrs = [f"attr{i}" for i in range(8)]
     model: dict = {}
+    staged: list[int] = []
     with pbtree.create(tmp_path / "ix", shards=2, node_bytes=256, fold_at=fold_at) as ix:
         next_id = 0
         for round_no in range(4):
@@ -118,7 +121,12 @@ def test_many_events_many_subscriptions(tmp_path, fold_at, form):
                 del model[i]
             report = ix.verify()
             assert report["subscriptions"] == len(model)
-            if fold_at == 1 or round_no:  # the first round stays pending with folds of 700
+            if fold_at == 1:  # each write folds, every fourth merges
+                assert report["pending"] == 0 and report["staged"] < 4 * 2
+            else:
+                assert report["pending"] > 0
+                staged.append(report["staged"])
+            if fold_at == 1 or round_no:  # the first round stays staged or pending
                 if form == "packed":
                     assert report["packed_trees"] > 0
                 else:
@@ -127,6 +135,7 @@ def test_many_events_many_subscriptions(tmp_path, fold_at, form):
             got = ix.match_many(evs)
             for event, ids in zip(evs, got, strict=True):
                 assert ids == oracle_match(model, event), (round_no, event)
+    assert fold_at == 1 or any(staged)
 
 
 @pytest.mark.parametrize("fold_at", [1, 10**6])

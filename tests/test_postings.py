@@ -36,7 +36,7 @@ def _by_hand(txn, db, first: int, end: int) -> dict:
 def _as_pairs(found: Grouped) -> dict:
     """``grouped``'s places in ``_by_hand``'s form: fixed-width keys back to payloads."""
     out = {}
-    for name, family, kind, keys, sids in places(found):
+    for name, family, kind, keys, sids in named_places(found):
         width = FIXED_WIDTH.get(family)
         payloads = [int(k).to_bytes(width, "big") for k in keys] if width else keys
         assert kind not in out.get((name, family), {})  # each place once
@@ -90,11 +90,17 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_tim
                                                for p in kinds.values())
 
 
+def named_places(found: Grouped) -> list:
+    """``places`` with attribute names for numbers."""
+    return [(found.names[attr], *rest)
+            for attr, *rest in places(found.place, found.keys, found.sids, found.strings)]
+
+
 def listed(found: Grouped) -> list:
     """Postings' places as plain values, in attribute name order (``Grouped`` pieces
     number them apart)."""
     return sorted((name, family, kind, keys if isinstance(keys, list) else keys.tolist(),
-                   sids.tolist()) for name, family, kind, keys, sids in places(found))
+                   sids.tolist()) for name, family, kind, keys, sids in named_places(found))
 
 
 def test_joined_runs_hold_what_one_run_of_all_holds():
@@ -112,13 +118,13 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
         for run in runs:
             if rng.random() < 0.5:
-                run._index()
+                run.indexed()
         joined = runs[0]
         for run in runs[1:]:
             joined.join(run)
         whole = Run(None, {}, 0, n, written)
         want = listed(whole.postings)
-        whole._index()
+        whole.indexed()
         assert listed(whole.postings) == want
         assert listed(joined.postings) == want
 
@@ -158,5 +164,5 @@ def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
             out: list = []
             run.search(prepare_event({f"a{sid}": value}), out)
             assert (np.concatenate(out).tolist() if out else []) == found, (sid, value)
-    assert run.ranked.dtype == np.uint64
+    assert run.indexed().ranked.dtype == np.uint64
     assert listed(run.postings) == want

@@ -25,6 +25,7 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
+from pbtree import shard as shard_module
 from pbtree.expr import parse
 from pbtree.shard import VERSION as SHARD_VERSION
 
@@ -240,27 +241,35 @@ def _shard_version(path: Path) -> int:
     return version
 
 
-@pytest.mark.parametrize("old", [2, 3])
+@pytest.mark.parametrize("old", [2, 3, 5])
 def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
-    """Version 2 had no pending sids (no folded record), version 3 no packed trees: such a
-    shard is read as it is, and marked with the current version on opening for writes,
+    """Version 2 had no pending sids (no folded record), version 3 no packed trees,
+    version 5 no staged runs (no staged database): such a shard is read as it is, and
+    marked with the current version on opening for writes (its staged database made),
     before a write can add what its version's readers would miss."""
     path, events, answers = damaged
+    with pbtree.open(path, readonly=True) as ix:
+        assert ix.stats()["staged"] == 0  # so that without its database it is as 5 left it
+    _drop_db(path, b"staged")
     _shard_meta(path, b"version", old.to_bytes(4, "little"))
-    if old == 2:
-        env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-        with env.begin(write=True) as txn:
-            assert txn.delete(b"folded", db=env.open_db(b"meta", txn=txn))
-        env.close()
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        assert txn.delete(b"merged", db=meta) and (old != 2 or txn.delete(b"folded", db=meta))
+    env.close()
     assert probe(path, events) == {"answers": answers}
-    assert _shard_version(path) == old
-    with pbtree.open(path) as ix:
+    assert _shard_version(path) == old and b"staged" not in _db_names(path)
+    with pbtree.open(path, fold_at=1) as ix:
         shard = ix.shards[0]
         with shard.read() as txn:
             assert bytes(txn.get(b"version", db=shard.dbs["meta"])) == \
                 SHARD_VERSION.to_bytes(4, "little")
+        ix.subscribe("staged", "a >= 0")
+        assert ix.stats()["staged"] == 1
+    assert b"staged" in _db_names(path)
+    with pbtree.open(path) as ix:
         ix.subscribe("new", "a >= 0")
-        assert ix.stats()["pending"] == 1
+        assert ix.stats()["pending"] == 1 and "staged" in ix.match({"a": 1})
         assert "new" in ix.match({"a": 1})
     assert "new" in probe(path, [{"a": 1}])["answers"][0]  # another process reads it pending
 
@@ -562,12 +571,14 @@ def test_list_node_linked_to_itself_does_not_hang(damaged):
     assert json.loads(proc.stdout).get("error") == "CorruptIndexError", proc.stderr
 
 
-def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path, pbtrees):
+def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_path, pbtrees,
+                                                                         monkeypatch):
     """Errors raised deep in a shard's records say which shard's files are damaged (a fold
     then puts its postings into the tree itself, not into a delta)."""
     path = _chunked_index(tmp_path, "a = 1", 300,
                           lambda txn, chunks: txn.drop(chunks, delete=False))
     shard = str(path / "shard-0000")
+    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 1)  # each fold merges
     with pbtree.open(path, fold_at=1) as ix:  # a subscribe writes to the damaged set at once
         with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):
             ix.match({"a": 1})

@@ -1,0 +1,190 @@
+"""Folded postings not yet merged into the trees: sorted runs in the ``staged`` database
+(docs/FORMAT.md §2.2, §3.9), searched as views of the map.
+
+A fold writes the pending subscriptions' postings here as one sorted run, at a cost
+that follows the postings, not the trees they will reach; runs are joined while the
+one before is at most twice the newer, so a search meets only a few. A merge then adds
+them all to the trees at once, so a wide schema rewrites its many small trees once for
+several folds, and matchers keep only the few pending subscriptions in their heap.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+
+import lmdb
+import numpy as np
+
+from pbtree.errors import CorruptIndexError
+from pbtree.pending import Sorted, distinct, picked, ranked_among
+from pbtree.postings import Keys, places, ranked, split_code
+
+#: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
+HEADER = struct.Struct("<6I")
+
+
+class Strings(Sequence):
+    """A run's string payloads in order, read from the record as asked for; each one's
+    first 8 bytes (``head``) as an integer beside them narrow a search to the strings
+    that share them, so a lookup reads one or two strings, not a bisection's twenty."""
+
+    __slots__ = ("raw", "ends", "heads")
+
+    def __init__(self, raw: memoryview | bytes, ends: np.ndarray, heads: np.ndarray) -> None:
+        self.raw, self.ends, self.heads = raw, ends, heads
+
+    def __len__(self) -> int:
+        return self.ends.size
+
+    def __getitem__(self, i: int) -> bytes:  # type: ignore[override]
+        if not 0 <= i < self.ends.size:
+            raise IndexError(i)
+        return bytes(self.raw[self.ends[i - 1] if i else 0:self.ends[i]])
+
+    def ranks(self, payloads: list[bytes]) -> list[tuple[int, bool]]:
+        """``pending.ranked_among`` these strings, of each payload."""
+        first = np.fromiter(map(head, payloads), np.uint64, len(payloads))
+        return [ranked_among(self, payload, lo, hi) if hi > lo else (lo, False)
+                for payload, lo, hi in zip(payloads, np.searchsorted(self.heads, first).tolist(),
+                                           np.searchsorted(self.heads, first, "right").tolist(),
+                                           strict=True)]
+
+
+def head(text: bytes) -> int:
+    """The first 8 bytes of a string, zero-padded, as an integer: they ascend with it."""
+    return int.from_bytes(text[:8].ljust(8, b"\0"), "big")
+
+
+class Staged:
+    """The postings of the staged sids ``first .. end``: place codes of attribute ids,
+    keys (a string's its rank among ``strings``) and sids, sorted (``pending.Sorted``)."""
+
+    __slots__ = ("first", "end", "index", "strings")
+
+    def __init__(self, first: int, end: int, index: Sorted, strings: Sequence[bytes]) -> None:
+        self.first, self.end, self.index, self.strings = first, end, index, strings
+
+    @property
+    def size(self) -> int:
+        return self.index.sids.size
+
+    @classmethod
+    def decode(cls, first: int, raw: memoryview) -> Staged:
+        """The run of a ``staged`` record, its arrays views of ``raw``."""
+        try:
+            end, p, v, n, s, width = HEADER.unpack_from(raw)
+            at = HEADER.size
+            arrays = []
+            for dtype, count in ((np.int64, p), (np.uint64, v), (np.uint64, s),
+                                 (np.uint64 if width == 8 else np.uint32, n),
+                                 (np.uint32, p + 1), (np.uint32, n), (np.uint32, s)):
+                arrays.append(np.frombuffer(raw, dtype, count, at))
+                at += arrays[-1].nbytes
+            codes, values, heads, ranked, bounds, sids, ends = arrays
+            index = Sorted(codes, bounds, values, ranked, sids)
+            sound = width in (4, 8) and index.width().itemsize == width and \
+                first <= end and (not s or at + int(ends[-1]) == len(raw)) and \
+                (s or at == len(raw)) and (not p or int(bounds[-1]) == n)
+        except (struct.error, ValueError):
+            sound = False
+        if not sound:
+            raise CorruptIndexError(f"the staged run from sid {first} is damaged")
+        return cls(first, end, index, Strings(raw[at:], ends, heads))
+
+    def encode(self) -> bytes:
+        index = self.index
+        data = b"".join(self.strings)
+        ends = np.cumsum([len(text) for text in self.strings], dtype=np.int64)
+        return b"".join((
+            HEADER.pack(self.end, index.codes.size, index.values.size, index.sids.size,
+                        ends.size, index.ranked.itemsize),
+            index.codes.astype(np.int64).tobytes(), index.values.astype(np.uint64).tobytes(),
+            np.fromiter(map(head, self.strings), np.uint64, ends.size).tobytes(),
+            index.ranked.tobytes(), index.bounds.astype(np.uint32).tobytes(),
+            index.sids.astype(np.uint32).tobytes(), ends.astype(np.uint32).tobytes(), data))
+
+    def search(self, event: list[tuple[int, int, bytes, bool]], out: list[np.ndarray]) -> None:
+        """Append the sids of the staged postings that the event's values satisfy, each
+        value given by attribute id (``Sorted.search``)."""
+        if self.size:
+            values = picked(event, _same, self.strings)
+            if values:
+                self.index.search(values, out)
+
+    def places(self, alive: np.ndarray, first: int
+               ) -> Iterator[tuple[int, int, int, Keys, np.ndarray]]:
+        """``postings.places`` (attribute ids) of the postings whose sid ``s`` has
+        ``alive[s - first]``."""
+        place, keys = self.index.columns()
+        sids = self.index.sids
+        keep = alive[sids - first]  # a copy of every column: none is a view of the map
+        return places(place[keep], keys[keep], sids[keep], list(self.strings))
+
+
+def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.ndarray,
+           strings: list[bytes]) -> Staged:
+    """The run of sids ``first .. end`` of postings with place codes of attribute ids,
+    whose sids ascend among those of each place and key (``Sorted.of``)."""
+    return Staged(first, end, Sorted.of(place, keys, sids), strings)
+
+
+def joined(older: Staged, newer: Staged) -> Staged:
+    """One run of two, ``newer`` of the sids just after ``older``'s. Runs of the same
+    strings (a schema's strings are soon all staged) are joined by their places' and
+    keys' numbers, mapped to the joined run's in small array steps; others by their
+    postings, the strings of both ranked anew."""
+    strings = list(older.strings)
+    if strings == list(newer.strings):
+        runs = (older.index, newer.index)
+        codes = distinct(np.concatenate([run.codes for run in runs]))
+        values = distinct(np.concatenate([run.values for run in runs]))
+        number, rank = [], []
+        for run in runs:
+            at, held = run.numbered()
+            number.append(np.searchsorted(codes, run.codes)[at])
+            rank.append(np.searchsorted(values, run.values)[held])
+        return Staged(older.first, newer.end, Sorted.ordered(
+            codes, np.concatenate(number), values, np.concatenate(rank),
+            np.concatenate([run.sids for run in runs])), strings)
+    strings = sorted({*strings, *newer.strings})
+    rank_of = dict(zip(strings, range(len(strings)), strict=True))
+    place, keys = [], []
+    for run in (older, newer):
+        at, held = run.index.columns()
+        if list(run.strings) != strings:
+            held = ranked(held, run.strings, split_code(at)[1], rank_of)
+        place.append(at)
+        keys.append(held)
+    return staged(older.first, newer.end, np.concatenate(place), np.concatenate(keys),
+                  np.concatenate((older.index.sids, newer.index.sids)), strings)
+
+
+def peeled(txn: lmdb.Transaction, db, run: Staged) -> Staged:
+    """``run`` joined with the staged runs before it, last first, while the one before
+    holds at most twice its postings; their records are deleted."""
+    keys = [bytes(key) for key in txn.cursor(db=db).iternext(values=False)]
+    while keys:
+        older = Staged.decode(int.from_bytes(keys[-1], "big"), txn.get(keys[-1], db=db))
+        if older.size > 2 * run.size:
+            break
+        run = joined(older, run)
+        txn.delete(keys.pop(), db=db)
+    return run
+
+
+def read(txn: lmdb.Transaction, db) -> list[Staged]:
+    """The staged runs in sid order, views of the map valid while ``txn`` is."""
+    if db is None:  # a shard of an older version, opened to read
+        return []
+    return [Staged.decode(int.from_bytes(key, "big"), raw)
+            for key, raw in txn.cursor(db=db).iternext()]
+
+
+def run_key(first: int) -> bytes:
+    """The ``staged`` key of the run from sid ``first``."""
+    return first.to_bytes(4, "big")
+
+
+def _same(aid: int) -> int:
+    return aid

@@ -1,0 +1,158 @@
+"""Staged runs (``pbtree.staged``): a run read back from its record finds, for any event,
+what the pending run of the same subscriptions finds; runs joined hold and find what one
+run of all their sids holds; a damaged record is refused, naming the run, and runs that
+disagree with the subscriptions fail ``verify``."""
+
+from __future__ import annotations
+
+import lmdb
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import oracle_match
+from strategies import events, subscriptions
+
+import pbtree
+from pbtree import shard as shard_module
+from pbtree import staged
+from pbtree.core import normalize, prepare_event
+from pbtree.errors import CorruptIndexError
+from pbtree.expr import parse
+from pbtree.pending import Run, Written
+from pbtree.postings import code, group, split_code
+
+#: attribute ids unlike the numbers a run gives its names
+AIDS: dict[bytes, int] = {}
+
+
+def _aid(name: bytes) -> int:
+    return AIDS.setdefault(name, 7 * len(AIDS) + 3)
+
+
+def _staged(written: Written, first: int, end: int) -> staged.Staged:
+    """The staged run of sids ``first .. end`` that ``written`` holds."""
+    found = Run(None, {}, first, end, written).postings
+    aids = np.array([_aid(name) for name in found.names] or [0], np.int64)
+    attr, family, kind = split_code(found.place)
+    return staged.staged(first, end, code(aids[attr], family, kind), found.keys, found.sids,
+                         found.strings)
+
+
+def _found(run, event: list) -> list[int]:
+    out: list = []
+    run.search(event, out)
+    return sorted(np.concatenate(out).tolist()) if out else []
+
+
+def _by_id(event: list) -> list:
+    return [(_aid(name), *rest) for name, *rest in event]
+
+
+def _held(run: staged.Staged) -> list:
+    return [(aid, family, kind, keys if isinstance(keys, list) else keys.tolist(),
+             sids.tolist()) for aid, family, kind, keys, sids in
+            run.places(np.ones(run.end - run.first, bool), run.first)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(subs=st.lists(subscriptions, min_size=1, max_size=30),
+       evs=st.lists(events, min_size=1, max_size=6), data=st.data())
+def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
+    lists = [normalize(sub) for sub in subs]
+    n = len(lists)
+    written = Written()
+    written.add(0, n, group(np.arange(n, dtype=np.uint32), lists))
+    pending = Run(None, {}, 0, n, written)
+    whole = _staged(written, 0, n)
+    stored = staged.Staged.decode(0, memoryview(whole.encode()))
+    cuts = sorted(data.draw(st.lists(st.integers(1, n), max_size=3, unique=True), "cuts"))
+    bounds = [0, *(c for c in cuts if c < n), n]
+    pieces = [staged.Staged.decode(a, memoryview(_staged(written, a, b).encode()))
+              for a, b in zip(bounds, bounds[1:], strict=False)]
+    joined = pieces[0]
+    for piece in pieces[1:]:
+        joined = staged.joined(joined, piece)
+    assert (stored.first, stored.end, joined.first, joined.end) == (0, n, 0, n)
+    assert _held(stored) == _held(whole) == _held(joined)
+    for event in evs:
+        prepared = prepare_event(event)
+        want = _found(pending, prepared)
+        assert _found(stored, _by_id(prepared)) == want
+        assert _found(joined, _by_id(prepared)) == want
+        assert _found(whole, _by_id(prepared)) == want
+
+
+def test_a_damaged_run_is_named():
+    lists = [normalize([("a", "=", "x"), ("b", "<", 3)]), normalize([("a", "in", ["y", "z"])])]
+    written = Written()
+    written.add(0, 2, group(np.arange(2, dtype=np.uint32), lists))
+    raw = _staged(written, 0, 2).encode()
+    assert _held(staged.Staged.decode(0, memoryview(raw))) == _held(_staged(written, 0, 2))
+    wrong_width = bytearray(raw)
+    wrong_width[20] = 8  # ranked said u64 where its places and keys fit u32
+    for first, bad in ((0, raw[:-1]), (0, raw + b"\0"), (0, raw[:10]),
+                       (0, bytes(wrong_width)), (3, raw)):  # (3: a run ending before it starts)
+        with pytest.raises(CorruptIndexError, match=f"staged run from sid {first}"):
+            staged.Staged.decode(first, memoryview(bad))
+
+
+def _tampered(path, change) -> None:
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"staged", txn=txn)
+        change(txn, db, [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)])
+    env.close()
+
+
+def _sid_moved(txn, db, runs) -> None:
+    """The first run's sids with one moved up by one, still sorted: the last of its
+    place and key."""
+    key, raw = runs[0]
+    _, p, v, n, s, width = staged.HEADER.unpack_from(raw)
+    at = staged.HEADER.size + 8 * (p + v + s) + width * n + 4 * (p + 1)  # the sids
+    index = staged.Staged.decode(int.from_bytes(key, "big"), memoryview(raw)).index
+    sids, ranked = index.sids.tolist(), index.ranked.tolist()
+    i = next(i for i in range(n) if sids[i] + 1 < int.from_bytes(key, "big") + 25
+             and (i == n - 1 or ranked[i] != ranked[i + 1]))
+    txn.put(key, raw[:at + 4 * i] + (sids[i] + 1).to_bytes(4, "little") + raw[at + 4 * i + 4:],
+            db=db)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda txn, db, runs: txn.delete(runs[-1][0], db=db), "staged runs end at sid 25"),
+    (lambda txn, db, runs: txn.delete(runs[0][0], db=db), "do not cover the staged sids 0"),
+    (_sid_moved, "staged (eq|gt|lt|ineq) SidSet"),
+], ids=["last run gone", "first run gone", "a sid changed"])
+def test_verify_names_damaged_staged_runs(tmp_path, change, message):
+    """Staged runs that leave sids out, or hold other sids than the subscriptions put
+    there, fail ``verify``; while whole, every answer is the oracle's."""
+    path = tmp_path / "ix"
+    model = {}
+    with pbtree.create(path, fold_at=10) as ix:  # runs of 25 and 10: not joined, not merged
+        for first, count in ((0, 25), (25, 10)):
+            batch = {i: f"a > {i % 7} and b = 'x{i % 3}'" for i in range(first, first + count)}
+            ix.subscribe_many(batch.items())
+            model.update((i, parse(expr)) for i, expr in batch.items())
+        assert ix.stats()["staged"] == 35 and ix.verify()["ok"]
+        for event in ({"a": 3, "b": "x1"}, {"a": 9, "b": "x0"}, {"b": "x2"}):
+            assert ix.match(event) == oracle_match(model, event)
+    _tampered(path, change)
+    with pbtree.open(path) as ix, pytest.raises(CorruptIndexError, match=message):
+        ix.verify()
+
+
+def test_folds_keep_few_staged_runs(tmp_path, monkeypatch):
+    """Each fold joins its run with the ones before while those are at most twice its
+    size, so 66 folds of one subscription leave a handful of runs, not 66."""
+    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 100)
+    with pbtree.create(tmp_path / "ix", fold_at=1) as ix:
+        for i in range(66):
+            ix.subscribe(i, f"a = {i}")
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            runs = staged.read(txn, shard.dbs["staged"])
+        sizes = [run.end - run.first for run in runs]
+        assert ix.stats()["staged"] == sum(sizes) == 66 and len(sizes) <= 4
+        assert all(older > 2 * newer for older, newer in zip(sizes, sizes[1:], strict=False))
+        assert ix.match({"a": 65}) == [65] and ix.verify()["ok"]

@@ -90,11 +90,12 @@ class Environment:
                 max_readers=512,
             )
             self._check_size()
-            try:
-                self._open_dbs(db_names, create, readonly)
-            except lmdb.MapResizedError:  # another process grew the map meanwhile
-                self.remap(0)
-                self._open_dbs(db_names, create, readonly)
+            while True:
+                try:
+                    self._open_dbs(db_names, create, readonly)
+                    break
+                except lmdb.MapResizedError:  # another process grew the map meanwhile,
+                    self.remap(0)  # maybe again while this one mapped it anew
         except PermissionError as exc:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
         except lmdb.Error as exc:

@@ -399,10 +399,12 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     loses nothing, but a power loss or OS crash may lose the latest writes, or damage the
     data file where the file system does not keep the order of writes (README,
     Durability).
-    New subscriptions are matched from memory until a shard has ``fold_at`` of them,
-    and the write that reaches that folds them into its trees (1: at once). By default
-    that is 10,000, or 8 per record of the shard's trees database up to 80,000: a fold
-    rewrites each small tree it adds to, so a wide schema's many trees wait for more.
+    New subscriptions are matched from memory until a shard has ``fold_at`` of them
+    (by default 10,000), and the write that reaches that folds them into a staged run
+    on disk; a fold that leaves 4 × ``fold_at`` staged merges them into the trees. By
+    default that is 10,000, or 32 per record of the shard's trees database up to
+    320,000: a merge rewrites each small tree it adds to, so a wide schema's many trees
+    wait for more.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)

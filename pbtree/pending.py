@@ -3,7 +3,7 @@
 A subscribe writes its records and columns but no postings: sids from the shard's
 ``folded`` counter up are pending. Each read snapshot evaluates them here, with the
 same outcome as the tree walk (``Search._walk``), and adds their hits to the same
-count; a later write folds them into the trees in one batch (``Shard``).
+count; a later write folds them into a staged run in one batch (``Shard``).
 """
 
 from __future__ import annotations
@@ -230,9 +230,9 @@ class Written:
     when it was too small to be normalised as a batch (grouped when taken), once it has
     committed (a fold in the same write takes them through ``plus``). Older
     writes are dropped while the newer still hold HELD subscriptions: a fold of up to
-    HELD (``shard.FOLD_MOST``) finds all it needs, whatever size the batches."""
+    HELD (twice ``shard.FOLD_AT``) finds all it needs, whatever size the batches."""
 
-    HELD = 80_000
+    HELD = 20_000
 
     __slots__ = ("chunks", "held")
 

@@ -5,9 +5,10 @@ chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
 and intids (per-sid columns, in chunks).
 
 A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
-``fold_at`` sids are (by default ``fold_due``), and the write that reaches that folds them
-all into the trees at once, where a batch costs a fraction per subscription of one at a
-time.
+``fold_at`` sids are (``fold_due``), and the write that reaches that folds them all into
+one staged run (``pbtree.staged``); once enough are staged (``merge_due``), the fold
+merges them all into the trees, where a batch costs a fraction per subscription of one
+at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from itertools import chain
 
 import lmdb
 import msgpack
@@ -27,7 +29,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
 from pbtree.pending import Written, pending_postings
-from pbtree.postings import NOTHING, Grouped, code, concatenated, split_code
+from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, count
 from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, sub_record
 from pbtree.tree import Writer
@@ -252,9 +254,10 @@ class Shard:
 
     def _fold(self, w: Writer, txn, written: Written, merge: bool) -> int:
         """Fold the postings of every pending subscription into a staged run, joined with
-        the runs before it while the one before is at most twice its size; then, when
-        ``merge`` or ``merge_due``, merge every staged run into the trees. Returns how many
-        subscriptions that moved.
+        the runs before it while the one before is at most twice its size; or, when
+        ``merge`` or ``merge_due``, merge them and every staged run into the trees (the
+        pending ones straight from their postings, sorted as places are). Returns how
+        many subscriptions that moved.
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
@@ -263,36 +266,41 @@ class Shard:
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
-        run = self._staged(w, txn, written)
+        place, keys, sids, strings = self._pending(w, txn, written)
         moved = int(np.count_nonzero(w.needed.values(w.folded, w.next_sid)))
-        staged_end, w.folded = w.folded, w.next_sid
+        first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
-            run = staged.peeled(txn, db, run)
+            order = np.argsort(sids, kind="stable")  # as ``staged.staged`` takes them
+            run = staged.peeled(txn, db, staged.staged(
+                first, w.folded, place[order], keys[order], sids[order], strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
-        runs = [*staged.read(txn, db), run]
+        runs = staged.read(txn, db)
         alive = w.needed.values(w.merged, w.folded) != 0
-        for older in runs:  # in sid order
-            for aid, family, kind, keys, sids in older.places(alive, w.merged):
-                w.add(tree_prefix(aid, family), kind, keys, sids)
-        for older in runs[:-1]:
-            txn.delete(staged.run_key(older.first), db=db)
-        moved += int(np.count_nonzero(alive[:staged_end - w.merged]))
+        order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
+        for aid, family, kind, held, at in chain(  # in sid order
+                chain.from_iterable(run.places(alive, w.merged) for run in runs),
+                places(place[order], keys[order], sids[order], strings)):
+            w.add(tree_prefix(aid, family), kind, held, at)
+        for run in runs:
+            txn.delete(staged.run_key(run.first), db=db)
+        moved += int(np.count_nonzero(alive[:first - w.merged]))
         w.merged = w.folded
         return moved
 
-    def _staged(self, w: Writer, txn, written: Written) -> staged.Staged:
-        """The staged run of the pending subscriptions that are not removed, their
-        attributes given ids."""
+    def _pending(self, w: Writer, txn, written: Written
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+        """The postings of the pending subscriptions that are not removed, unsorted, as
+        (place code of attribute ids, key, sid) and the strings their keys rank among;
+        their attributes given ids."""
         pending = self._cache.pending
         pieces, start = [], w.folded
         if pending is not None and pending.folded == w.folded:
             pieces, start = [run.postings for run in pending.runs], pending.next
-        if start < w.next_sid:  # unsorted: sorted once below
+        if start < w.next_sid:
             pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written, False))
         found = concatenated(pieces or [NOTHING])
         keep = w.needed.values(w.folded, w.next_sid)[found.sids - w.folded] != 0
-        keep = np.flatnonzero(keep)[np.argsort(found.sids[keep], kind="stable")]  # sid order
         attr, family, kind = split_code(found.place[keep])
         aids = np.zeros(len(found.names), np.int64)
         used = np.unique(attr).tolist()  # given once a live subscription uses it
@@ -301,8 +309,7 @@ class Shard:
             name = found.names[i]
             aid = known.get(name)
             aids[i] = named[name] = w.attr_id(name, True) if aid is None else aid
-        return staged.staged(w.folded, w.next_sid, code(aids[attr], family, kind),
-                             found.keys[keep], found.sids[keep], found.strings)
+        return code(aids[attr], family, kind), found.keys[keep], found.sids[keep], found.strings
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""

@@ -43,25 +43,25 @@ def read_counter(txn: lmdb.Transaction, db, name: bytes) -> int:
 
 
 def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
-    """The first pending sid (sids below it have their postings in the trees). A shard
-    without the record (bulk-built, or last written at version 2) has none pending."""
-    raw = txn.get(b"folded", db=meta)
-    folded = next_sid if raw is None else COUNTER.unpack(raw)[0]
-    if folded > next_sid:
-        raise CorruptIndexError(f"the first pending sid {folded} is above the sid counter "
-                                f"{next_sid}")
-    return folded
+    """The first pending sid (sids below it have their postings in the trees or staged).
+    A shard without the record (bulk-built, or last written at version 2) has none pending."""
+    return _below(txn, meta, b"folded", next_sid, "first pending sid", "sid counter")
 
 
 def read_merged(txn: lmdb.Transaction, meta, folded: int) -> int:
     """The first sid whose postings are not in the trees: those from it up to ``folded``
     are staged (``pbtree.staged``). A shard without the record has none staged."""
-    raw = txn.get(b"merged", db=meta)
-    merged = folded if raw is None else COUNTER.unpack(raw)[0]
-    if merged > folded:
-        raise CorruptIndexError(f"the first staged sid {merged} is above the first pending "
-                                f"sid {folded}")
-    return merged
+    return _below(txn, meta, b"merged", folded, "first staged sid", "first pending sid")
+
+
+def _below(txn: lmdb.Transaction, meta, name: bytes, bound: int, what: str,
+           bound_what: str) -> int:
+    """The meta counter ``name``, which may not pass ``bound`` (``bound`` when absent)."""
+    raw = txn.get(name, db=meta)
+    value = bound if raw is None else COUNTER.unpack(raw)[0]
+    if value > bound:
+        raise CorruptIndexError(f"the {what} {value} is above the {bound_what} {bound}")
+    return value
 
 
 def is_packed(raw: bytes | memoryview) -> bool:

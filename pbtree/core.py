@@ -295,8 +295,9 @@ class Index:
 
     @collector_paused
     def fold(self) -> int:
-        """Fold every pending subscription into the trees now (writes do it on their own
-        whenever a shard has enough pending, ``Shard.fold_due``); returns how many there were."""
+        """Fold every pending and staged subscription into the trees now (writes fold
+        pending ones into staged runs whenever a shard has enough, ``Shard.fold_due``, and
+        merge those later, ``Shard.merge_due``); returns how many there were."""
         return sum(shard.fold() for shard in self._live())
 
     # --- reads ----------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow and
 chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
-and intids (per-sid columns, in chunks).
+and intids (per-sid columns, in chunks), staged (runs of folded postings).
 
 A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
 ``fold_at`` sids are (``fold_due``), and the write that reaches that folds them all into
@@ -275,7 +275,7 @@ class Shard:
                 first, w.folded, place[order], keys[order], sids[order], strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
-        runs = staged.read(txn, db)
+        runs = staged.read(txn, self.dbs)
         alive = w.needed.values(w.merged, w.folded) != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
         for aid, family, kind, held, at in chain(  # in sid order

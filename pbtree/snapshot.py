@@ -52,7 +52,7 @@ class Snapshot:
         and (``staged``) the staged runs of this snapshot, views of its map."""
         if not self.current:
             self.pending = Pending.of(self.pending, txn, dbs, written)
-            self.staged = staged.read(txn, dbs["staged"])
+            self.staged = staged.read(txn, dbs)
             self.current = True
         return self.pending
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import lmdb
 import numpy as np
 
-from pbtree.errors import CorruptIndexError
+from pbtree.errors import CorruptIndexError, FormatVersionError
 from pbtree.pending import Sorted, distinct, picked, ranked_among
 from pbtree.postings import Keys, places, ranked, split_code
 
@@ -85,7 +85,7 @@ class Staged:
             index = Sorted(codes, bounds, values, ranked, sids)
             sound = width in (4, 8) and index.width().itemsize == width and \
                 first <= end and (not s or at + int(ends[-1]) == len(raw)) and \
-                (s or at == len(raw)) and (not p or int(bounds[-1]) == n)
+                (s or at == len(raw)) and int(bounds[0]) == 0 and int(bounds[-1]) == n
         except (struct.error, ValueError):
             sound = False
         if not sound:
@@ -173,9 +173,13 @@ def peeled(txn: lmdb.Transaction, db, run: Staged) -> Staged:
     return run
 
 
-def read(txn: lmdb.Transaction, db) -> list[Staged]:
+def read(txn: lmdb.Transaction, dbs: dict) -> list[Staged]:
     """The staged runs in sid order, views of the map valid while ``txn`` is."""
-    if db is None:  # a shard of an older version, opened to read
+    db = dbs["staged"]
+    if db is None:  # a shard of an older version, opened to read: none, unless upgraded
+        if txn.get(b"merged", db=dbs["meta"]) is not None:
+            raise FormatVersionError("the shard was upgraded to hold staged runs since this "
+                                     "process opened it read-only; open the index again")
         return []
     return [Staged.decode(int.from_bytes(key, "big"), raw)
             for key, raw in txn.cursor(db=db).iternext()]

@@ -15,10 +15,11 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, 
 from pbtree.lists import FIXED_WIDTH, HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from pbtree.packed import Packed, limit
+from pbtree.postings import split_code
 from pbtree.subs import sid_key, stored
 from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
-from storage.keys import tree_prefix
+from storage.keys import STRING, tree_prefix
 
 LIST_KINDS = (GT, LT, INEQ)
 
@@ -92,6 +93,7 @@ class _Checker:
         self.chunks_seen = 0
         self.next_set = read_counter(txn, self.dbs["meta"], NEXT_SET)
         self.staged: dict[tuple, list[int]] = defaultdict(list)  # expected, as ``actual``
+        self.watermarks = (0, 0)  # the first staged and the first pending sid
 
     def fail(self, what: str) -> None:
         raise CorruptIndexError(f"{self.shard.path}: {what}")
@@ -296,6 +298,7 @@ class _Checker:
         next_sid = read_counter(txn, dbs["meta"], b"next_sid")
         folded = read_folded(txn, dbs["meta"], next_sid)
         merged = read_merged(txn, dbs["meta"], folded)
+        self.watermarks = merged, folded
         needed = NEEDED.chunks(txn, dbs)
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
@@ -359,7 +362,7 @@ class _Checker:
         if max(self.nodes_seen, default=-1) >= read_counter(txn, dbs["meta"], b"next_node"):
             self.fail("a node id is not below the node counter")
         self.compare(expected, self.actual, "")
-        self.compare(self.staged, self.staged_runs(), "staged ")
+        self.compare(self.staged, self.staged_runs(*self.watermarks), "staged ")
 
     def compare(self, expected: dict[tuple, list[int]], actual: dict[tuple, np.ndarray],
                 what: str) -> None:
@@ -371,29 +374,19 @@ class _Checker:
                 self.fail(f"{what}{KIND_NAMES[kind]} SidSet of key {(prefix + payload).hex()} "
                           f"holds {got.size} sids, the subscriptions put {want.size} there")
 
-    def staged_runs(self) -> dict[tuple, np.ndarray]:
+    def staged_runs(self, merged: int, folded: int) -> dict[tuple, np.ndarray]:
         """The postings of live sids in the staged runs, which must follow one another
-        from the first staged sid to the first pending one, each sorted."""
-        txn, meta = self.txn, self.dbs["meta"]
-        folded = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
-        at = merged = read_merged(txn, meta, folded)
-        alive = NEEDED.read(txn, self.dbs)[0][merged:folded] != 0
+        from the first staged sid to the first pending one, each sound (``sound_run``)."""
+        at = merged
+        alive = NEEDED.read(self.txn, self.dbs)[0][merged:folded] != 0
         found: dict[tuple, list[np.ndarray]] = defaultdict(list)
-        for run in staged.read(txn, self.dbs["staged"]):
+        for run in staged.read(self.txn, self.dbs):
             what = f"staged run from sid {run.first}"
             if run.first != at or run.end > folded:
                 self.fail(f"{what}: runs do not cover the staged sids {at} to {folded}")
-            index, at = run.index, run.end
-            number = np.repeat(np.arange(index.codes.size), np.diff(index.bounds))
-            ranked = index.ranked.astype(np.int64)
-            order = np.lexsort((index.sids, ranked))
-            if not (np.all(np.diff(index.codes) > 0) and np.all(np.diff(index.values) > 0)
-                    and index.bounds[0] == 0 and np.all(np.diff(index.bounds) > 0)
-                    and np.array_equal(ranked // int(index.width()), number)
-                    and np.all(ranked % int(index.width()) < index.values.size)
-                    and np.array_equal(order, np.arange(order.size))
-                    and np.all((index.sids >= run.first) & (index.sids < run.end))):
-                self.fail(f"{what}: not sorted, or holds sids outside it")
+            at = run.end
+            if not sound_run(run):
+                self.fail(f"{what}: not sorted, or holds sids or keys outside it")
             for aid, family, kind, keys, sids in run.places(alive, merged):
                 prefix = tree_prefix(aid, family)
                 for key, sid in zip(keys.tolist() if isinstance(keys, np.ndarray) else keys,
@@ -404,6 +397,34 @@ class _Checker:
         if at != folded:
             self.fail(f"staged runs end at sid {at}, not at the first pending sid {folded}")
         return {place: np.array(sids, np.uint32) for place, sids in found.items()}
+
+
+def _rising(values: np.ndarray) -> bool:
+    return bool(np.all(values[1:] > values[:-1]))
+
+
+def sound_run(run: staged.Staged) -> bool:
+    """Whether a staged run's arrays say what FORMAT §3.9 says: codes, keys, bounds and
+    strings strictly ascending, each string's head its first bytes, each posting's
+    integer its place's number and a key it holds (a string's below the strings' count),
+    sorted with its sids, and every sid in the run's range."""
+    index = run.index
+    texts = list(run.strings)
+    if not (_rising(index.codes) and _rising(index.values) and _rising(index.bounds)
+            and all(a < b for a, b in zip(texts, texts[1:], strict=False))
+            and np.array_equal(run.strings.heads,
+                               np.fromiter(map(staged.head, texts), np.uint64, len(texts)))):
+        return False
+    number = np.repeat(np.arange(index.codes.size), np.diff(index.bounds.astype(np.int64)))
+    ranked = index.ranked.astype(np.int64)
+    width = int(index.width())
+    rank = ranked % width
+    if not (np.array_equal(ranked // width, number) and np.all(rank < index.values.size)):
+        return False
+    strings = split_code(index.codes)[1][number] == STRING
+    return bool(np.all(index.values[rank[strings]] < len(texts))
+                and np.array_equal(np.lexsort((index.sids, ranked)), np.arange(ranked.size))
+                and np.all((index.sids >= run.first) & (index.sids < run.end)))
 
 
 def verify_shard(shard, number: int, shards: int) -> None:

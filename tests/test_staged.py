@@ -119,11 +119,36 @@ def _sid_moved(txn, db, runs) -> None:
             db=db)
 
 
+def _array_changed(part: int, change) -> object:
+    """A tamper that gives the first run's array ``part`` (0 codes, 1 keys, 2 heads,
+    3 bounds: the u64 arrays, then the bounds) what ``change`` makes of it."""
+    def tamper(txn, db, runs) -> None:
+        key, raw = runs[0]
+        _, p, v, n, s, width = staged.HEADER.unpack_from(raw)
+        at = staged.HEADER.size + 8 * sum((p, v, s)[:part])
+        if part == 3:
+            at, dtype, count = at + width * n, np.uint32, p + 1
+        else:
+            dtype, count = (np.int64, np.uint64, np.uint64)[part], (p, v, s)[part]
+        held = change(np.frombuffer(raw, dtype, count, at).copy())
+        txn.put(key, raw[:at] + held.tobytes() + raw[at + held.nbytes:], db=db)
+    return tamper
+
+
+def _bound_raised(bounds: np.ndarray) -> np.ndarray:
+    bounds[1] = 2**31  # past every posting, the last bound left as it was
+    return bounds
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda txn, db, runs: txn.delete(runs[-1][0], db=db), "staged runs end at sid 25"),
     (lambda txn, db, runs: txn.delete(runs[0][0], db=db), "do not cover the staged sids 0"),
     (_sid_moved, "staged (eq|gt|lt|ineq) SidSet"),
-], ids=["last run gone", "first run gone", "a sid changed"])
+    (_array_changed(1, lambda keys: keys[::-1].copy()), "not sorted"),
+    (_array_changed(2, np.zeros_like), "not sorted"),
+    (_array_changed(3, _bound_raised), "not sorted"),
+], ids=["last run gone", "first run gone", "a sid changed", "keys reversed", "heads zeroed",
+        "a bound too far"])
 def test_verify_names_damaged_staged_runs(tmp_path, change, message):
     """Staged runs that leave sids out, or hold other sids than the subscriptions put
     there, fail ``verify``; while whole, every answer is the oracle's."""
@@ -151,7 +176,7 @@ def test_folds_keep_few_staged_runs(tmp_path, monkeypatch):
             ix.subscribe(i, f"a = {i}")
         shard = ix.shards[0]
         with shard.read() as txn:
-            runs = staged.read(txn, shard.dbs["staged"])
+            runs = staged.read(txn, shard.dbs)
         sizes = [run.end - run.first for run in runs]
         assert ix.stats()["staged"] == sum(sizes) == 66 and len(sizes) <= 4
         assert all(older > 2 * newer for older, newer in zip(sizes, sizes[1:], strict=False))

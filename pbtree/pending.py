@@ -24,8 +24,8 @@ from pbtree.tree import read_counter, read_folded
 class Sorted:
     """Postings sorted by place, key and sid, held as a search wants them: the place
     codes in order and where each place's postings start, the distinct keys, and each
-    posting's place number and key rank as one integer (``ranked``), which rises with
-    the postings. That integer stands for the posting's place and key: 4 bytes (8 for
+    posting's place number and key rank as one integer (``ranked``), which never falls
+    along the postings. That integer stands for the posting's place and key: 4 bytes (8 for
     over 2^32 pairs of place and key), not 16. A pending run holds one in memory, a
     staged run (``pbtree.staged``) one whose arrays are views of the map."""
 

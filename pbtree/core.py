@@ -402,10 +402,10 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
     Durability).
     New subscriptions are matched from memory until a shard has ``fold_at`` of them
     (by default 10,000), and the write that reaches that folds them into a staged run
-    on disk; a fold that leaves 4 × ``fold_at`` staged merges them into the trees. By
-    default that is 10,000, or 32 per record of the shard's trees database up to
-    320,000: a merge rewrites each small tree it adds to, so a wide schema's many trees
-    wait for more.
+    on disk. A fold that leaves 4 × ``fold_at`` staged merges them into the trees; with
+    no ``fold_at`` given, one that leaves 10,000, or 32 per record of the shard's trees
+    database up to 320,000: a merge rewrites each small tree it adds to, so a wide
+    schema's many trees wait for more.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import lmdb
 import numpy as np
@@ -110,11 +111,12 @@ class Sorted:
 
 
 def picked(event: list[tuple[bytes, int, bytes, bool]], attrs: Callable[[bytes], int | None],
-           strings: Sequence[bytes]) -> list[tuple[int, int, bool, bool]]:
+           ranks: Callable[[list[bytes]], list[tuple[int, bool]]]
+           ) -> list[tuple[int, int, bool, bool]]:
     """The event's values as ``Sorted.search`` takes them, for postings whose place codes
     hold attribute numbers ``attrs`` gives (None: the attribute has no postings) and whose
-    string keys are ranks among ``strings`` (``ranked_among``, or all the event's strings
-    at once by their own ``ranks``)."""
+    string keys are ranks ``ranks`` gives all the event's strings at once
+    (``ranks_among``)."""
     out, texts = [], []
     for name, family, payload, exact in event:
         attr = attrs(name)
@@ -125,12 +127,14 @@ def picked(event: list[tuple[bytes, int, bytes, bool]], attrs: Callable[[bytes],
             out.append((code(attr, family, 0), int.from_bytes(payload, "big") if fixed
                         else payload, True, exact))
     if texts:
-        payloads = [out[i][1] for i in texts]
-        ranks = strings.ranks(payloads) if hasattr(strings, "ranks") else \
-            [ranked_among(strings, payload) for payload in payloads]
-        for i, (key, equal) in zip(texts, ranks, strict=True):
+        for i, (key, equal) in zip(texts, ranks([out[i][1] for i in texts]), strict=True):
             out[i] = (out[i][0], key, equal, out[i][3])
     return out
+
+
+def ranks_among(strings: Sequence[bytes], payloads: list[bytes]) -> list[tuple[int, bool]]:
+    """``ranked_among`` of each payload."""
+    return [ranked_among(strings, payload) for payload in payloads]
 
 
 def ranked_among(strings: Sequence[bytes], payload: bytes, lo: int = 0,
@@ -200,7 +204,7 @@ class Run:
         satisfy (``Sorted.search``)."""
         if not self.sids.size:  # names, but no postings: nothing to find
             return
-        values = picked(event, self.attrs.get, self.strings)
+        values = picked(event, self.attrs.get, partial(ranks_among, self.strings))
         if values:
             self.indexed().search(values, out)
 

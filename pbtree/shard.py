@@ -28,7 +28,7 @@ from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
-from pbtree.pending import Written, pending_postings
+from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, count
 from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, sub_record
@@ -266,8 +266,9 @@ class Shard:
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
-        place, keys, sids, strings = self._pending(w, txn, written)
-        moved = int(np.count_nonzero(w.needed.values(w.folded, w.next_sid)))
+        pending = w.needed.values(w.folded, w.next_sid) != 0
+        place, keys, sids, strings = self._pending(w, txn, written, pending)
+        moved = int(np.count_nonzero(pending))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
             order = np.argsort(sids, kind="stable")  # as ``staged.staged`` takes them
@@ -288,11 +289,11 @@ class Shard:
         w.merged = w.folded
         return moved
 
-    def _pending(self, w: Writer, txn, written: Written
+    def _pending(self, w: Writer, txn, written: Written, alive: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
-        """The postings of the pending subscriptions that are not removed, unsorted, as
-        (place code of attribute ids, key, sid) and the strings their keys rank among;
-        their attributes given ids."""
+        """The postings of the pending subscriptions that are not removed (``alive``, from
+        ``w.folded``), unsorted, as (place code of attribute ids, key, sid) and the strings
+        their keys rank among; their attributes given ids."""
         pending = self._cache.pending
         pieces, start = [], w.folded
         if pending is not None and pending.folded == w.folded:
@@ -300,10 +301,10 @@ class Shard:
         if start < w.next_sid:
             pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written, False))
         found = concatenated(pieces or [NOTHING])
-        keep = w.needed.values(w.folded, w.next_sid)[found.sids - w.folded] != 0
+        keep = alive[found.sids - w.folded]
         attr, family, kind = split_code(found.place[keep])
         aids = np.zeros(len(found.names), np.int64)
-        used = np.unique(attr).tolist()  # given once a live subscription uses it
+        used = distinct(attr).tolist()  # given once a live subscription uses it
         known, named = self._attr_ids, self._named
         for i in used:
             name = found.names[i]

@@ -11,7 +11,6 @@ from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
-from pbtree.staged import Staged
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
@@ -43,7 +42,7 @@ class Snapshot:
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``current``, else older
-        self.staged: list[Staged] = []  # this snapshot's staged runs, once ``current``
+        self.staged: list[staged.Staged] = []  # this snapshot's staged runs, once ``current``
         self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
         self.current = False
 

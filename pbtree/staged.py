@@ -34,6 +34,12 @@ class Strings(Sequence):
     def __init__(self, raw: memoryview | bytes, ends: np.ndarray, heads: np.ndarray) -> None:
         self.raw, self.ends, self.heads = raw, ends, heads
 
+    @classmethod
+    def of(cls, texts: list[bytes]) -> Strings:
+        """The strings ``texts``, ascending, laid out as a record holds them."""
+        return cls(b"".join(texts), np.cumsum(list(map(len, texts)), dtype=np.int64),
+                   np.fromiter(map(head, texts), np.uint64, len(texts)))
+
     def __len__(self) -> int:
         return self.ends.size
 
@@ -43,7 +49,8 @@ class Strings(Sequence):
         return bytes(self.raw[self.ends[i - 1] if i else 0:self.ends[i]])
 
     def ranks(self, payloads: list[bytes]) -> list[tuple[int, bool]]:
-        """``pending.ranked_among`` these strings, of each payload."""
+        """``pending.ranks_among`` these strings, each looked for among the strings that
+        share its head."""
         first = np.fromiter(map(head, payloads), np.uint64, len(payloads))
         return [ranked_among(self, payload, lo, hi) if hi > lo else (lo, False)
                 for payload, lo, hi in zip(payloads, np.searchsorted(self.heads, first).tolist(),
@@ -62,7 +69,7 @@ class Staged:
 
     __slots__ = ("first", "end", "index", "strings")
 
-    def __init__(self, first: int, end: int, index: Sorted, strings: Sequence[bytes]) -> None:
+    def __init__(self, first: int, end: int, index: Sorted, strings: Strings) -> None:
         self.first, self.end, self.index, self.strings = first, end, index, strings
 
     @property
@@ -93,22 +100,20 @@ class Staged:
         return cls(first, end, index, Strings(raw[at:], ends, heads))
 
     def encode(self) -> bytes:
-        index = self.index
-        data = b"".join(self.strings)
-        ends = np.cumsum([len(text) for text in self.strings], dtype=np.int64)
+        index, strings = self.index, self.strings
         return b"".join((
             HEADER.pack(self.end, index.codes.size, index.values.size, index.sids.size,
-                        ends.size, index.ranked.itemsize),
+                        len(strings), index.ranked.itemsize),
             index.codes.astype(np.int64).tobytes(), index.values.astype(np.uint64).tobytes(),
-            np.fromiter(map(head, self.strings), np.uint64, ends.size).tobytes(),
-            index.ranked.tobytes(), index.bounds.astype(np.uint32).tobytes(),
-            index.sids.astype(np.uint32).tobytes(), ends.astype(np.uint32).tobytes(), data))
+            strings.heads.astype(np.uint64).tobytes(), index.ranked.tobytes(),
+            index.bounds.astype(np.uint32).tobytes(), index.sids.astype(np.uint32).tobytes(),
+            strings.ends.astype(np.uint32).tobytes(), strings.raw))
 
     def search(self, event: list[tuple[int, int, bytes, bool]], out: list[np.ndarray]) -> None:
         """Append the sids of the staged postings that the event's values satisfy, each
         value given by attribute id (``Sorted.search``)."""
         if self.size:
-            values = picked(event, _same, self.strings)
+            values = picked(event, _same, self.strings.ranks)
             if values:
                 self.index.search(values, out)
 
@@ -126,7 +131,7 @@ def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.n
            strings: list[bytes]) -> Staged:
     """The run of sids ``first .. end`` of postings with place codes of attribute ids,
     whose sids ascend among those of each place and key (``Sorted.of``)."""
-    return Staged(first, end, Sorted.of(place, keys, sids), strings)
+    return Staged(first, end, Sorted.of(place, keys, sids), Strings.of(strings))
 
 
 def joined(older: Staged, newer: Staged) -> Staged:
@@ -135,7 +140,7 @@ def joined(older: Staged, newer: Staged) -> Staged:
     keys' numbers, mapped to the joined run's in small array steps; others by their
     postings, the strings of both ranked anew."""
     strings = list(older.strings)
-    if strings == list(newer.strings):
+    if strings == list(newer.strings):  # then ``older.strings`` serve
         runs = (older.index, newer.index)
         codes = distinct(np.concatenate([run.codes for run in runs]))
         values = distinct(np.concatenate([run.values for run in runs]))
@@ -146,7 +151,7 @@ def joined(older: Staged, newer: Staged) -> Staged:
             rank.append(np.searchsorted(values, run.values)[held])
         return Staged(older.first, newer.end, Sorted.ordered(
             codes, np.concatenate(number), values, np.concatenate(rank),
-            np.concatenate([run.sids for run in runs])), strings)
+            np.concatenate([run.sids for run in runs])), older.strings)
     strings = sorted({*strings, *newer.strings})
     rank_of = dict(zip(strings, range(len(strings)), strict=True))
     place, keys = [], []
@@ -191,4 +196,5 @@ def run_key(first: int) -> bytes:
 
 
 def _same(aid: int) -> int:
+    """An event value's attribute id, as ``Staged.search`` is given it."""
     return aid

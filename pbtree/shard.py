@@ -371,9 +371,11 @@ class Shard:
                 raise
 
     def _locate(self, exc: BaseException) -> None:
-        """Name this shard in a CorruptIndexError raised by a module that does not know
-        which files it read (overflow sets, list nodes, subs records)."""
-        if isinstance(exc, CorruptIndexError) and not str(exc).startswith(self.path):
+        """Name this shard in a CorruptIndexError or FormatVersionError raised by a module
+        that does not know which files it read (overflow sets, list nodes, subs records,
+        staged runs)."""
+        if isinstance(exc, CorruptIndexError | FormatVersionError) and \
+                not str(exc).startswith(self.path):
             exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 
     def _remove(self, w: Writer, places: dict[Posting, list[int]]) -> None:

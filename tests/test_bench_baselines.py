@@ -215,8 +215,8 @@ def test_expression_text_escapes_strings():
     assert parse(text) == parse(preds)
 
 
-def test_bench_harness_runs_small(tmp_path):
-    from tools import bench
+def test_bench_harness_runs_small(tmp_path, capsys):
+    from tools import bench, summary
 
     report = bench.run(
         "equality",
@@ -257,6 +257,15 @@ def test_bench_harness_runs_small(tmp_path):
     assert (tmp_path / "equality-small.json").exists()
     assert "| system |" in (tmp_path / "equality-small.md").read_text()
     assert (tmp_path / "equality-small.png").stat().st_size > 0
+    # the machine's pure-Python speed, read as the run starts and ends, goes with its numbers
+    speed = report["machine"]["python_ms"]
+    assert len(speed) == 2 and min(speed) > 0
+    assert f"{speed[0]:.1f} ms, then {speed[1]:.1f} ms" in (tmp_path / "equality-small.md"
+                                                            ).read_text()
+    capsys.readouterr()
+    assert summary.main(str(tmp_path)) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[2].startswith("| equality | 0k |") and rows[2].endswith(f"| {max(speed):.0f} |")
 
 
 def test_held_bytes_prefers_the_matcher_process():

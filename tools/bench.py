@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import timeit
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +60,12 @@ GC_NOTE = "frozen after generation"
 
 # ---------------------------------------------------------------------------------------
 # measurements
+
+
+def python_ms() -> float:
+    """Milliseconds one ``sum(range(1_000_000))`` takes (best of five): how fast this machine
+    runs pure Python just now, recorded beside each report's absolute rates."""
+    return min(timeit.repeat("sum(range(1_000_000))", number=5, repeat=5)) / 5 * 1000
 
 
 def _trim() -> None:
@@ -504,6 +511,12 @@ COLUMNS = (
 )
 
 
+def _speed(machine: dict[str, Any]) -> str:
+    """The machine's pure-Python speed at the start and end of the run, if recorded."""
+    ms = machine.get("python_ms")
+    return f" (`sum(range(1_000_000))`: {ms[0]:.1f} ms, then {ms[1]:.1f} ms)" if ms else ""
+
+
 def markdown(report: dict[str, Any]) -> str:
     w = report["workload"]
     lines = [
@@ -517,7 +530,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{_fmt(w.get('target_match_prob'))}, achieved {_fmt(report.get('match_fraction'))} "
         f"(mean fraction of subscriptions matched per event).",
         "",
-        f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}; "
+        f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}"
+        + _speed(report['machine']) + "; "
         f"generated in {report['generate_s']:.1f} s; code at "
         f"{report.get('code', {}).get('commit', '?')}"
         + (" with uncommitted engine changes" if report.get("code", {}).get("engine_changes")
@@ -687,6 +701,7 @@ def run(
     sample = [(ev, reference.match(core, ev)) for ev in sample_events]
     log(f"reference answers for {len(sample)} events in {time.perf_counter() - t0:.1f} s")
     version = code_version()
+    speed = [python_ms()]
     results = []
     base_dir = workdir or tempfile.mkdtemp(prefix="pbtree-bench-")
     # the workload is millions of Python containers: frozen, the cyclic GC's full collections
@@ -707,6 +722,7 @@ def run(
         gc.unfreeze()
         if workdir is None:
             shutil.rmtree(base_dir, ignore_errors=True)
+    speed.append(python_ms())
     fractions = [r["match_fraction"] for r in results if r.get("match_fraction") is not None]
     report = {
         "profile": PROFILES[profile].knobs(),
@@ -719,6 +735,7 @@ def run(
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "python_ms": speed,
         },
         "code": version,
         "results": results,

@@ -31,7 +31,13 @@ def row(report: dict) -> str:
     return (f"| {workload['profile']} | {scale} | {rate:,.0f} | {ours['p50_ms']:.2f} | "
             f"{ours['p99_ms']:.2f} | {ratios} | {ours['index_bytes'] / 2**20:,.0f} | "
             f"{growth:.1f} % | {' | '.join(updates)} | "
-            f"{report.get('code', {}).get('commit', 'before aec65e1')} |")
+            f"{report.get('code', {}).get('commit', 'before aec65e1')} | {_speed(report)} |")
+
+
+def _speed(report: dict) -> str:
+    """The slower of the machine's two ``bench.python_ms`` readings in that run."""
+    ms = report["machine"].get("python_ms")
+    return f"{max(ms):.0f}" if ms else "—"
 
 
 def live_row(report: dict) -> str:
@@ -52,8 +58,8 @@ def main(directory: str = "bench/results") -> int:
                      key=lambda r: (r["workload"]["subscriptions"], r["workload"]["profile"]))
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
           "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | subscribe p50 ms "
-          "| subscribe_many /s | sustained, folds paid /s | engine commit |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| subscribe_many /s | sustained, folds paid /s | engine commit | Python ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for report in reports:
         print(row(report))
     live = [r for r in reports if r["workload"]["scale"] == "full"

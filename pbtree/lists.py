@@ -24,6 +24,8 @@ from storage import sidset
 from storage.keys import BOOL, NUMBER, STRING
 
 HEADER = struct.Struct("<BBHIII B")
+#: trees record of a PB+tree: head and tail sentinel ids of its GT, LT and INEQ lists
+TREE = struct.Struct("<6I")
 KINDS = (1, 2, 3)  # GT, LT, INEQ as in pbtree.leaf
 HEAD, TAIL = 0x01, 0x02
 SPILLED = 0x04  # some item of the node keeps its SidSet in the overflow database

@@ -13,10 +13,10 @@ from pbtree import delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
-from pbtree.lists import SPILLED, View, node_key
+from pbtree.lists import SPILLED, TREE, View, node_key
 from pbtree.overflow import Reader
 from pbtree.snapshot import HOT, Snapshot
-from pbtree.tree import TREE, is_packed, tree_sentinels
+from pbtree.tree import is_packed, tree_sentinels
 from storage import sidset
 
 #: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,

@@ -516,6 +516,20 @@ class Packed:
                 if hi > lo:
                     yield kind, key, self.sids[lo:hi]
 
+    def places(self) -> tuple[list[bytes], dict[int, dict[int, np.ndarray]]]:
+        """Every payload held, in order, and per kind the sids at each payload's position
+        that holds some (as ``wholetree.TreeBuilder`` takes them); queued postings applied."""
+        self.merge()
+        m = len(self.keys)
+        payloads = [self.key(i) for i in range(m)]
+        ends = np.cumsum(self.counts.ravel()).tolist()
+        sets: dict[int, dict[int, np.ndarray]] = {}
+        for place in np.flatnonzero(self.counts.ravel()).tolist():
+            kind, i = divmod(place, m)
+            sets.setdefault(kind, {})[i] = self.sids[ends[place] - int(self.counts[kind, i]):
+                                                     ends[place]]
+        return payloads, sets
+
     def repeated(self, payload: bytes, n: int) -> np.ndarray | list[bytes]:
         """``n`` keys ``payload``, held as ``self.keys`` are (a run for ``add``)."""
         if self.width:

@@ -23,14 +23,13 @@ from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, Node, View, appended, node_key
+from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, TREE, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
 from pbtree.packed import Packed, cut_all, limit, splice_all
+from pbtree.wholetree import Records, TreeBuilder
 from storage import sidset
 from storage.keys import split_key, tree_prefix
 
-#: trees record: head and tail sentinel ids of the GT, LT and INEQ lists
-TREE = struct.Struct("<6I")
 COUNTER = struct.Struct("<Q")
 #: meta counter of the transactions that changed a PB+tree (docs/FORMAT.md §2.1)
 TREE_GEN = b"tree_gen"
@@ -196,16 +195,30 @@ class Writer:
         self.packed[prefix] = tree
         return tree
 
-    def _write_record(self, key: bytes, tree: Packed, most: Callable[[int], int]) -> list:
+    def _write_record(self, key: bytes, tree: Packed, most: Callable[[int], int]) -> bool:
         """Store a changed record in the packed layout (a packed tree or a delta) at
         ``key``, or delete it once empty; one of n bytes over ``most(n)`` is deleted too,
-        and its postings returned (``Packed.take``) for the PB+tree."""
+        and True returned: its postings are then for the PB+tree."""
         record = tree.encode()
         if record is not None and len(record) <= most(len(record)):
             self.txn.put(key, record, db=self.dbs["trees"])
-            return []
+            return False
         self.txn.delete(key, db=self.dbs["trees"])
-        return tree.take() if record is not None else []
+        return record is not None
+
+    def _built(self, prefix: bytes, tree: Packed) -> None:
+        """Store the postings of a packed tree grown past its record as a PB+tree built
+        whole (``wholetree``), not inserted place by place."""
+        out = Records()
+        builder = TreeBuilder(self.node_bytes, out, self.next_node)
+        builder.tree(prefix, *tree.places())
+        self.next_node = builder.next_node
+        for name, records in out.by_db.items():
+            self.txn.cursor(db=self.dbs[name]).putmulti(records)
+        for key, sids in out.overflow:
+            self.over.put(key, sids)
+        self.packed[prefix] = None
+        self.trees_changed = True
 
     def _delta(self, prefix: bytes) -> Delta:
         """The delta of the PB+tree ``prefix``."""
@@ -221,7 +234,8 @@ class Writer:
         """Store the packed trees and deltas changed, those only added to at keys they hold
         spliced all at once (``splice_all``), those only removed from cut so
         (``cut_all``). A delta grown over its limit (``delta.limit``)
-        is inserted into its tree; a packed tree grown over its limit becomes a PB+tree."""
+        is inserted into its tree; a packed tree grown over its limit becomes a PB+tree,
+        built whole."""
         deltas = [(prefix, found) for prefix, found in self.deltas.items() if found.changed]
         packed = [(prefix, tree) for prefix, tree in self.packed.items()
                   if tree is not None and tree.changed]
@@ -229,17 +243,14 @@ class Writer:
         cut_all(changed)
         splice_all(changed)
         for prefix, found in deltas:
-            grown = self._write_record(
-                delta.key(prefix), found,
-                lambda size, read=found.size_read: delta.limit(self.node_bytes, size - read))
-            for kind, payload, sids in grown:
-                self._insert(prefix, kind, payload, sids)
+            if self._write_record(
+                    delta.key(prefix), found,
+                    lambda size, read=found.size_read: delta.limit(self.node_bytes, size - read)):
+                for kind, payload, sids in found.take():
+                    self._insert(prefix, kind, payload, sids)
         for prefix, tree in packed:
-            grown = self._write_record(prefix, tree, lambda _: self.pack_limit)
-            if grown:
-                self.packed[prefix] = None
-            for kind, payload, sids in grown:
-                self._insert(prefix, kind, payload, sids)
+            if self._write_record(prefix, tree, lambda _: self.pack_limit):
+                self._built(prefix, tree)
 
     def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""

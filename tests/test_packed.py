@@ -357,3 +357,33 @@ def test_trees_grow_out_of_the_packed_form(tmp_path):
         assert report["packed_trees"] >= packed_before and report["gt_nodes"] == 0
         assert {k: report[k] for k in logical} == logical
         assert built.match_many(events) == [oracle_match(model, e) for e in events]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_tree_outgrowing_its_record_is_built_whole(tmp_path, seed):
+    """A packed tree that one write takes past its limit becomes the PB+tree the bulk
+    loader builds from the same postings: nodes packed full, big sets in overflow."""
+    pytest.importorskip("pyarrow")
+    from pbtree import bulk
+
+    rng = random.Random(seed)
+    subs = {}
+    for n in range(400):
+        value = 7 if n % 4 == 0 else rng.randrange(60)  # a few places with 100 sids
+        subs[n] = f"a {rng.choice(['>', '<', '!=', '=', '>='])} {value}" + \
+            (f" and s = 'x{value % 9}'" if n % 3 == 0 else "")
+    with pbtree.create(tmp_path / "api", node_bytes=256, fold_at=1) as ix:
+        ix.subscribe_many(list(subs.items())[:5])  # the tree starts packed
+        assert ix.stats()["packed_trees"] == 2
+        ix.subscribe_many(list(subs.items())[5:])
+        grown = ix.verify()
+        model = {k: pbtree.expr.parse(v) for k, v in subs.items()}
+        events = [{"a": rng.randrange(-2, 62), "s": f"x{rng.randrange(9)}"} for _ in range(200)]
+        assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+    bulk.build(tmp_path / "bulk", list(subs.items()), node_bytes=256)
+    with pbtree.open(tmp_path / "bulk") as built:
+        report = built.verify()
+    assert grown["overflow_sidsets"] > 0 and grown["packed_trees"] == 1
+    counts = ("leaf_items", "overflow_sidsets", "gt_nodes", "gt_items", "lt_nodes",
+              "lt_items", "ineq_nodes", "ineq_items", "packed_trees")
+    assert {k: grown[k] for k in counts} == {k: report[k] for k in counts}

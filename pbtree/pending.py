@@ -188,14 +188,18 @@ class Run:
         return self.sids.size
 
     def join(self, newer: Run) -> None:
-        """Take in a run of later sids: attributes and strings renumbered, then one sort."""
-        self._hold(joined([self.postings, newer.postings]))
+        """Take in a run of later sids: attributes and strings renumbered, then indexed.
+        Both runs are sorted and the newer's sids are above the other's, so their
+        postings one after the other are as ``Sorted.of`` takes them."""
+        self._hold(concatenated([self.postings, newer.postings]))
+        self.indexed()
 
     def indexed(self) -> Sorted:
         """The postings as a search holds them, made on first use."""
         if self.index is None:
             found, self.found = self.found, None
             self.index = Sorted.of(found.place, found.keys, found.sids)
+            self.sids = self.index.sids
         return self.index
 
     def search(self, event: list[tuple[bytes, int, bytes, bool]],

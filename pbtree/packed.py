@@ -10,7 +10,7 @@ one key's. A search is one binary search, a few u32 reads and zero-copy slices o
 record the walk reads first anyway. A write rewrites the record in one vectorised merge,
 or splices new sids into its bytes (``splice_all``) or cuts removed ones out of them
 (``cut_all``), every tree of the write at once; a tree that outgrows the limit becomes a
-PB+tree for good.
+PB+tree, built whole (``pbtree.wholetree``), until it is emptied.
 
 Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
 ``keys`` are the m payloads, back to back for the fixed-width families, else

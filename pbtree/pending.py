@@ -171,10 +171,10 @@ class Run:
         self._hold(pending_postings(txn, dbs, first, end, written))
 
     def _hold(self, found: Grouped) -> None:
-        self.found: Grouped | None = found  # until the first search indexes it
+        self.found: Grouped | None = found  # until indexed (by a search, or a join)
         self.names, self.strings, self.sids = found.names, found.strings, found.sids
         self.attrs = {name: i for i, name in enumerate(found.names)}
-        self.index: Sorted | None = None  # a join's is stale
+        self.index: Sorted | None = None
 
     @property
     def postings(self) -> Grouped:

@@ -63,8 +63,9 @@ GC_NOTE = "frozen after generation"
 
 
 def python_ms() -> float:
-    """Milliseconds one ``sum(range(1_000_000))`` takes (best of five): how fast this machine
-    runs pure Python just now, recorded beside each report's absolute rates."""
+    """Milliseconds one ``sum(range(1_000_000))`` takes (the best of five means of five
+    calls): how fast this machine runs pure Python just now, recorded beside each
+    report's absolute rates."""
     return min(timeit.repeat("sum(range(1_000_000))", number=5, repeat=5)) / 5 * 1000
 
 

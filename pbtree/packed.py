@@ -520,14 +520,12 @@ class Packed:
         """Every payload held, in order, and per kind the sids at each payload's position
         that holds some (as ``wholetree.TreeBuilder`` takes them); queued postings applied."""
         self.merge()
-        m = len(self.keys)
-        payloads = [self.key(i) for i in range(m)]
-        ends = np.cumsum(self.counts.ravel()).tolist()
+        payloads: list[bytes] = []
         sets: dict[int, dict[int, np.ndarray]] = {}
-        for place in np.flatnonzero(self.counts.ravel()).tolist():
-            kind, i = divmod(place, m)
-            sets.setdefault(kind, {})[i] = self.sids[ends[place] - int(self.counts[kind, i]):
-                                                     ends[place]]
+        for kind, key, sids in self.items():  # every key holds some sids
+            if not payloads or payloads[-1] != key:
+                payloads.append(key)
+            sets.setdefault(kind, {})[len(payloads) - 1] = sids
         return payloads, sets
 
     def repeated(self, payload: bytes, n: int) -> np.ndarray | list[bytes]:

@@ -277,3 +277,22 @@ def test_held_bytes_prefers_the_matcher_process():
     assert held_bytes({"matcher_rss_bytes": None, "rss_anon_bytes": 900}) == 900
     assert held_bytes({"rss_anon_bytes": 900}) == 900
     assert held_bytes({}) == 0
+
+
+def test_turns_times_systems_round_by_round():
+    from tools import turns
+
+    report = turns.turns("equality", "small", ["pbtree", "counting-mem", "scan"], rounds=3,
+                         events=5, n_subs=500, log=lambda _m: None)
+    rates = report["events_per_s"]
+    assert list(rates) == ["pbtree", "counting-mem", "scan"]
+    assert all(len(r) == 3 and min(r) > 0 for r in rates.values())
+    for name in ("counting-mem", "scan"):
+        assert report["ratios"][name] == pytest.approx(
+            [a / b for a, b in zip(rates["pbtree"], rates[name], strict=True)])
+    assert len(report["python_ms"]) == 2 and min(report["python_ms"]) > 0
+    table = turns.markdown(report)
+    assert table.count("\n| ") == 3  # a row a round, after the header
+    assert "pbtree / scan" in table and "500 subscriptions" in table
+    with pytest.raises(ValueError, match="two systems"):
+        turns.turns("equality", "small", ["pbtree"], n_subs=10)

@@ -89,7 +89,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tools.turns", description=__doc__.split("\n")[0])
+    about = __doc__.split("\n\n")[0].replace("\n", " ")
+    ap = argparse.ArgumentParser(prog="python -m tools.turns", description=about)
     ap.add_argument("profile", choices=sorted(PROFILES))
     ap.add_argument("--scale", choices=("small", "full"), default="full")
     ap.add_argument("--systems", default="pbtree,counting-mem",

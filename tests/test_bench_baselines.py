@@ -294,5 +294,28 @@ def test_turns_times_systems_round_by_round():
     table = turns.markdown(report)
     assert table.count("\n| ") == 3  # a row a round, after the header
     assert "pbtree / scan" in table and "500 subscriptions" in table
-    with pytest.raises(ValueError, match="two systems"):
-        turns.turns("equality", "small", ["pbtree"], n_subs=10)
+    for systems, message in ((["pbtree"], "two or more different"),
+                             (["pbtree", "pbtree"], "two or more different"),
+                             (["pbtree", "counting_mem"], "unknown system 'counting_mem'")):
+        with pytest.raises(ValueError, match=message):
+            turns.turns("equality", "small", systems, n_subs=10)
+
+
+def test_mismatch_names_the_first_wrong_event_and_its_ids():
+    from tools.bench import mismatch
+
+    wl = generate("equality", "small", n_subs=300)
+    core = wl.core()
+    sample = [(ev, reference.match(core, ev)) for ev in wl.events[:6]]
+    k = next(i for i, (_, want) in enumerate(sample) if want)  # an event with matches
+    scan = make("scan")
+    scan.build(core)
+
+    class Off:  # the scan, but one id lost and one made up on event k
+        def match(self, ev):
+            got = scan.match(ev)
+            return got[1:] + [-1] if ev is sample[k][0] else got
+
+    assert mismatch(scan, sample) is None
+    assert mismatch(Off(), sample) == {"events_wrong": 1, "first_event": k,
+                                       "missing": [sample[k][1][0]], "extra": [-1]}

@@ -33,7 +33,8 @@ import tempfile
 import time
 import timeit
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,36 @@ GC_NOTE = "frozen after generation"
 
 # ---------------------------------------------------------------------------------------
 # measurements
+
+
+def mismatch(system: Any, sample: Sequence[tuple[dict, list]]) -> dict[str, Any] | None:
+    """None when ``system`` gives the reference's answer to every (event, answer) of
+    ``sample``; else how many events it got wrong and, for the first, the ids it missed
+    and those it added (20 of each at most)."""
+    wrong = [i for i, (ev, want) in enumerate(sample) if system.match(ev) != want]
+    if not wrong:
+        return None
+    ev, want = sample[wrong[0]]
+    got = system.match(ev)
+    return {
+        "events_wrong": len(wrong),
+        "first_event": wrong[0],
+        "missing": [x for x in want if x not in set(got)][:20],
+        "extra": [x for x in got if x not in set(want)][:20],
+    }
+
+
+@contextmanager
+def workload_frozen() -> Iterator[None]:
+    """Keep what the process holds now (the workload: millions of Python containers) out
+    of the cyclic GC's full collections until the block ends, so that those a system's
+    allocations trigger do not rescan it in anyone's timed phases."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def python_ms() -> float:
@@ -212,20 +243,11 @@ def run_system(
         res["rss_anon_build_bytes"] = rss_anon() - rss0
 
         # correctness first: a system that disagrees with the reference is not timed
-        wrong = [
-            i for i, (ev, want) in enumerate(sample) if system.match(ev) != want
-        ]
+        wrong = mismatch(system, sample)
         res["sample_events"] = len(sample)
-        res["correct"] = not wrong
-        if wrong:
-            ev, want = sample[wrong[0]]
-            got = system.match(ev)
-            res["mismatch"] = {
-                "events_wrong": len(wrong),
-                "first_event": wrong[0],
-                "missing": [x for x in want if x not in set(got)][:20],
-                "extra": [x for x in got if x not in set(want)][:20],
-            }
+        res["correct"] = wrong is None
+        if wrong is not None:
+            res["mismatch"] = wrong
             return res
 
         events = wl.events
@@ -705,22 +727,18 @@ def run(
     speed = [python_ms()]
     results = []
     base_dir = workdir or tempfile.mkdtemp(prefix="pbtree-bench-")
-    # the workload is millions of Python containers: frozen, the cyclic GC's full collections
-    # (triggered by whatever a system allocates) no longer rescan it in anyone's timed phases
-    gc.collect()
-    gc.freeze()
     cfg["gc"] = GC_NOTE
     try:
-        for name in systems:
-            log(f"-- {name}")
-            r = run_system(
-                name, wl, core, sample, cfg, cold, os.path.join(base_dir, name), pbtree_build
-            )
-            results.append(r)
-            log("   " + json.dumps({k: v for k, v in r.items() if k != "traceback"},
-                                  default=str))
+        with workload_frozen():
+            for name in systems:
+                log(f"-- {name}")
+                r = run_system(
+                    name, wl, core, sample, cfg, cold, os.path.join(base_dir, name), pbtree_build
+                )
+                results.append(r)
+                log("   " + json.dumps({k: v for k, v in r.items() if k != "traceback"},
+                                      default=str))
     finally:
-        gc.unfreeze()
         if workdir is None:
             shutil.rmtree(base_dir, ignore_errors=True)
     speed.append(python_ms())

@@ -10,7 +10,6 @@ the per-round ratios shows how far one pass can be trusted.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import tempfile
 import time
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools import reference
-from tools.bench import make_system, python_ms
+from tools.bench import SYSTEMS, make_system, mismatch, python_ms, workload_frozen
 from tools.workloads import PROFILES, generate
 
 
@@ -30,25 +29,26 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
     first round holds each system's warm-up).
     Returns the events/s of each round per system and each round's ratio of the first
     system to every other (above 1: the first is faster)."""
-    if len(systems) < 2:
-        raise ValueError("turns needs at least two systems to compare")
+    unknown = [name for name in systems if name not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown system {unknown[0]!r}; expected some of {', '.join(SYSTEMS)}")
+    if len(set(systems)) < len(systems) or len(systems) < 2:
+        raise ValueError(f"turns compares two or more different systems, not {list(systems)}")
     wl = generate(profile, scale, seed, n_subs=n_subs)
     core = wl.core()
     timed = wl.events[:events]
     want = [(ev, reference.match(core, ev)) for ev in wl.events[:sample]]
-    gc.collect()
-    gc.freeze()  # as the harness does: the workload's containers are not rescanned
     built: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="pbtree-turns-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="pbtree-turns-") as workdir, workload_frozen():
         try:
             for name in systems:
                 os.makedirs(os.path.join(workdir, name))
                 system = built[name] = make_system(name, os.path.join(workdir, name))
                 system.build(core)
-                wrong = sum(system.match(ev) != answer for ev, answer in want)
-                if wrong:
-                    raise AssertionError(f"{name} disagrees with the reference on {wrong} "
-                                         f"of {len(want)} sample events")
+                wrong = mismatch(system, want)
+                if wrong is not None:
+                    raise RuntimeError(f"{name} disagrees with the reference (checked on "
+                                       f"{len(want)} sample events), so it is not timed: {wrong}")
                 log(f"{name}: built and checked")
             speed = [python_ms()]
             rates: dict[str, list[float]] = {name: [] for name in systems}
@@ -62,7 +62,6 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
         finally:
             for system in built.values():
                 system.close()
-            gc.unfreeze()
     first = systems[0]
     ratios = {name: [a / b for a, b in zip(rates[first], rates[name], strict=True)]
               for name in systems[1:]}

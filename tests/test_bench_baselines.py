@@ -225,7 +225,7 @@ def test_bench_harness_runs_small(tmp_path, capsys):
         cold=True,
         out=tmp_path,
         settings=dict(sample=3, warmup=2, events=10, budget=2.0, single=5, batched=20, batch=10,
-                      live=30, live_events=2, sustained=50),
+                      live=30, live_events=2, sustained=50, turns=2, turn_events=5),
         n_subs=800,
         log=lambda _m: None,
     )
@@ -254,8 +254,17 @@ def test_bench_harness_runs_small(tmp_path, capsys):
     # the workload was frozen out of the GC's reach while systems ran, and released after
     assert report["settings"]["gc"] == bench.GC_NOTE
     assert gc.get_freeze_count() == 0
+    # last, pbtree and counting-mem built again and timed in turns on the same events
+    timed = report["turns"]
+    assert (timed["rounds"], timed["events"]) == (2, 5)
+    rates = timed["events_per_s"]
+    assert list(rates) == ["pbtree", "counting-mem"] and all(len(r) == 2 for r in rates.values())
+    assert timed["ratios"]["counting-mem"] == pytest.approx(
+        [a / b for a, b in zip(rates["pbtree"], rates["counting-mem"], strict=True)])
     assert (tmp_path / "equality-small.json").exists()
-    assert "| system |" in (tmp_path / "equality-small.md").read_text()
+    table = (tmp_path / "equality-small.md").read_text()
+    assert "| system |" in table
+    assert "Matched again in turns" in table and "| 2 |" in table.split("in turns")[-1]
     assert (tmp_path / "equality-small.png").stat().st_size > 0
     # the machine's pure-Python speed, read as the run starts and ends, goes with its numbers
     speed = report["machine"]["python_ms"]
@@ -266,6 +275,7 @@ def test_bench_harness_runs_small(tmp_path, capsys):
     assert summary.main(str(tmp_path)) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[2].startswith("| equality | 0k |") and rows[2].endswith(f"| {max(speed):.0f} |")
+    assert f"({timed['ratios']['counting-mem'][1]:.2f}× in turns) |" in rows[2]
 
 
 def test_held_bytes_prefers_the_matcher_process():
@@ -277,6 +287,14 @@ def test_held_bytes_prefers_the_matcher_process():
     assert held_bytes({"matcher_rss_bytes": None, "rss_anon_bytes": 900}) == 900
     assert held_bytes({"rss_anon_bytes": 900}) == 900
     assert held_bytes({}) == 0
+
+
+def test_turns_median_leaves_out_the_warm_up_round():
+    from tools.bench import turns_median
+
+    assert turns_median([0.2, 1.0, 0.9, 1.3]) == 1.0
+    assert turns_median([0.2, 1.0, 0.8]) == 0.9
+    assert turns_median([0.5]) == 0.5
 
 
 def test_turns_times_systems_round_by_round():

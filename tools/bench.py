@@ -1,7 +1,7 @@
 """Benchmark harness: pbtree against the baselines, same data, same process, same events.
 
     python -m tools.bench PROFILE [--scale small|full] [--only pbtree,counting-mem,...]
-                                  [--cold] [--seed N] [--out bench/results]
+                                  [--cold] [--seed N] [--turns ROUNDS] [--out bench/results]
 
 For every system, in one process and on the same workload: build time, correctness on a
 sample of events against the brute-force reference (a wrong system is reported and not
@@ -14,6 +14,11 @@ measured in a fresh process that only opens the index and matches the same event
 cache (``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``fsync``), reopens it and reports the
 open time, the first event's latency and the steady state that follows. Last, pbtree's
 batched subscribes kept up long enough that its folds and delta merges are paid in the rate.
+
+The systems' passes come one after another, minutes apart. So after them pbtree and
+counting-mem, the baseline pbtree's speed is held to a ratio of, are built again and
+match the same events in turns, round after round (``--turns``): a change in the
+machine's speed then slows both alike.
 
 Writes ``OUT/<profile>.json|.md|.png`` at full scale and ``OUT/<profile>-small.*`` at small
 scale. Numbers are measured, never asserted.
@@ -50,10 +55,15 @@ DISK_SYSTEMS = ("pbtree", "sqlite", "duckdb")
 # matched after each of its batches, subscriptions of the sustained phase
 SETTINGS = {
     "small": dict(sample=20, warmup=20, events=1000, budget=15.0, single=200, batched=2000,
-                  batch=500, live=4000, live_events=10, sustained=40000),
+                  batch=500, live=4000, live_events=10, sustained=40000, turns=4, turn_events=200),
     "full": dict(sample=3, warmup=5, events=1000, budget=60.0, single=200, batched=10000,
-                 batch=1000, live=20000, live_events=10, sustained=300000),
+                 batch=1000, live=20000, live_events=10, sustained=300000, turns=4,
+                 turn_events=500),
 }
+#: the systems timed again after the passes, taking turns with pbtree on the same events
+#: (``in_turns``): the one pbtree is held within a ratio of, where a change of the machine's
+#: speed between two passes minutes apart would move the ratio most
+TURNS_WITH = ("counting-mem",)
 
 #: how the harness treats Python's cyclic GC, recorded in each report's settings
 GC_NOTE = "frozen after generation"
@@ -206,6 +216,65 @@ def make_system(name: str, workdir: str, pbtree_build: str = "auto") -> Any:
 
         return PbtreeSystem(os.path.join(workdir, "index"), build_mode=pbtree_build)
     return make(name, workdir)
+
+
+def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, list]],
+             systems: Sequence[str], rounds: int, log=print) -> dict[str, Any]:
+    """Build every system on ``core``, check each on ``sample`` (refusing to time a wrong
+    one), then match ``events`` with each system per round, in turns, so that a spell of
+    the machine slows them all alike; the first round holds each system's warm-up.
+    Returns the events/s of each round per system and each round's ratio of the first
+    system to every other (above 1: the first is faster)."""
+    built: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="pbtree-turns-") as workdir:
+        try:
+            for name in systems:
+                os.makedirs(os.path.join(workdir, name))
+                system = built[name] = make_system(name, os.path.join(workdir, name))
+                system.build(core)
+                wrong = mismatch(system, sample)
+                if wrong is not None:
+                    raise RuntimeError(f"{name} disagrees with the reference (checked on "
+                                       f"{len(sample)} sample events), so it is not timed: "
+                                       f"{wrong}")
+                log(f"{name}: built and checked for turns")
+            speed = [python_ms()]
+            rates: dict[str, list[float]] = {name: [] for name in systems}
+            for _ in range(rounds):
+                for name, system in built.items():
+                    t0 = time.perf_counter()
+                    for ev in events:
+                        system.match(ev)
+                    rates[name].append(len(events) / (time.perf_counter() - t0))
+            speed.append(python_ms())
+        finally:
+            for system in built.values():
+                system.close()
+    first = systems[0]
+    ratios = {name: [a / b for a, b in zip(rates[first], rates[name], strict=True)]
+              for name in systems[1:]}
+    return {"events": len(events), "rounds": rounds, "python_ms": speed,
+            "events_per_s": rates, "ratios": ratios}
+
+
+def turns_median(ratios: Sequence[float]) -> float:
+    """The median of a system's per-round ratios, the first round (warm-ups) left out
+    when there are others."""
+    return statistics.median(ratios[1:] or ratios)
+
+
+def turns_table(timed: dict[str, Any]) -> str:
+    """``in_turns``' rounds as a markdown table: each system's events/s, then the first
+    system's ratio to each other."""
+    rates, ratios = timed["events_per_s"], timed["ratios"]
+    names = list(rates)
+    head = ["round", *(f"{n} events/s" for n in names), *(f"{names[0]} / {n}" for n in ratios)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i in range(timed["rounds"]):
+        cells = [str(i + 1), *(f"{rates[n][i]:,.0f}" for n in names),
+                 *(f"{ratios[n][i]:.2f}×" for n in ratios)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------
@@ -588,6 +657,17 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {name} | {_fmt(r.get('events_per_s'))} | {_fmt(r.get('p50'))} | "
                 f"{_fmt(r.get('build'))} | {_fmt(r.get('disk'))} |"
             )
+    timed = report.get("turns")
+    if timed and "error" in timed:
+        lines += ["", f"**in turns**: {timed['error']}"]
+    elif timed:
+        medians = ", ".join(f"pbtree / {name} {turns_median(r):.2f}×"
+                            for name, r in timed["ratios"].items())
+        lo, hi = timed["python_ms"]
+        lines += ["", f"Matched again in turns, one system right after the other on the same "
+                  f"{timed['events']} events, {timed['rounds']} rounds (`sum(range(1_000_000))` "
+                  f"{lo:.1f} ms, then {hi:.1f} ms); median ratio of the rounds after the "
+                  f"first: {medians}.", "", turns_table(timed)]
     return "\n".join(lines) + "\n"
 
 
@@ -728,6 +808,7 @@ def run(
     results = []
     base_dir = workdir or tempfile.mkdtemp(prefix="pbtree-bench-")
     cfg["gc"] = GC_NOTE
+    timed = None
     try:
         with workload_frozen():
             for name in systems:
@@ -738,6 +819,17 @@ def run(
                 results.append(r)
                 log("   " + json.dumps({k: v for k, v in r.items() if k != "traceback"},
                                       default=str))
+            passed = [r["system"] for r in results if r.get("correct") and not r.get("error")]
+            partners = [name for name in TURNS_WITH if name in passed]
+            if cfg["turns"] and "pbtree" in passed and partners:
+                log(f"-- pbtree and {', '.join(partners)} in turns")
+                warm = cfg["warmup"]
+                try:
+                    timed = in_turns(core, wl.events[warm:warm + cfg["turn_events"]], sample,
+                                     ["pbtree", *partners], cfg["turns"], log)
+                except Exception as exc:  # the passes' numbers stand without it
+                    timed = {"error": f"{type(exc).__name__}: {exc}"}
+                log("   " + json.dumps(timed))
     finally:
         if workdir is None:
             shutil.rmtree(base_dir, ignore_errors=True)
@@ -760,6 +852,8 @@ def run(
         "results": results,
         "ratios": compute_ratios(results),
     }
+    if timed is not None:
+        report["turns"] = timed
     if out:
         outdir = Path(out)
         outdir.mkdir(parents=True, exist_ok=True)
@@ -790,6 +884,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workdir", default=None, help="keep the systems' files here")
     ap.add_argument("--pbtree-build", choices=("auto", "bulk", "api"), default="auto",
                     help="load pbtree with its bulk loader or subscribe_many (auto: bulk if any)")
+    ap.add_argument("--turns", type=int, default=None, metavar="ROUNDS",
+                    help=f"rounds of pbtree and {', '.join(TURNS_WITH)} matching in turns after "
+                         "the passes (default 4; 0: none)")
     args = ap.parse_args(argv)
     only = None
     if args.only:
@@ -802,6 +899,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra["events"] = args.events
     if args.budget:
         extra["budget"] = args.budget
+    if args.turns is not None:
+        extra["turns"] = args.turns
     report = run(args.profile, args.scale, only, args.cold, args.seed, args.out, args.workdir,
                  extra, n_subs=args.subs, log=lambda m: print(m, file=sys.stderr, flush=True),
                  pbtree_build=args.pbtree_build)

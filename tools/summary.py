@@ -1,4 +1,6 @@
-"""One markdown table of the latest results of every profile, for the README.
+"""One markdown table of the latest results of every profile, for the README. Where a run
+ended with pbtree and a baseline matching in turns, that baseline's cell gives the
+median ratio of those rounds too.
 
     python -m tools.summary            # reads bench/results/*.json
 """
@@ -9,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from tools.bench import held_bytes
+from tools.bench import held_bytes, turns_median
 
 SYSTEMS = ("counting-mem", "scan", "sqlite", "duckdb")
 
@@ -18,8 +20,10 @@ def row(report: dict) -> str:
     by_name = {r["system"].split(" ")[0]: r for r in report["results"]}
     ours = by_name["pbtree"]
     rate = ours["events_per_s"]
-    ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" if s in by_name else "—"
-                        for s in SYSTEMS)
+    in_turns = report.get("turns", {}).get("ratios", {})
+    ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" + (
+        f" ({turns_median(in_turns[s]):.2f}× in turns)" if s in in_turns else "")
+        if s in by_name else "—" for s in SYSTEMS)
     growth = held_bytes(ours) / ours["index_bytes"] * 100
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"

@@ -25,6 +25,7 @@ from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_CORE
 from pbtree.ids import encode_id, shard_of
+from pbtree.lists import NODE_BYTES
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from pbtree.shard import Shard
 from pbtree.staging import fsync_dir
@@ -319,7 +320,7 @@ def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int]:
     return out, trees.next_node, len(names)
 
 
-def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = 4096,
+def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = NODE_BYTES,
                 shard_no: int = 0, shards: int = 1) -> dict:
     """Write a new shard environment at ``path`` holding ``subs``; returns its counts.
 
@@ -363,7 +364,7 @@ def _build_into(path: str, groups: list[list[Sub]], node_bytes: int) -> None:
 
 
 def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
-          shards: int = 1, node_bytes: int = 4096) -> int:
+          shards: int = 1, node_bytes: int = NODE_BYTES) -> int:
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 
     Behaves like ``pbtree.create`` followed by ``subscribe_many``, much faster; returns

@@ -23,6 +23,7 @@ from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, op
 from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
+from pbtree.lists import NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
 
@@ -498,9 +499,9 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX", help="directory to create (must not hold files)")
     p.add_argument("--shards", type=_int_in(1, 4096), default=1, metavar="K",
                    help="number of shards (default 1)")
-    p.add_argument("--node-bytes", type=_int_in(MIN_NODE_BYTES, MAX_NODE_BYTES), default=4096,
+    p.add_argument("--node-bytes", type=_int_in(MIN_NODE_BYTES, MAX_NODE_BYTES), default=NODE_BYTES,
                    metavar="N", help=f"list node size in bytes, {MIN_NODE_BYTES} to "
-                                     f"{MAX_NODE_BYTES} (default 4096)")
+                                     f"{MAX_NODE_BYTES} (default {NODE_BYTES})")
 
     p = _command(sub, "subscribe", cmd_subscribe, "add subscriptions",
                  "pbtree subscribe alerts.pbt 1 \"price < 100 and brand = 'acme'\"\n"

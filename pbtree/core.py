@@ -31,6 +31,7 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.ids import encode_id, encode_ids, shard_of
+from pbtree.lists import NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
@@ -391,7 +392,7 @@ class Index:
         return report
 
 
-def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = 4096, *,
+def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTES, *,
            map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
            fold_at: int | None = None) -> Index:
     """Create a new, empty index directory at ``path`` (which must not hold files).

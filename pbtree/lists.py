@@ -36,6 +36,10 @@ _U32 = struct.Struct("<I")
 FIXED_WIDTH = {NUMBER: 8, BOOL: 1}
 FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
+#: a new index's node capacity: four LMDB pages, so a hot list comes to the counter in a
+#: quarter as many arrays as with one-page nodes (a record over about half a page lives
+#: on overflow pages anyway: a full 4 KiB node takes two, a full 16 KiB node five)
+NODE_BYTES = 16384
 
 
 def node_key(node_id: int) -> bytes:

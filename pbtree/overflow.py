@@ -28,8 +28,8 @@ MAX_SET_ID = 2**32 - 2  # the id after a set's bounds its chunk range
 def capacity(node_bytes: int) -> int:
     """Sids a chunk may hold (more only when all of them are equal).
 
-    Half a node's bytes less four sids: with 4 KiB nodes and pages a full chunk
-    fills exactly two LMDB overflow pages (a 16-byte header, then the sids).
+    Half a node's bytes less four sids: a full chunk, after LMDB's 16-byte page
+    header, fills twice a node's bytes (eight 4 KiB overflow pages for 16 KiB nodes).
     """
     return node_bytes // 2 - 4
 

@@ -27,6 +27,7 @@ from pbtree import staged
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
+from pbtree.lists import NODE_BYTES
 from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
@@ -65,7 +66,7 @@ class Shard:
     """A shard directory: subscribe, unsubscribe and match inside one environment."""
 
     def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
-                 node_bytes: int = 4096, map_size: int = DEFAULT_MAP_SIZE,
+                 node_bytes: int = NODE_BYTES, map_size: int = DEFAULT_MAP_SIZE,
                  durable: bool = True, fold_at: int | None = None) -> None:
         self.path = path
         self.fold_at = fold_at

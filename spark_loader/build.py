@@ -23,6 +23,7 @@ import pyarrow as pa
 from pbtree import bulk
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
+from pbtree.lists import NODE_BYTES
 from pbtree.staging import check_outputs, commit_with, stage_outputs
 from spark_loader import layouts
 from spark_loader.arrowparse import filled
@@ -56,7 +57,7 @@ class BuildOptions:
     input: str
     output: str
     shards: int | None = None
-    node_bytes: int = 4096
+    node_bytes: int = NODE_BYTES
     rejects: str | None = None
     force: bool = False
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from pbtree.cli import common_options, note
 from pbtree.errors import PbtreeError
+from pbtree.lists import NODE_BYTES
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
@@ -38,7 +39,8 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                        help="index directory to create")
     build.add_argument("--shards", type=int, help="number of shards (default: Spark's "
                                                   "default parallelism)")
-    build.add_argument("--node-bytes", type=int, default=4096, help="list node size in bytes")
+    build.add_argument("--node-bytes", type=int, default=NODE_BYTES,
+                       help=f"list node size in bytes (default {NODE_BYTES})")
     build.add_argument("--rejects", metavar="PATH", help="write bad rows, with a reason "
                        "column, to Parquet at PATH and index the rest (default: fail)")
     build.add_argument("--force", action="store_true", help="replace an existing INDEX "

@@ -65,7 +65,7 @@ def built(tmp_path_factory) -> tuple[Path, list[dict], list]:
     path = tmp_path_factory.mktemp("base") / "index"
     subs = {n: random_subscription(rng, ATTRS, 300) for n in range(3000)}
     subs.update({f"s{n}": [("a", ">=", 3), ("b", "!=", 7)] for n in range(1500)})
-    with pbtree.create(path, shards=1) as ix:
+    with pbtree.create(path, shards=1, node_bytes=4096) as ix:  # small: lists of many nodes
         ix.subscribe_many(subs.items())
         ix.fold()  # into the trees, whose records the tests damage
     events = [random_event(rng, ATTRS, 300) for _ in range(40)]

@@ -28,6 +28,7 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import cli as pbtree_cli
 from pbtree.expr import format_predicates, parse
+from pbtree.lists import NODE_BYTES
 from pbtree.staging import Staging
 
 pytest.importorskip("pyspark")
@@ -53,7 +54,7 @@ def _build(spark, src, out, **options) -> build.BuildResult:
     return build.run(spark, build.BuildOptions(str(src), str(out), **options))
 
 
-def _api_index(path, subs: dict, shards: int, node_bytes: int = 4096) -> pbtree.Index:
+def _api_index(path, subs: dict, shards: int, node_bytes: int = NODE_BYTES) -> pbtree.Index:
     index = pbtree.create(path, shards=shards, node_bytes=node_bytes)
     index.subscribe_many(subs.items())
     index.fold()  # its trees are compared with the built ones

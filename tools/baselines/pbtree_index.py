@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pbtree.lists import NODE_BYTES
+
 #: the harness folds once, timed, after its update phase (``fold``), rather than
 #: whenever a shard reaches the default fold_at in the middle of a timed phase
 HOLD_FOLDS = 10**9
@@ -21,7 +23,7 @@ class PbtreeSystem:
         self,
         path: str | None = None,
         shards: int = 1,
-        node_bytes: int = 4096,
+        node_bytes: int = NODE_BYTES,
         batch: int = 50_000,
         build_mode: str = "auto",
     ):

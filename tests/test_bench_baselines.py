@@ -292,9 +292,43 @@ def test_held_bytes_prefers_the_matcher_process():
 def test_turns_median_leaves_out_the_warm_up_round():
     from tools.bench import turns_median
 
-    assert turns_median([0.2, 1.0, 0.9, 1.3]) == 1.0
-    assert turns_median([0.2, 1.0, 0.8]) == 0.9
-    assert turns_median([0.5]) == 0.5
+    assert turns_median([0.2, 1.0, 0.9, 1.3]) == pytest.approx(1.0)
+    assert turns_median([0.2, 1.0, 0.8]) == pytest.approx(0.9)
+    assert turns_median([0.5]) == pytest.approx(0.5)
+
+
+def test_harness_turns_only_with_counting_mem_and_survive_their_failure(tmp_path, capsys,
+                                                                        monkeypatch):
+    """No turns without counting-mem or with ``turns=0``; turns that fail leave the passes'
+    report whole, say why, and the summary gives the passes' ratio alone."""
+    from tools import bench, summary
+
+    def harness(only, turns, out):
+        return bench.run("equality", "small", only=only, out=out, n_subs=300,
+                         settings=dict(sample=2, warmup=2, events=5, budget=2.0, single=3,
+                                       batched=10, batch=5, live=10, live_events=1,
+                                       sustained=20, turns=turns, turn_events=3),
+                         log=lambda _m: None)
+
+    assert "turns" not in harness(["pbtree", "scan"], 2, None)
+    assert "turns" not in harness(["pbtree", "counting-mem"], 0, None)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("no room for a second index")
+
+    monkeypatch.setattr(bench, "in_turns", broken)
+    report = harness(["pbtree", "counting-mem"], 2, tmp_path)
+    assert report["turns"]["error"] == "RuntimeError: no room for a second index"
+    assert "broken" in report["turns"]["traceback"]
+    assert all(r["correct"] and r["events_per_s"] > 0 for r in report["results"])
+    assert "**in turns**: RuntimeError" in (tmp_path / "equality-small.md").read_text()
+    capsys.readouterr()
+    assert summary.main(str(tmp_path)) == 0
+    row = capsys.readouterr().out.splitlines()[2]
+    assert row.startswith("| equality |") and "in turns" not in row
+    for bad in ("-1", "two"):
+        with pytest.raises(SystemExit):
+            bench.main(["equality", "--turns", bad])
 
 
 def test_turns_times_systems_round_by_round():
@@ -317,6 +351,8 @@ def test_turns_times_systems_round_by_round():
                              (["pbtree", "counting_mem"], "unknown system 'counting_mem'")):
         with pytest.raises(ValueError, match=message):
             turns.turns("equality", "small", systems, n_subs=10)
+    with pytest.raises(ValueError, match="one round or more, not 0"):
+        turns.turns("equality", "small", ["pbtree", "counting-mem"], rounds=0, n_subs=10)
 
 
 def test_mismatch_names_the_first_wrong_event_and_its_ids():

@@ -39,7 +39,7 @@ import time
 import timeit
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,8 @@ DISK_SYSTEMS = ("pbtree", "sqlite", "duckdb")
 
 # per scale: reference sample, warm-up events, timed events at most, seconds at most per phase,
 # single updates, batched updates, batch size, subscriptions of the live phase and the events
-# matched after each of its batches, subscriptions of the sustained phase
+# matched after each of its batches, subscriptions of the sustained phase, rounds in turns
+# (``TURNS_WITH``) and the events of each system's round
 SETTINGS = {
     "small": dict(sample=20, warmup=20, events=1000, budget=15.0, single=200, batched=2000,
                   batch=500, live=4000, live_events=10, sustained=40000, turns=4, turn_events=200),
@@ -218,19 +219,36 @@ def make_system(name: str, workdir: str, pbtree_build: str = "auto") -> Any:
     return make(name, workdir)
 
 
+def check_turns(systems: Sequence[str], rounds: int) -> None:
+    """Refuse what ``in_turns`` cannot time: unknown or repeated systems, fewer than two,
+    or no round."""
+    unknown = [name for name in systems if name not in SYSTEMS]
+    if unknown:
+        raise ValueError(f"unknown system {unknown[0]!r}; expected some of {', '.join(SYSTEMS)}")
+    if len(set(systems)) < len(systems) or len(systems) < 2:
+        raise ValueError(f"turns compares two or more different systems, not {list(systems)}")
+    if rounds < 1:
+        raise ValueError(f"turns take one round or more, not {rounds}")
+
+
 def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, list]],
-             systems: Sequence[str], rounds: int, log=print) -> dict[str, Any]:
-    """Build every system on ``core``, check each on ``sample`` (refusing to time a wrong
-    one), then match ``events`` with each system per round, in turns, so that a spell of
-    the machine slows them all alike; the first round holds each system's warm-up.
-    Returns the events/s of each round per system and each round's ratio of the first
-    system to every other (above 1: the first is faster)."""
+             systems: Sequence[str], rounds: int, log=print, workdir: str | None = None,
+             pbtree_build: str = "auto") -> dict[str, Any]:
+    """Build every system on ``core`` (in a temporary directory under ``workdir``), check
+    each on ``sample`` (refusing to time a wrong one), then match ``events`` with each
+    system per round, in turns, so that a spell of the machine slows them all alike; the
+    first round holds each system's warm-up. Returns the events/s of each round per
+    system and each round's ratio of the first system to every other (above 1: the first
+    is faster)."""
+    check_turns(systems, rounds)
+    if not events:
+        raise ValueError("turns need one event or more to time")
     built: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="pbtree-turns-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="pbtree-turns-", dir=workdir) as work:
         try:
             for name in systems:
-                os.makedirs(os.path.join(workdir, name))
-                system = built[name] = make_system(name, os.path.join(workdir, name))
+                os.makedirs(os.path.join(work, name))
+                system = built[name] = make_system(name, os.path.join(work, name), pbtree_build)
                 system.build(core)
                 wrong = mismatch(system, sample)
                 if wrong is not None:
@@ -249,7 +267,8 @@ def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, li
             speed.append(python_ms())
         finally:
             for system in built.values():
-                system.close()
+                with suppress(Exception):  # an error in flight says more than one closing
+                    system.close()
     first = systems[0]
     ratios = {name: [a / b for a, b in zip(rates[first], rates[name], strict=True)]
               for name in systems[1:]}
@@ -603,8 +622,8 @@ COLUMNS = (
 )
 
 
-def _speed(machine: dict[str, Any]) -> str:
-    """The machine's pure-Python speed at the start and end of the run, if recorded."""
+def speed_note(machine: dict[str, Any]) -> str:
+    """The machine's pure-Python speed at the start and end of a run, if recorded."""
     ms = machine.get("python_ms")
     return f" (`sum(range(1_000_000))`: {ms[0]:.1f} ms, then {ms[1]:.1f} ms)" if ms else ""
 
@@ -623,7 +642,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"(mean fraction of subscriptions matched per event).",
         "",
         f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}"
-        + _speed(report['machine']) + "; "
+        + speed_note(report['machine']) + "; "
         f"generated in {report['generate_s']:.1f} s; code at "
         f"{report.get('code', {}).get('commit', '?')}"
         + (" with uncommitted engine changes" if report.get("code", {}).get("engine_changes")
@@ -663,11 +682,10 @@ def markdown(report: dict[str, Any]) -> str:
     elif timed:
         medians = ", ".join(f"pbtree / {name} {turns_median(r):.2f}×"
                             for name, r in timed["ratios"].items())
-        lo, hi = timed["python_ms"]
+        which = "median ratio of the rounds after the first" if timed["rounds"] > 1 else "ratio"
         lines += ["", f"Matched again in turns, one system right after the other on the same "
-                  f"{timed['events']} events, {timed['rounds']} rounds (`sum(range(1_000_000))` "
-                  f"{lo:.1f} ms, then {hi:.1f} ms); median ratio of the rounds after the "
-                  f"first: {medians}.", "", turns_table(timed)]
+                  f"{timed['events']} events, {timed['rounds']} rounds{speed_note(timed)}; "
+                  f"{which}: {medians}.", "", turns_table(timed)]
     return "\n".join(lines) + "\n"
 
 
@@ -826,10 +844,12 @@ def run(
                 warm = cfg["warmup"]
                 try:
                     timed = in_turns(core, wl.events[warm:warm + cfg["turn_events"]], sample,
-                                     ["pbtree", *partners], cfg["turns"], log)
+                                     ["pbtree", *partners], cfg["turns"], log, base_dir,
+                                     pbtree_build)
                 except Exception as exc:  # the passes' numbers stand without it
-                    timed = {"error": f"{type(exc).__name__}: {exc}"}
-                log("   " + json.dumps(timed))
+                    timed = {"error": f"{type(exc).__name__}: {exc}",
+                             "traceback": traceback.format_exc()}
+                log("   " + json.dumps({k: v for k, v in timed.items() if k != "traceback"}))
     finally:
         if workdir is None:
             shutil.rmtree(base_dir, ignore_errors=True)
@@ -868,6 +888,14 @@ def run(
     return report
 
 
+def _rounds(text: str) -> int:
+    """A ``--turns`` value: a whole number of rounds, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of rounds, 0 or more, not "
+                                         f"{text!r}")
+    return int(text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.split("\n")[0])
     ap.add_argument("profile", choices=sorted(PROFILES))
@@ -884,7 +912,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workdir", default=None, help="keep the systems' files here")
     ap.add_argument("--pbtree-build", choices=("auto", "bulk", "api"), default="auto",
                     help="load pbtree with its bulk loader or subscribe_many (auto: bulk if any)")
-    ap.add_argument("--turns", type=int, default=None, metavar="ROUNDS",
+    ap.add_argument("--turns", type=_rounds, default=None, metavar="ROUNDS",
                     help=f"rounds of pbtree and {', '.join(TURNS_WITH)} matching in turns after "
                          "the passes (default 4; 0: none)")
     args = ap.parse_args(argv)

@@ -21,9 +21,17 @@ def row(report: dict) -> str:
     ours = by_name["pbtree"]
     rate = ours["events_per_s"]
     in_turns = report.get("turns", {}).get("ratios", {})
-    ratios = " | ".join(f"{rate / by_name[s]['events_per_s']:.2f}×" + (
-        f" ({turns_median(in_turns[s]):.2f}× in turns)" if s in in_turns else "")
-        if s in by_name else "—" for s in SYSTEMS)
+
+    def versus(name: str) -> str:
+        """pbtree's events/s over ``name``'s, in the passes and, if timed so, in turns."""
+        if name not in by_name:
+            return "—"
+        cell = f"{rate / by_name[name]['events_per_s']:.2f}×"
+        if name in in_turns:
+            cell += f" ({turns_median(in_turns[name]):.2f}× in turns)"
+        return cell
+
+    ratios = " | ".join(map(versus, SYSTEMS))
     growth = held_bytes(ours) / ours["index_bytes"] * 100
     workload = report["workload"]
     scale = f"{workload['subscriptions'] // 1000:,}k"

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tools import reference
-from tools.bench import SYSTEMS, in_turns, turns_table, workload_frozen
+from tools.bench import check_turns, in_turns, speed_note, turns_table, workload_frozen
 from tools.workloads import PROFILES, generate
 
 
@@ -25,11 +25,7 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
     """Build every system on the profile's subscriptions, check each against the reference
     on ``sample`` events, then time ``events`` events per system per round, in turns
     (``bench.in_turns``)."""
-    unknown = [name for name in systems if name not in SYSTEMS]
-    if unknown:
-        raise ValueError(f"unknown system {unknown[0]!r}; expected some of {', '.join(SYSTEMS)}")
-    if len(set(systems)) < len(systems) or len(systems) < 2:
-        raise ValueError(f"turns compares two or more different systems, not {list(systems)}")
+    check_turns(systems, rounds)  # before a 1M workload is generated
     wl = generate(profile, scale, seed, n_subs=n_subs)
     core = wl.core()
     want = [(ev, reference.match(core, ev)) for ev in wl.events[:sample]]
@@ -40,11 +36,9 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
 
 def markdown(report: dict[str, Any]) -> str:
     """A table of the rounds (``bench.turns_table``), then what was timed."""
-    lo, hi = report["python_ms"]
     return turns_table(report) + (
         f"\n\n{report['profile']} ({report['scale']}, {report['subscriptions']:,} subscriptions),"
-        f" {report['events']} events a round; `sum(range(1_000_000))` {lo:.1f} ms before the"
-        f" rounds, {hi:.1f} ms after\n")
+        f" {report['events']} events a round{speed_note(report)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--events", type=int, default=500, help="events per system per round")
     args = ap.parse_args(argv)
-    report = turns(args.profile, args.scale, args.systems.split(","), args.rounds, args.events)
+    try:
+        report = turns(args.profile, args.scale, args.systems.split(","), args.rounds,
+                       args.events)
+    except ValueError as exc:
+        ap.error(str(exc))
     print(markdown(report))
     return 0
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pbtree
 from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, open_output
-from pbtree.core import MAX_NODE_BYTES, MIN_NODE_BYTES, normalize
+from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
-from pbtree.lists import NODE_BYTES
+from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
 

@@ -31,7 +31,7 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.ids import encode_id, encode_ids, shard_of
-from pbtree.lists import NODE_BYTES
+from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
@@ -41,8 +41,6 @@ from storage.keys import ValueRejected, check_string, event_payload
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
 FORMAT_VERSION = 1
-MIN_NODE_BYTES = 256
-MAX_NODE_BYTES = 1 << 20
 MAX_ATTR_BYTES = 400
 #: one below the count that marks a free sid in the counter (snapshot.FREE), which the
 #: stale pending postings of a removed subscription must never reach

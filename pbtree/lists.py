@@ -36,9 +36,11 @@ _U32 = struct.Struct("<I")
 FIXED_WIDTH = {NUMBER: 8, BOOL: 1}
 FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
-#: a new index's node capacity: four LMDB pages, so a hot list comes to the counter in a
-#: quarter as many arrays as with one-page nodes (a record over about half a page lives
-#: on overflow pages anyway: a full 4 KiB node takes two, a full 16 KiB node five)
+#: the node capacities an index may have (``core.check_layout``)
+MIN_NODE_BYTES, MAX_NODE_BYTES = 256, 1 << 20
+#: a new index's node capacity, 16 KiB of payload, so a hot list comes to the counter in a
+#: quarter as many arrays as with 4 KiB nodes (a record over about half a page lives on
+#: overflow pages anyway: a full 4 KiB node takes two pages, a full 16 KiB node five)
 NODE_BYTES = 16384
 
 

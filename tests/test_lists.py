@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pbtree.lists import ITEM_OVERFLOW, Node, View, appended, pack
 from storage.keys import BOOL, NUMBER, STRING
 
-NODE_BYTES, INLINE_MAX = 1024, 256
+SMALL_NODE, INLINE_MAX = 1024, 256
 
 
 @st.composite
@@ -44,12 +44,12 @@ def test_splice_equals_decode_append_encode(case):
         node.add_sids(node.find(key), sids)
     spilled = {}
     expected = node.encode(INLINE_MAX, lambda i, sids: spilled.__setitem__(i, sids))
-    got = appended(View(raw, 5), 5, adds, INLINE_MAX, NODE_BYTES)
+    got = appended(View(raw, 5), 5, adds, INLINE_MAX, SMALL_NODE)
     if got is None:  # refused: an item is or becomes an overflow set, or it needs a split
-        assert spilled or node.size > NODE_BYTES or any(
+        assert spilled or node.size > SMALL_NODE or any(
             node.overflow[node.find(key)] for key in adds)
     else:
-        assert got == expected and not spilled and node.size <= max(NODE_BYTES, len(got))
+        assert got == expected and not spilled and node.size <= max(SMALL_NODE, len(got))
 
 
 #: keys of each family as stored: 8 bytes big-endian, one byte, or any bytes (NULs too)

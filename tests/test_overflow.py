@@ -13,6 +13,7 @@ from oracle import oracle_match
 
 import pbtree
 from pbtree.expr import parse
+from pbtree.lists import NODE_BYTES
 from pbtree.overflow import capacity, pieces
 
 #: shapes that all land in the same few places: eq(1), GT 0, LT 9, INEQ 4; the last ones
@@ -36,6 +37,13 @@ def test_pieces_keep_bounds_and_runs(values, cap):
 def test_capacity_holds_more_than_an_inline_set():
     for node_bytes in (256, 4096, 1 << 20):
         assert 4 * capacity(node_bytes) > node_bytes // 4
+
+
+def test_a_full_chunk_fills_whole_pages():
+    """FORMAT §3.5: a full chunk of u32 sids after LMDB's 16-byte page header fills 2·C
+    bytes, eight 4 KiB pages at the default node size."""
+    assert 4 * capacity(NODE_BYTES) + 16 == 2 * NODE_BYTES == 8 * 4096
+    assert 4 * capacity(4096) + 16 == 2 * 4096
 
 
 @settings(max_examples=30, deadline=None,

@@ -327,8 +327,11 @@ def test_harness_turns_only_with_counting_mem_and_survive_their_failure(tmp_path
     row = capsys.readouterr().out.splitlines()[2]
     assert row.startswith("| equality |") and "in turns" not in row
     for bad in ("-1", "two"):
-        with pytest.raises(SystemExit):
+        with pytest.raises(SystemExit) as refused:
             bench.main(["equality", "--turns", bad])
+        assert refused.value.code == 2  # argparse's usage error, before any workload
+        assert f"expected a whole number of rounds, 0 or more, not '{bad}'" in \
+            capsys.readouterr().err
 
 
 def test_turns_times_systems_round_by_round():
@@ -353,6 +356,8 @@ def test_turns_times_systems_round_by_round():
             turns.turns("equality", "small", systems, n_subs=10)
     with pytest.raises(ValueError, match="one round or more, not 0"):
         turns.turns("equality", "small", ["pbtree", "counting-mem"], rounds=0, n_subs=10)
+    with pytest.raises(ValueError, match="one event or more a round, not 0"):
+        turns.turns("equality", "small", ["pbtree", "counting-mem"], events=0, n_subs=10)
 
 
 def test_mismatch_names_the_first_wrong_event_and_its_ids():

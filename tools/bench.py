@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import os
 import platform
 import shutil
@@ -83,11 +84,12 @@ def mismatch(system: Any, sample: Sequence[tuple[dict, list]]) -> dict[str, Any]
         return None
     ev, want = sample[wrong[0]]
     got = system.match(ev)
+    got_ids, want_ids = set(got), set(want)
     return {
         "events_wrong": len(wrong),
         "first_event": wrong[0],
-        "missing": [x for x in want if x not in set(got)][:20],
-        "extra": [x for x in got if x not in set(want)][:20],
+        "missing": [x for x in want if x not in got_ids][:20],
+        "extra": [x for x in got if x not in want_ids][:20],
     }
 
 
@@ -219,9 +221,9 @@ def make_system(name: str, workdir: str, pbtree_build: str = "auto") -> Any:
     return make(name, workdir)
 
 
-def check_turns(systems: Sequence[str], rounds: int) -> None:
+def check_turns(systems: Sequence[str], rounds: int, events: int) -> None:
     """Refuse what ``in_turns`` cannot time: unknown or repeated systems, fewer than two,
-    or no round."""
+    no round or no event."""
     unknown = [name for name in systems if name not in SYSTEMS]
     if unknown:
         raise ValueError(f"unknown system {unknown[0]!r}; expected some of {', '.join(SYSTEMS)}")
@@ -229,6 +231,8 @@ def check_turns(systems: Sequence[str], rounds: int) -> None:
         raise ValueError(f"turns compares two or more different systems, not {list(systems)}")
     if rounds < 1:
         raise ValueError(f"turns take one round or more, not {rounds}")
+    if events < 1:
+        raise ValueError(f"turns time one event or more a round, not {events}")
 
 
 def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, list]],
@@ -240,9 +244,7 @@ def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, li
     first round holds each system's warm-up. Returns the events/s of each round per
     system and each round's ratio of the first system to every other (above 1: the first
     is faster)."""
-    check_turns(systems, rounds)
-    if not events:
-        raise ValueError("turns need one event or more to time")
+    check_turns(systems, rounds, len(events))
     built: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pbtree-turns-", dir=workdir) as work:
         try:
@@ -260,10 +262,8 @@ def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, li
             rates: dict[str, list[float]] = {name: [] for name in systems}
             for _ in range(rounds):
                 for name, system in built.items():
-                    t0 = time.perf_counter()
-                    for ev in events:
-                        system.match(ev)
-                    rates[name].append(len(events) / (time.perf_counter() - t0))
+                    lat = time_events(system, events, len(events), math.inf)
+                    rates[name].append(len(lat) / sum(lat))
             speed.append(python_ms())
         finally:
             for system in built.values():

@@ -25,7 +25,7 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
     """Build every system on the profile's subscriptions, check each against the reference
     on ``sample`` events, then time ``events`` events per system per round, in turns
     (``bench.in_turns``)."""
-    check_turns(systems, rounds)  # before a 1M workload is generated
+    check_turns(systems, rounds, events)  # before a 1M workload is generated
     wl = generate(profile, scale, seed, n_subs=n_subs)
     core = wl.core()
     want = [(ev, reference.match(core, ev)) for ev in wl.events[:sample]]

@@ -37,13 +37,14 @@ _SEQUENCE = frozenset((tuple, list))
 _STR = {str}
 
 
-def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
-                   ) -> tuple[list[list | None], Grouped]:
+def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
+                   names_seen: Names | None = None) -> tuple[list[list | None], Grouped]:
     """Per source, its core predicates as ``core.normalize`` gives them, or None where
     ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
     value or name it refuses or more than ``max_predicates`` core predicates, or two
     'in' sets on one attribute. And the postings of those given, unsorted, their sids
-    the sources' positions."""
+    the sources' positions. ``names_seen`` keeps the attribute names checked and sorted
+    between the batches of one index."""
     out: list[list | None] = [None] * len(sources)
     if set(map(type, sources)) <= _SEQUENCE and all(sources):
         taken, subs = list(range(len(sources))), list(sources)
@@ -57,20 +58,10 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
         columns = _columns(subs)
     if not subs:
         return out, NOTHING
-    attrs, distinct, op, values = columns  # type: ignore[misc]
-    named = set(map(type, attrs)) == _STR  # a str subclass equal to a name is no name
-    if named and all(map(str.isascii, distinct)) and "" not in distinct and \
-            max(map(len, distinct)) <= max_attr_bytes:
-        names = sorted(distinct)
-    else:
-        names = sorted(a for a in distinct if type(a) is str and a and a.isascii()
-                       and len(a) <= max_attr_bytes)
-    rank = dict(zip(names, range(len(names)), strict=True))
-    attr = np.fromiter(map(rank.get, attrs, repeat(-1)), np.int64, len(attrs))
-    if not named:
-        attr[~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))] = -1
+    attrs, op, values = columns  # type: ignore[misc]
+    names, encoded, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
-    rows = _Rows(names, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
+    rows = _Rows(names, encoded, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
     grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in', 'between'
     sets = [values[i] for i in grouped.tolist()]
     sizes = _sizes(sets, op[grouped] == _BETWEEN)
@@ -99,9 +90,10 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int
     bad = np.zeros(len(subs), bool)
     bad[rows.sub_of[~ok]] = True
     lists, found = rows.done(bad, max_predicates, np.array(taken, np.uint32))
-    for j, preds in enumerate(lists):
-        if preds is not None:
-            out[taken[j]] = preds
+    if len(taken) == len(sources):
+        return lists, found
+    for j, preds in zip(taken, lists, strict=True):
+        out[j] = preds
     return out, found
 
 
@@ -130,22 +122,77 @@ def _plain(pred: object) -> bool:
         type(pred[1]) is str  # type: ignore[index]
 
 
-def _columns(subs: list) -> tuple[tuple, set, np.ndarray, tuple] | None:
-    """(attributes, the distinct ones, operator codes, values) of the subscriptions'
-    predicates, or None if one is not a 3-item list or tuple, its operator is not a str
-    or its attribute can't be hashed."""
+def _columns(subs: list) -> tuple[tuple, np.ndarray, tuple] | None:
+    """(attributes, operator codes, values) of the subscriptions' predicates, or None if
+    one is not a 3-item list or tuple, its operator is not a str or its attribute can't
+    be hashed."""
     if not subs:
-        return (), set(), np.zeros(0, np.int64), ()
+        return (), np.zeros(0, np.int64), ()
     if not set(map(type, chain.from_iterable(subs))) <= _SEQUENCE:
         return None
     try:
         attrs, ops, values = zip(*chain.from_iterable(subs), strict=True)
         if not set(map(type, ops)) <= _STR:
             return None
-        return attrs, set(attrs), \
-            np.fromiter(map(_SOURCE_OP.get, ops, repeat(-1)), np.int64, len(ops)), values
+        hash(attrs)  # TypeError if an attribute can't be hashed
+        return attrs, np.fromiter(map(_SOURCE_OP.get, ops, repeat(-1)), np.int64, len(ops)), \
+            values
     except (ValueError, TypeError):
         return None
+
+
+#: the most attribute names ``Names`` keeps: ~150 bytes each
+KEEP_NAMES = 1 << 15
+
+
+class Names:
+    """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
+    index's batches have held, sorted, with their ranks and bytes: up to ``keep`` of
+    them, past that the last batch's. A batch of names all seen ranks them in one map,
+    not sorting and checking them again (1M ``sparse`` has ~4,000 names in a batch of
+    1,000 subscriptions). The four are replaced together, never changed in place: a batch
+    in another thread sees one whole set."""
+
+    def __init__(self, keep: int = KEEP_NAMES) -> None:
+        self.keep = keep
+        self.known: tuple[int, dict[str, int], np.ndarray, np.ndarray] = \
+            (0, {}, np.zeros(0, object), np.zeros(0, object))
+
+    def ranked(self, attrs: tuple, max_attr_bytes: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The valid names among ``attrs`` (hashable) in order, their bytes, and each
+        attribute's index into them, -1 where it is not a valid name."""
+        limit, rank, names, encoded = self.known
+        if limit != max_attr_bytes:
+            rank = {}
+        other = None if set(map(type, attrs)) == _STR else \
+            ~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))
+        attr = _ranks(rank, attrs, other)  # a str subclass equal to a name is no name
+        if attr.min(initial=0) < 0:
+            new = {a for a in compress(attrs, attr < 0) if type(a) is str and a and
+                   a.isascii() and len(a) <= max_attr_bytes}
+            if new:
+                kept = set(compress(attrs, attr >= 0)) if len(rank) + len(new) > self.keep \
+                    else rank.keys()
+                names = np.array(sorted([*kept, *new]), object)
+                rank = dict(zip(names.tolist(), range(names.size), strict=True))
+                encoded = np.array(list(map(str.encode, names.tolist())), object)
+                self.known = (max_attr_bytes, rank, names, encoded)
+                attr = _ranks(rank, attrs, other)
+        valid = attr >= 0
+        present = np.zeros(names.size, bool)
+        present[attr[valid]] = True
+        attr[valid] = (np.cumsum(present) - 1)[attr[valid]]  # ranks among those present
+        used = np.flatnonzero(present)
+        return names[used], encoded[used], attr
+
+
+def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:
+    """Each attribute's rank, -1 where ``rank`` lacks it or ``other`` marks it."""
+    attr = np.fromiter(map(rank.get, attrs, repeat(-1)), np.int64, len(attrs))
+    if other is not None:
+        attr[other] = -1
+    return attr
 
 
 def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
@@ -170,8 +217,9 @@ class _Rows:
     """The core predicates of a batch as columns (subscription, attribute index, rank,
     family, key, value), added a kind of source predicate at a time."""
 
-    def __init__(self, names: list[str], sub_of: np.ndarray, attr: np.ndarray) -> None:
-        self.names, self.sub_of, self.attr = names, sub_of, attr
+    def __init__(self, names: np.ndarray, encoded: np.ndarray, sub_of: np.ndarray,
+                 attr: np.ndarray) -> None:
+        self.names, self.encoded, self.sub_of, self.attr = names, encoded, sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
         self.texts: list[str] = []  # the strings that string keys rank
@@ -214,7 +262,7 @@ class _Rows:
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
         held = np.concatenate(self.values)
-        place = ((sub * len(self.names) + attr) * 8 + rank) * 4 + family
+        place = ((sub * self.names.size + attr) * 8 + rank) * 4 + family
         order = np.argsort(place, kind="stable")  # rows come near sub order: runs
         place = place[order]
         tie = place[1:] == place[:-1]
@@ -229,7 +277,7 @@ class _Rows:
         sub, attr, rank = sub[keep], attr[keep], rank[keep]
         count = np.bincount(sub, minlength=bad.size)
         bad |= count > max_predicates
-        triples = list(zip(np.array(self.names, object)[attr].tolist(), _CORE_OP[rank].tolist(),
+        triples = list(zip(self.names[attr].tolist(), _CORE_OP[rank].tolist(),
                            held[order].tolist(), strict=True))
         ends = np.cumsum(count).tolist()
         lists = [None if b else triples[a:e]
@@ -249,12 +297,13 @@ class _Rows:
         family = np.concatenate((family[scalar], family[second], set_family[in_set]))
         keys = np.concatenate((keys[scalar], keys[second], set_keys[in_set]))
         strings = np.flatnonzero(family == STRING)
-        used = np.unique(keys[strings])  # the strings a kept posting holds, in order
-        keys[strings] = np.searchsorted(used, keys[strings])
+        held = np.zeros(len(self.texts), bool)  # the strings a kept posting holds
+        held[keys[strings].astype(np.int64)] = True
+        keys[strings] = (np.cumsum(held, dtype=np.uint64) - 1)[keys[strings].astype(np.int64)]
         kind = np.concatenate((FIRST_KIND[rank[scalar]], SECOND_KIND[rank[second]],
                                np.full(np.count_nonzero(in_set), EQ, np.int64)))
         attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
         sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))
-        return Grouped([name.encode() for name in self.names],
-                       [self.texts[i].encode() for i in used.tolist()],
+        return Grouped(self.encoded.tolist(),
+                       [self.texts[i].encode() for i in np.flatnonzero(held).tolist()],
                        code(attr, family, kind), keys, sids[sub])

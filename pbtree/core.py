@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from pbtree import expr as expressions
-from pbtree.batch import normalize_many, shard_postings
+from pbtree.batch import Names, normalize_many, shard_postings
 from pbtree.collector import collector_paused
 from pbtree.errors import (
     CorruptIndexError,
@@ -184,6 +184,7 @@ class Index:
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
+        self._names = Names()  # the attribute names of its batches, checked and sorted
 
     # --- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
@@ -220,7 +221,8 @@ class Index:
             fast, found = [None] * len(pairs), None
         else:
             fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
-                                          for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES)
+                                          for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES,
+                                         self._names)
         ids = [p[0] for p in pairs] if None not in fast else []
         idkeys = encode_ids(ids) if ids else None
         if idkeys is not None:  # all checked: no item to report

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pbtree
-from pbtree.batch import normalize_many
+from pbtree.batch import Names, normalize_many
 from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates, parse
@@ -145,6 +145,33 @@ def test_common_shapes_are_taken(batch: list, limit: int) -> None:
             assert got is None or same(got, want)
         else:
             assert got is not None and same(got, want), (source, got, want)
+
+
+#: kept between the examples of the test below, as an index keeps its ``Names``
+SEEN = {keep: Names(keep) for keep in (2, 6, 1 << 15)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(sources, max_size=8), st.sampled_from(sorted(SEEN)),
+       st.sampled_from([1, 2, MAX_ATTR_BYTES]))
+def test_names_seen_before_change_nothing(batch: list, keep: int, limit: int) -> None:
+    """A batch gives the same through names kept from earlier batches (with other
+    limits, and past ``keep``) as through none."""
+    fresh = normalize_many(batch, MAX_PREDICATES, limit)
+    seen = normalize_many(batch, MAX_PREDICATES, limit, SEEN[keep])
+    assert seen[0] == fresh[0]
+    assert listed(joined([seen[1]])) == listed(joined([fresh[1]]))
+
+
+def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
+    seen = Names(keep=3)
+    for batch, kept in [([[("b", "=", 1), ("a", "<", 2)]], ["a", "b"]),
+                        ([[("c", "=", 1)], [("d", "in", (1, 2)), ("é", "=", 1)]], ["c", "d"]),
+                        ([[("d", "=", 2), ("a", ">", 0)]], ["a", "c", "d"]),
+                        ([[("a", "=", 2)]], ["a", "c", "d"])]:
+        got = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES, seen)
+        assert got[0] == normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)[0]
+        assert list(seen.known[1]) == kept
 
 
 def test_values_at_the_edges() -> None:

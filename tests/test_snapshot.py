@@ -25,6 +25,7 @@ from pbtree import pending as pending_module
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
 from pbtree.postings import grouped
+from pbtree.shard import KEEP_PINNED
 from pbtree.snapshot import Snapshot
 from pbtree.subs import postings
 
@@ -353,6 +354,33 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             event = random_event(rng, ["a", "b", "c"], 20)
             assert ix.match(event) == oracle_match(model, event)
 
+def test_writes_keep_the_pinned_snapshot_for_a_few_commits(tmp_path, pbtrees):
+    """Up to KEEP_PINNED writes after a match keep its snapshot pinned: the next match
+    renews the same counter in place and keeps the flattened trees. One more write
+    releases it (pinning no more pages), and the next match reads its tables anew."""
+    model = {n: parse(f"a > {n % 7}") for n in range(50)}
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        ix.subscribe_many(model.items())
+        ix.fold()
+        for _ in range(matcher.FLATTEN_AFTER + 1):
+            assert ix.match({"a": 4}) == oracle_match(model, {"a": 4})
+        shard = ix.shards[0]
+        flat = dict(shard._cache.trees)
+        assert any(isinstance(tree, Flat) for tree in flat.values())
+        for writes, kept in ((KEEP_PINNED, True), (KEEP_PINNED + 1, False)):
+            counter, first = shard._cache.counter, shard._snapshot.id()
+            for k in range(writes):
+                sub_id = 1000 * writes + k
+                ix.subscribe(sub_id, "a > 2")
+                model[sub_id] = parse("a > 2")
+            assert (shard._snapshot is not None) == kept
+            assert ix.match({"a": 4}) == oracle_match(model, {"a": 4})
+            assert shard._snapshot.id() == first + writes
+            assert (shard._cache.counter is counter) == kept
+            assert (shard._cache.trees == flat) == kept
+            assert_tables_fresh(ix)
+
+
 def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtrees):
     """Trees a snapshot had flattened are flattened again on their second use in a snapshot
     that cannot keep them (after an unsubscribe or a fold changes trees, and after a burst
@@ -380,10 +408,10 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
             if kind == "unsubscribe":
                 assert ix.unsubscribe(n)
                 del model[n]
-            elif kind == "burst":
-                ix.subscribe(200 + n, "a > 1")
-                ix.subscribe(300 + n, "b != 2")
-                model.update({200 + n: parse("a > 1"), 300 + n: parse("b != 2")})
+            elif kind == "burst":  # the last write finds the pinned snapshot too old
+                for k in range(KEEP_PINNED + 1):
+                    ix.subscribe(200 + 20 * n + k, "a > 1" if k % 2 else "b != 2")
+                    model[200 + 20 * n + k] = parse("a > 1" if k % 2 else "b != 2")
             else:
                 assert ix.fold() > 0
 

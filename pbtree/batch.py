@@ -21,7 +21,7 @@ import numpy as np
 
 from pbtree.expr import OP_SPELLINGS, OPS_CORE
 from pbtree.leaf import EQ
-from pbtree.postings import NOTHING, Grouped, code, concatenated, constants, group
+from pbtree.postings import NOTHING, Grouped, code, concatenated, constants, unsorted
 from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from storage.keys import STRING
 
@@ -113,7 +113,7 @@ def shard_postings(found: Grouped, items: list) -> Grouped:
                                      sids=k[mine].astype(np.uint32)))
     rest = np.flatnonzero(at < 0)
     if rest.size:
-        pieces.append(group(rest.astype(np.uint32), [items[i][2] for i in rest.tolist()]))
+        pieces.append(unsorted(rest.astype(np.uint32), [items[i][2] for i in rest.tolist()]))
     return concatenated(pieces) if pieces else NOTHING
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, concatenated, group, grouped, joined
+from pbtree.postings import Grouped, code, concatenated, grouped, unsorted
 from pbtree.tree import read_counter, read_folded
 
 
@@ -39,22 +39,21 @@ class Sorted:
 
     @classmethod
     def of(cls, place: np.ndarray, keys: np.ndarray, sids: np.ndarray) -> Sorted:
-        """The postings of aligned columns whose sids ascend among those of each place
-        and key (as in runs of later sids one after the other)."""
-        codes, values = distinct(place), distinct(keys)
-        return cls.ordered(codes, np.searchsorted(codes, place), values,
-                           np.searchsorted(values, keys), sids)
+        """The postings of aligned columns, in any order."""
+        (codes, number), (values, rank) = ranked_distinct(place), ranked_distinct(keys)
+        return cls.ordered(codes, number, values, rank, sids)
 
     @classmethod
     def ordered(cls, codes: np.ndarray, number: np.ndarray, values: np.ndarray,
                 rank: np.ndarray, sids: np.ndarray) -> Sorted:
         """``of`` the postings given as their place's number among ``codes`` and their
-        key's rank among ``values``: sorted by one stable sort of the integer of the two,
-        which finds the sorted runs it is given (several times faster than a lexsort of
-        the three columns)."""
+        key's rank among ``values``: sorted by one stable sort of the integer of the two
+        and the sid, which finds the sorted runs it is given (several times faster than a
+        lexsort of the three columns)."""
         out = cls(codes, np.zeros(codes.size + 1, np.int64), values, values[:0], sids)
         ranked = out.ranked_of(number, rank)
-        order = np.argsort(ranked, kind="stable")
+        order = np.argsort(ranked.astype(np.uint64) << np.uint64(32) | sids, kind="stable") \
+            if ranked.dtype == np.uint32 else np.lexsort((sids, ranked))
         out.ranked, out.sids = ranked[order], sids[order]
         np.cumsum(np.bincount(number, minlength=codes.size), out=out.bounds[1:])
         return out
@@ -147,15 +146,15 @@ def ranked_among(strings: Sequence[bytes], payload: bytes, lo: int = 0,
 
 
 def pending_postings(txn: lmdb.Transaction, dbs: dict, first: int, end: int,
-                     written: Written, sort: bool = True) -> Grouped:
-    """The postings of the pending sids ``first .. end``, sorted unless not ``sort``: of
-    those whose records still exist, read in, but for the last ones ``written`` holds
+                     written: Written) -> Grouped:
+    """The postings, unsorted, of the pending sids ``first .. end``: of those whose
+    records still exist, read in, but for the last ones ``written`` holds
     (``Written.held_from``)."""
     held_from = written.held_from(first, end)
-    pieces = [written.take(held_from, end, sort)] if held_from < end else []
+    pieces = [written.take(held_from, end)] if held_from < end else []
     if first < held_from or not pieces:
         pieces.insert(0, grouped(txn, dbs["subs"], first, held_from))
-    return pieces[0] if len(pieces) == 1 else (joined if sort else concatenated)(pieces)
+    return concatenated(pieces)
 
 
 class Run:
@@ -189,8 +188,7 @@ class Run:
 
     def join(self, newer: Run) -> None:
         """Take in a run of later sids: attributes and strings renumbered, then indexed.
-        Both runs are sorted and the newer's sids are above the other's, so their
-        postings one after the other are as ``Sorted.of`` takes them."""
+        An indexed run's postings are sorted, so ``Sorted.of`` finds them in runs."""
         self._hold(concatenated([self.postings, newer.postings]))
         self.indexed()
 
@@ -219,6 +217,19 @@ def distinct(values: np.ndarray) -> np.ndarray:
     ordered = np.sort(values)
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size \
         else ordered
+
+
+def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values ascending, and each value's rank among them: from one argsort
+    (a ``searchsorted`` of every value into the distinct ones took twice as long again,
+    its binary searches missing the caches)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    first = np.ones(ordered.size, bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    rank = np.empty(values.size, np.int64)
+    rank[order] = np.cumsum(first) - 1
+    return ordered[first], rank
 
 
 def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -277,9 +288,9 @@ class Written:
             at = min(at, first)
         return max(at, start)
 
-    def take(self, start: int, end: int, sort: bool = True) -> Grouped | None:
-        """The postings of sids ``start .. end``, sorted unless not ``sort``, or None
-        unless all are held."""
+    def take(self, start: int, end: int) -> Grouped | None:
+        """The postings, unsorted, of sids ``start .. end``, or None unless all are
+        held."""
         spans = []
         at = start
         for first, count, held in self.chunks:
@@ -298,7 +309,7 @@ class Written:
                 lists += held[lo - first:hi - first]
                 continue
             if lists:  # those of the sids just before
-                pieces.append(group(np.arange(lo - len(lists), lo, dtype=np.uint32), lists))
+                pieces.append(unsorted(np.arange(lo - len(lists), lo, dtype=np.uint32), lists))
                 lists = []
             if first < lo or hi < first + count:
                 inside = (held.sids >= lo) & (held.sids < hi)
@@ -306,10 +317,8 @@ class Written:
                                      sids=held.sids[inside])
             pieces.append(held)
         if lists:
-            if not pieces:  # grouped, so sorted already
-                return group(np.arange(start, end, dtype=np.uint32), lists)
-            pieces.append(group(np.arange(end - len(lists), end, dtype=np.uint32), lists))
-        return (joined if sort else concatenated)(pieces)
+            pieces.append(unsorted(np.arange(end - len(lists), end, dtype=np.uint32), lists))
+        return concatenated(pieces)
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

@@ -90,7 +90,7 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
     try:
         unpack = msgpack.unpackb
         lists = [unpack(split_sub(raw)[1], use_list=False) for _, raw in found]
-        return _unsorted(np.array([sid for sid, _ in found], np.uint32), lists)
+        return unsorted(np.array([sid for sid, _ in found], np.uint32), lists)
     except (*_DECODE_ERRORS, CorruptIndexError):
         for _ in stored(txn, db, first, end):  # names the damaged record
             pass
@@ -98,14 +98,9 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
                                 f"damaged") from None
 
 
-def group(sids: np.ndarray, lists: list) -> Grouped:
-    """``grouped`` of the predicate lists of ``sids`` (as decoded, or as ``normalize``
-    gave them: tuples, an 'in' set a tuple)."""
-    return joined([_unsorted(sids, lists)])
-
-
-def _unsorted(sids: np.ndarray, lists: list) -> Grouped:
-    """``group``'s postings, unsorted: ``joined`` sorts them once, however many pieces."""
+def unsorted(sids: np.ndarray, lists: list) -> Grouped:
+    """The postings, unsorted, of the predicate lists of ``sids`` (as decoded, or as
+    ``normalize`` gave them: tuples, an 'in' set a tuple); ``joined`` sorts them."""
     preds = list(chain.from_iterable(lists))
     n = len(preds)
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):

@@ -306,7 +306,7 @@ class Shard:
         if pending is not None and pending.folded == w.folded:
             pieces, start = [run.postings for run in pending.runs], pending.next
         if start < w.next_sid:
-            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written, False))
+            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written))
         found = concatenated(pieces or [NOTHING])
         keep = alive[found.sids - w.folded]
         attr, family, kind = split_code(found.place[keep])

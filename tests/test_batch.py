@@ -164,6 +164,8 @@ def test_names_seen_before_change_nothing(batch: list, keep: int, limit: int) ->
 
 
 def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
+    """Names are kept until the next batch's new ones would pass ``keep``; then only that
+    batch's valid names are kept (not 'é'), and later batches add to them again."""
     seen = Names(keep=3)
     for batch, kept in [([[("b", "=", 1), ("a", "<", 2)]], ["a", "b"]),
                         ([[("c", "=", 1)], [("d", "in", (1, 2)), ("é", "=", 1)]], ["c", "d"]),

@@ -21,7 +21,15 @@ import numpy as np
 
 from pbtree.expr import OP_SPELLINGS, OPS_CORE
 from pbtree.leaf import EQ
-from pbtree.postings import NOTHING, Grouped, code, concatenated, constants, unsorted
+from pbtree.postings import (
+    NOTHING,
+    Grouped,
+    code,
+    concatenated,
+    constants,
+    heads,
+    unsorted,
+)
 from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from storage.keys import STRING
 
@@ -205,14 +213,6 @@ def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _new(*columns: np.ndarray) -> np.ndarray:
-    """Which rows differ from the row before in any of ``columns`` (the first row does)."""
-    new = np.ones(columns[0].size, bool)
-    if new.size:
-        new[1:] = np.logical_or.reduce([c[1:] != c[:-1] for c in columns])
-    return new
-
-
 class _Rows:
     """The core predicates of a batch as columns (subscription, attribute index, rank,
     family, key, value), added a kind of source predicate at a time."""
@@ -238,12 +238,12 @@ class _Rows:
         predicate): a set of one distinct value is '=', else one 'in' of them in order."""
         order = np.lexsort((keys, family, of))  # each set's distinct values, in order
         of, family, keys, canon = (c[order] for c in (of, family, keys, canon))
-        first = _new(of, family, keys)
+        first = heads(of, family, keys)
         of, family, keys, canon = (c[first] for c in (of, family, keys, canon))
         count = np.bincount(of)
         one = count[of] == 1
         self.add(of[one], _EQ, family[one], keys[one], canon[one])
-        starts = np.flatnonzero(_new(of) & ~one)
+        starts = np.flatnonzero(heads(of) & ~one)
         ends = starts + count[of[starts]]
         self.sets = (of[~one], family[~one], keys[~one])  # an 'in' posts each value
         none = np.zeros(starts.size, np.int64)  # 'in' sorts by its rank; a second on the
@@ -270,7 +270,7 @@ class _Rows:
             tied = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
             order[tied] = order[tied][np.lexsort((keys[order[tied]], place[tied]))]
         sub, attr, rank = sub[order], attr[order], rank[order]
-        keep = _new(place, keys[order])
+        keep = heads(place, keys[order])
         bad = bad.copy()
         bad[sub[~keep & (rank == _IN)]] = True
         order = order[keep]
@@ -297,9 +297,10 @@ class _Rows:
         family = np.concatenate((family[scalar], family[second], set_family[in_set]))
         keys = np.concatenate((keys[scalar], keys[second], set_keys[in_set]))
         strings = np.flatnonzero(family == STRING)
+        text = keys[strings].astype(np.int64)
         held = np.zeros(len(self.texts), bool)  # the strings a kept posting holds
-        held[keys[strings].astype(np.int64)] = True
-        keys[strings] = (np.cumsum(held, dtype=np.uint64) - 1)[keys[strings].astype(np.int64)]
+        held[text] = True
+        keys[strings] = (np.cumsum(held, dtype=np.uint64) - 1)[text]
         kind = np.concatenate((FIRST_KIND[rank[scalar]], SECOND_KIND[rank[second]],
                                np.full(np.count_nonzero(in_set), EQ, np.int64)))
         attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))

@@ -18,7 +18,7 @@ import numpy as np
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, concatenated, grouped, unsorted
+from pbtree.postings import Grouped, code, concatenated, grouped, heads, unsorted
 from pbtree.tree import read_counter, read_folded
 
 
@@ -177,7 +177,8 @@ class Run:
 
     @property
     def postings(self) -> Grouped:
-        """The run's postings, made again from the search columns once indexed."""
+        """The run's postings: unsorted until indexed, then sorted, made again from the
+        search columns."""
         if self.index is None:
             return self.found
         return Grouped(self.names, self.strings, *self.index.columns(), self.sids)
@@ -215,8 +216,7 @@ def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values ascending (``np.unique``'s, by one sort: faster than its hash
     table for hundreds of thousands of integers)."""
     ordered = np.sort(values)
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if ordered.size \
-        else ordered
+    return ordered[heads(ordered)]
 
 
 def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -225,8 +225,7 @@ def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     its binary searches missing the caches)."""
     order = np.argsort(values)
     ordered = values[order]
-    first = np.ones(ordered.size, bool)
-    first[1:] = ordered[1:] != ordered[:-1]
+    first = heads(ordered)
     rank = np.empty(values.size, np.int64)
     rank[order] = np.cumsum(first) - 1
     return ordered[first], rank

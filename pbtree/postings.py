@@ -172,11 +172,18 @@ def ranked(keys: np.ndarray, strings: Sequence[bytes], family: Ints,
     return keys
 
 
+def heads(*columns: np.ndarray) -> np.ndarray:
+    """Which rows differ from the row before in any of ``columns`` (the first row does):
+    in sorted columns, where each run of equal rows starts."""
+    new = np.ones(columns[0].size, bool)
+    if new.size:
+        new[1:] = np.logical_or.reduce([c[1:] != c[:-1] for c in columns])
+    return new
+
+
 def starts(place: np.ndarray) -> list[int]:
     """Where each place's postings start in sorted place codes, and their end."""
-    if not place.size:
-        return [0]
-    return [0, *(np.flatnonzero(place[1:] != place[:-1]) + 1).tolist(), place.size]
+    return [*np.flatnonzero(heads(place)).tolist(), place.size]
 
 
 def places(place: np.ndarray, keys: np.ndarray, sids: np.ndarray, strings: Sequence[bytes]

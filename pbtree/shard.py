@@ -344,10 +344,9 @@ class Shard:
         then cannot reuse the pages those commits freed (LMDB reuses only pages freed
         before the oldest snapshot open); an older snapshot is released, and so is any
         before the map is grown (LMDB remaps only with no transaction open in the
-        process). ``committed``
-        runs once the write has committed, still under the lock: only then does
-        ``Written`` take what it wrote, so it never holds a try that was aborted (its sids
-        given again, maybe to another process's write) or failed."""
+        process). ``committed`` runs once the write has committed, still under the lock:
+        only then does ``Written`` take what it wrote, so it never holds a try that was
+        aborted (its sids given again, maybe to another process's write) or failed."""
         with self._lock:
             if self._stale(KEEP_PINNED - 1):
                 self._release()

@@ -32,19 +32,21 @@ from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, sub_record
+from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, stored, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
-            "intids", "chunks", "staged")
+            "intids", "chunks", "staged", "dead")
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
-#: 5: deltas of PB+trees; 6: staged postings
-VERSION = 6
+#: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept
+VERSION = 7
 #: older versions this one reads, and upgrades on opening for writes
-UPGRADES = (2, 3, 4, 5)
+UPGRADES = (2, 3, 4, 5, 6)
+#: the version that brought each database a shard of an older one lacks
+ADDED = {"staged": 6, "dead": 7}
 #: pending sids from which a write folds them into a staged run, by default: every
 #: matching process holds the pending ones' postings in its heap
 FOLD_AT = 10_000
@@ -58,6 +60,11 @@ MERGE_PER_TREE = 32
 MERGE_MOST = 320_000
 #: with ``fold_at`` given, folds per merge
 MERGE_FOLDS = 4
+#: removed subscriptions whose postings the trees still hold (``dead``) from which a
+#: write purges them, by default at the least (with ``fold_at`` given: ``fold_at``)
+PURGE_AT = FOLD_AT
+#: ... and per live subscription: each dead one's postings cost matching a little
+PURGE_SHARE = 1 / 16
 #: commits a write may follow the pinned snapshot by and keep it: the next match then
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
 #: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
@@ -101,8 +108,10 @@ class Shard:
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
-        if self.env.missing == ["staged"] and version != VERSION:  # staged runs came with 6
-            self.dbs["staged"] = None if readonly else self.env.env.open_db(b"staged")
+        if self.env.missing and all(ADDED.get(name, 0) > version
+                                    for name in self.env.missing):  # databases added since
+            for name in self.env.missing:
+                self.dbs[name] = None if readonly else self.env.env.open_db(name.encode())
         elif self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
@@ -199,7 +208,6 @@ class Shard:
             mine = (w.next_sid, len(items), list(lists) if found is None
                     else found._replace(sids=found.sids + np.uint32(w.next_sid)))
             folded = False
-            gone: dict[Posting, list[int]] = {}
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:
                 for sub_id, idkey in zip(sub_ids, idkeys, strict=True):
@@ -207,7 +215,8 @@ class Shard:
                     if old is not None:
                         if not replace:
                             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
-                        self._forget(w, txn, int.from_bytes(old, "big"), gone)
+                        self._forget(w, txn, int.from_bytes(old, "big"))
+                self._purge(w, txn, due=True)
             first = w.new_sids(len(items))
             keys = sid_keys(first, len(items))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
@@ -217,7 +226,6 @@ class Shard:
             txn.cursor(db=dbs["subs"]).putmulti(
                 list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
-            self._remove(w, gone)
             if self.fold_due(w.next_sid - w.folded):
                 self._fold(w, txn, self._written.plus(*mine), False)
                 folded = True
@@ -251,9 +259,11 @@ class Shard:
         many."""
         def apply(txn) -> int:
             w = Writer(txn, self.dbs, self.node_bytes)
-            if w.next_sid == w.merged:
-                return 0
-            folded = self._fold(w, txn, self._written, True)
+            if w.next_sid > w.merged:
+                folded = self._fold(w, txn, self._written, True)
+            else:
+                folded = 0
+                self._purge(w, txn)
             w.flush()
             return folded
 
@@ -283,6 +293,7 @@ class Shard:
                 first, w.folded, place[order], keys[order], sids[order], strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
+        self._purge(w, txn)  # the trees are rewritten anyway
         runs = staged.read(txn, self.dbs)
         alive = w.needed.values(w.merged, w.folded) != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
@@ -325,14 +336,13 @@ class Shard:
 
         def apply(txn) -> int:
             w = Writer(txn, dbs, self.node_bytes)
-            gone: dict[Posting, list[int]] = {}
             found = 0
             for idkey in idkeys:
                 old = txn.get(idkey, db=dbs["ids"])
                 if old is not None:
-                    self._forget(w, txn, int.from_bytes(old, "big"), gone)
+                    self._forget(w, txn, int.from_bytes(old, "big"))
                     found += 1
-            self._remove(w, gone)
+            self._purge(w, txn, due=True)
             w.flush()
             return found
 
@@ -403,20 +413,44 @@ class Shard:
         for key in sorted(keyed):
             w.remove(key[:5], key[-1], key[5:-1], keyed[key])
 
-    def _forget(self, w: Writer, txn, sid: int, gone: dict[Posting, list[int]]) -> None:
-        """Delete a subscription's records and queue its postings for removal."""
+    def _forget(self, w: Writer, txn, sid: int) -> None:
+        """Delete a subscription's records. Its predicate count becomes 0, so no event
+        matches it however many of its postings remain: those in the trees stay until a
+        purge (``_purge``), its record moved to ``dead`` to find them by; a staged or
+        pending one's go at the next merge or fold."""
         dbs = self.dbs
         key = sid_key(sid)
         raw = txn.get(key, db=dbs["subs"])
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
-        idkey, _, found = decoded(sid, raw)
-        if sid < w.merged:  # a staged or pending one has none in the trees
-            for posting in set(found):
-                gone.setdefault(posting, []).append(sid)
+        idkey, _, _ = decoded(sid, raw)  # a record a purge could not read is refused now
+        if sid < w.merged:
+            txn.put(key, bytes(raw), db=dbs["dead"])
         w.set_sid(sid, 0, 0)
         txn.delete(idkey, db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
+
+    def _purge(self, w: Writer, txn, due: bool = False) -> None:
+        """Remove the postings of the removed subscriptions from the trees, and their
+        ``dead`` records; with ``due``, only once there are enough (``purge_due``)."""
+        db = self.dbs["dead"]
+        dead = txn.stat(db)["entries"]
+        if not dead or due and not self.purge_due(dead, txn.stat(self.dbs["ids"])["entries"]):
+            return
+        gone: dict[Posting, list[int]] = {}
+        for sid, _, _, found in stored(txn, db, 0):
+            for posting in set(found):
+                gone.setdefault(posting, []).append(sid)
+        self._remove(w, gone)
+        txn.drop(db, delete=False)
+
+    def purge_due(self, dead: int, live: int) -> bool:
+        """Whether ``dead`` removed subscriptions' postings are to leave the trees, with
+        ``live`` subscriptions stored: ``fold_at`` of them, or by default PURGE_AT and
+        PURGE_SHARE of the live ones."""
+        if self.fold_at is not None:
+            return dead >= self.fold_at
+        return dead >= max(PURGE_AT, PURGE_SHARE * live)
 
     # --- reads ----------------------------------------------------------------------
     def _attr(self, txn, name: bytes) -> int | None:

@@ -48,6 +48,8 @@ def shard_stats(shard) -> dict:
             used.update(attr for attr, _, _ in preds)
         stats = {
             "subscriptions": txn.stat(dbs["ids"])["entries"],
+            # removed, their postings still in the trees until purged
+            "dead": 0 if dbs["dead"] is None else txn.stat(dbs["dead"])["entries"],
             "pending": pending,
             "staged": staged,
             "predicates": int(sum(c.sum(dtype=np.int64)
@@ -329,9 +331,28 @@ class _Checker:
                 into[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
             self.fail("predicate counts exist for removed subscriptions")
+        self.dead(attrs, needed, merged, expected)
         if txn.stat(dbs["ids"])["entries"] != live:
             self.fail("ids database has a different number of records than subs")
         return expected
+
+    def dead(self, attrs: dict[bytes, int], needed: dict, merged: int,
+             expected: dict[tuple, list[int]]) -> None:
+        """The removed subscriptions whose postings the trees still hold: each merged,
+        without a predicate count or an id, its postings added to ``expected``."""
+        db = self.dbs["dead"]
+        if db is None:  # a shard of version 6 or older, opened read-only
+            return
+        for sid, idkey, _, found in stored(self.txn, db, 0):
+            chunk = needed.get(sid // NEEDED.size)
+            if sid >= merged or chunk is None or chunk[sid % NEEDED.size] != 0:
+                self.fail(f"removed sid {sid} is not merged, or has a predicate count")
+            if bytes(self.txn.get(idkey, db=self.dbs["ids"]) or b"") == sid_key(sid):
+                self.fail(f"removed sid {sid} still has its id")
+            for name, family, payload, kind in found:
+                if name not in attrs:
+                    self.fail(f"removed sid {sid}: attribute {name!r} has no id")
+                expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
 
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs

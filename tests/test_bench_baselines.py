@@ -243,6 +243,8 @@ def test_bench_harness_runs_small(tmp_path, capsys):
     assert ours["pending_subs"] == 25 and ours["pending_events_per_s"] > 0
     assert ours["pending_first_ms"] > 0
     assert ours["fold_s"] > 0
+    # their removals left their postings in the trees until the purge the harness forces
+    assert ours["purge_s"] > 0 and all("purge_s" not in r for r in report["results"][1:])
     # then 5 batches of 10 more, kept, their folds paid by the subscribes that reach fold_at
     assert ours["sustained_correct"] and ours["sustained_subs"] == 50
     assert ours["subscribe_sustained_per_s"] > 0 and ours["sustained_longest_call_s"] > 0

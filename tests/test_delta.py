@@ -107,6 +107,10 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
         assert ix.unsubscribe_many(gone) == len(gone)
         for n in gone:
             del model[n]
+        assert _delta_bytes(ix) == size(400)  # removed sids stay until purged
+        assert ix.stats()["dead"] == len(gone)
+        _check(ix, model, ["a"], 98)
+        assert ix.fold() == 0  # purges them
         assert _delta_bytes(ix) == size(400 - len(gone))  # shrunk, not merged
         _check(ix, model, ["a"], 99)
 
@@ -170,6 +174,8 @@ def test_an_emptied_tree_takes_its_delta_along(tmp_path, monkeypatch, packing):
         ix.fold()
         assert ix.stats()["deltas"] == 1
         assert ix.unsubscribe_many(range(100)) == 100
+        assert ix.verify()["deltas"] == 1  # until the purge
+        ix.fold()
         report = ix.verify()
         assert report["deltas"] == 0 and report["packed_trees"] == int(packing)
         model = {n: parse(f"a < {n}") for n in range(100, 110)}
@@ -232,9 +238,10 @@ def test_a_damaged_delta_is_named(tmp_path, no_packing):
             ix.verify()
         with pytest.raises(CorruptIndexError, match="delta .*damaged"):
             ix.match({"a": 50})
+        assert ix.unsubscribe(101)
         with pytest.raises(CorruptIndexError, match=f"delta {delta.key(prefix).hex()}: "
                                                     ".*damaged"):
-            ix.unsubscribe(101)
+            ix.fold()  # purging 101's postings
         assert ix.match_many([{"b": 1}]) == [[]]
 
 
@@ -244,9 +251,10 @@ def test_a_delta_of_keys_without_sids_is_named_damaged(tmp_path, no_packing):
         empty = packed.encode(NUMBER, np.array([5], np.uint64), np.zeros((4, 1), np.int64),
                               np.zeros(0, np.uint32))
         _put(shard, delta.key(prefix), empty)
+        assert ix.unsubscribe(101)
         with pytest.raises(CorruptIndexError, match=f"delta {delta.key(prefix).hex()}: .*"
                                                     "holds no sids"):
-            ix.unsubscribe(101)
+            ix.fold()  # purging 101's postings
         with pytest.raises(CorruptIndexError, match="delta .*a key holds no sids"):
             ix.verify()
 

@@ -42,7 +42,8 @@ def form(request, monkeypatch):
 @given(data=st.data(), shards=st.sampled_from([1, 3]), fold_at=st.sampled_from([1, 5, 10**6]))
 def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, fold_at):
     """Writes go to the trees at once (fold_at 1), in folds every few subscriptions, or stay
-    pending until an explicit fold."""
+    pending until an explicit fold; removed subscriptions' postings leave the trees at
+    once, every few removals, or at the explicit fold."""
     path = tmp_path_factory.mktemp("ix") / "index"
     model: dict = {}
     with pbtree.create(path, shards=shards, node_bytes=256, fold_at=fold_at) as ix:
@@ -84,8 +85,9 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, 
                 stats = ix.stats()
                 assert ix.fold() == stats["pending"] + stats["staged"]
                 stats = ix.stats()
-                assert stats["pending"] == stats["staged"] == 0
+                assert stats["pending"] == stats["staged"] == stats["dead"] == 0
             ix.verify()
+            assert ix.stats()["dead"] < fold_at * shards  # purged at fold_at in a shard
             assert len(ix) == len(model)
             batch = data.draw(st.lists(events, min_size=1, max_size=6), label="events")
             expected = [oracle_match(model, event) for event in batch]

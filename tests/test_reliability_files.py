@@ -249,16 +249,20 @@ with pbtree.open(sys.argv[1], fold_at=1) as ix:
 """
 
 
-@pytest.mark.parametrize("old", [2, 3, 5])
+@pytest.mark.parametrize("old", [2, 3, 5, 6])
 def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
     """Version 2 had no pending sids (no folded record), version 3 no packed trees,
-    version 5 no staged runs (no staged database): such a shard is read as it is, and
-    marked with the current version on opening for writes (its staged database made),
-    before a write can add what its version's readers would miss."""
+    version 5 no staged runs (no staged database), version 6 no removed subscriptions
+    left in the trees (no dead database): such a shard is read as it is, and marked with
+    the current version on opening for writes (the databases it lacks made), before a
+    write can add what its version's readers would miss."""
     path, events, answers = damaged
     with pbtree.open(path, readonly=True) as ix:
-        assert ix.stats()["staged"] == 0  # so that without its database it is as 5 left it
-    _drop_db(path, b"staged")
+        stats = ix.stats()
+        assert stats["staged"] == stats["dead"] == 0  # so that it is as 5 or 6 left it
+    _drop_db(path, b"dead")
+    if old < 6:
+        _drop_db(path, b"staged")
     _shard_meta(path, b"version", old.to_bytes(4, "little"))
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:
@@ -266,15 +270,22 @@ def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
         assert txn.delete(b"merged", db=meta) and (old != 2 or txn.delete(b"folded", db=meta))
     env.close()
     assert probe(path, events) == {"answers": answers}
-    assert _shard_version(path) == old and b"staged" not in _db_names(path)
-    reader = pbtree.open(path, readonly=True)  # opened before the upgrade: no staged runs
+    assert _shard_version(path) == old and b"dead" not in _db_names(path)
+    assert (b"staged" in _db_names(path)) == (old == 6)
+    reader = pbtree.open(path, readonly=True)  # opened before the upgrade
     assert reader.match({"a": 1}) == probe(path, [{"a": 1}])["answers"][0]
+    assert reader.stats()["dead"] == 0 and reader.verify()["ok"]
     subprocess.run([sys.executable, "-c", UPGRADE_AND_STAGE, str(path)], check=True,
                    timeout=120)  # another process: LMDB opens an environment once per process
-    with pytest.raises(pbtree.FormatVersionError, match="shard-0000: .*open the index again"):
-        reader.match({"a": 1})  # would miss the staged subscription
+    if old < 6:
+        with pytest.raises(pbtree.FormatVersionError,
+                           match="shard-0000: .*open the index again"):
+            reader.match({"a": 1})  # would miss the staged subscription
+    else:  # matching needs no dead records
+        assert "staged" in reader.match({"a": 1})
     reader.close()
-    assert _shard_version(path) == SHARD_VERSION and b"staged" in _db_names(path)
+    assert _shard_version(path) == SHARD_VERSION
+    assert {b"staged", b"dead"} <= set(_db_names(path))
     with pbtree.open(path) as ix:
         ix.subscribe("new", "a >= 0")
         assert ix.stats()["pending"] == 1 and "staged" in ix.match({"a": 1})

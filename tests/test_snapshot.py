@@ -180,8 +180,9 @@ def test_renewal_in_place_holds_wide_ids_apart_and_frees_sids(tmp_path):
 
 
 def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypatch, pbtrees):
-    """A pending subscribe writes no tree record, so the next snapshot keeps the same
-    flattened trees; removing a folded subscription changes trees, and they go."""
+    """A pending subscribe writes no tree record, nor does removing a folded
+    subscription, so the next snapshot keeps the same flattened trees; purging the
+    removed one's postings changes trees, and they go."""
     monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
     model = {n: parse(f"a > {n % 7} and b != {n % 3}") for n in range(200)}
     event = {"a": 5, "b": 1}
@@ -198,8 +199,13 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
         assert ix.match(event) == oracle_match(model, event)
         assert ix.shards[0]._cache is not cache
         assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
-        assert ix.unsubscribe(3)  # folded: its postings leave the trees
+        assert ix.unsubscribe(3)  # folded: its postings stay in the trees
         del model[3]
+        assert ix.match(event) == oracle_match(model, event)
+        assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
+        assert ix.unsubscribe(1000)  # pending: its fold moves nothing to the trees
+        del model[1000]
+        assert ix.fold() == 0  # purges 3's postings
         assert ix.match(event) == oracle_match(model, event)
         assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())
 
@@ -270,6 +276,7 @@ def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pb
         assert ix.shards[0]._cache.equal == sum(len(flat.equal) for flat in _flats(ix))
         flats = _flats(ix)
         assert ix.unsubscribe(0) and ix.unsubscribe(1001)
+        ix.fold()  # purges their postings
         del model[0], model[1001]
         for _ in range(2):
             matches()
@@ -383,7 +390,7 @@ def test_writes_keep_the_pinned_snapshot_for_a_few_commits(tmp_path, pbtrees):
 
 def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtrees):
     """Trees a snapshot had flattened are flattened again on their second use in a snapshot
-    that cannot keep them (after an unsubscribe or a fold changes trees, and after a burst
+    that cannot keep them (after a purge or a fold changes trees, and after a burst
     of writes releases the pinned snapshot), not after FLATTEN_AFTER more walks; trees
     never flattened still need the walks, and a hot tree used only once in a snapshot is
     walked and goes cold."""
@@ -405,8 +412,8 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
         assert len(hot) == 2
 
         def change(kind: str, n: int) -> None:
-            if kind == "unsubscribe":
-                assert ix.unsubscribe(n)
+            if kind == "purge":
+                assert ix.unsubscribe(n) and ix.fold() == 0
                 del model[n]
             elif kind == "burst":  # the last write finds the pinned snapshot too old
                 for k in range(KEEP_PINNED + 1):
@@ -415,7 +422,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
             else:
                 assert ix.fold() > 0
 
-        for n, kind in enumerate(("unsubscribe", "burst", "fold")):
+        for n, kind in enumerate(("purge", "burst", "fold")):
             change(kind, n)
             assert ix.match(event) == oracle_match(model, event)
             assert flat() == set(), kind  # walked once
@@ -423,9 +430,9 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
             assert flat() == hot, kind
             assert ix.match(cold) == [100]
             assert flat() == hot, kind  # the tree of c was walked, never flattened
-        change("unsubscribe", 4)  # a snapshot that uses the hot trees once: they go cold
+        change("purge", 4)  # a snapshot that uses the hot trees once: they go cold
         assert ix.match(event) == oracle_match(model, event)
-        change("unsubscribe", 5)
+        change("purge", 5)
         for _ in range(matcher.FLATTEN_AFTER):
             assert ix.match(event) == oracle_match(model, event)
             assert flat() == set()

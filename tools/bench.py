@@ -471,6 +471,11 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     out["unsubscribe_many_per_s"] = nb / (clock() - t0)
     out["updates_correct"] = out["updates_correct"] and removed == n1 + nb
     out["updates_correct"] = out["updates_correct"] and system.match(ev) == want
+    if hasattr(system, "fold"):  # pbtree: the removed ones' postings stay in the trees
+        t0 = clock()
+        system.fold()  # until a purge, which this forces: the cost the removals put off
+        out["purge_s"] = clock() - t0
+        out["updates_correct"] = out["updates_correct"] and system.match(ev) == want
     return out
 
 
@@ -611,6 +616,7 @@ COLUMNS = (
     ("live_events_per_s", "live events/s", None),
     ("unsubscribe_per_s", "unsub/s", None),
     ("unsubscribe_many_per_s", "unsub/s batch", None),
+    ("purge_s", "purge s", None),
     ("disk_bytes", "disk MiB", _mb),
     ("index_bytes", "index MiB", _mb),
     ("rss_anon_bytes", "RssAnon Δ MiB", _mb),

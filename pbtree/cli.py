@@ -86,6 +86,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 _STAT_ROWS = (
     ("subscriptions", "subscriptions"), ("pending", "pending (not yet folded)"),
     ("staged", "staged (folded, not yet merged into trees)"),
+    ("dead", "removed (postings not yet purged from trees)"),
     ("predicates", "predicates (core)"),
     ("attributes", "attributes"), ("shards", "shards"), ("node_bytes", "list node size (bytes)"),
     ("leaf_items", "leaf items"), ("gt_nodes", "GT list nodes"), ("gt_items", "GT list items"),
@@ -138,7 +139,7 @@ def cmd_fold(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         folded = index.fold()
     note(args, f"{args.index}: folded {plural(folded, 'pending or staged subscription')} into "
-               f"the trees")
+               f"the trees and purged removed ones' postings")
     return 0
 
 
@@ -561,8 +562,9 @@ def build_parser() -> Parser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = _command(sub, "fold", cmd_fold,
-                 "move pending and staged subscriptions into the trees now (writes fold "
-                 f"every {FOLD_AT:,} per shard into staged runs, and merge those later)",
+                 "move pending and staged subscriptions into the trees, and removed ones' "
+                 f"postings out of them, now (writes fold every {FOLD_AT:,} per shard into "
+                 "staged runs, merge those later, and purge removed ones in bulk)",
                  "pbtree fold alerts.pbt")
     p.add_argument("index", metavar="INDEX")
 

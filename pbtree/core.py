@@ -296,9 +296,10 @@ class Index:
 
     @collector_paused
     def fold(self) -> int:
-        """Fold every pending and staged subscription into the trees now (writes fold
-        pending ones into staged runs whenever a shard has enough, ``Shard.fold_due``, and
-        merge those later, ``Shard.merge_due``); returns how many there were."""
+        """Fold every pending and staged subscription into the trees, and purge removed
+        ones' postings from them, now (writes fold pending ones into staged runs whenever a
+        shard has enough, ``Shard.fold_due``, merge those later, ``Shard.merge_due``, and
+        purge removed ones in bulk, ``Shard.purge_due``); returns how many were folded."""
         return sum(shard.fold() for shard in self._live())
 
     # --- reads ----------------------------------------------------------------------

@@ -255,8 +255,8 @@ class Shard:
             staged >= MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
 
     def fold(self) -> int:
-        """Fold every pending and staged subscription into the trees now; returns how
-        many."""
+        """Fold every pending and staged subscription into the trees, and purge removed
+        ones' postings from them, now; returns how many were folded."""
         def apply(txn) -> int:
             w = Writer(txn, self.dbs, self.node_bytes)
             if w.next_sid > w.merged:

@@ -288,9 +288,8 @@ class Shard:
         moved = int(np.count_nonzero(pending))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
-            order = np.argsort(sids, kind="stable")  # as ``staged.staged`` takes them
-            run = staged.peeled(txn, db, staged.staged(
-                first, w.folded, place[order], keys[order], sids[order], strings))
+            run = staged.peeled(txn, db, staged.staged(first, w.folded, place, keys, sids,
+                                                       strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
         self._purge(w, txn)  # the trees are rewritten anyway
@@ -322,12 +321,12 @@ class Shard:
         keep = alive[found.sids - w.folded]
         attr, family, kind = split_code(found.place[keep])
         aids = np.zeros(len(found.names), np.int64)
-        used = distinct(attr).tolist()  # given once a live subscription uses it
+        used = distinct(attr)  # given once a live subscription uses it
+        names = [found.names[i] for i in used.tolist()]
         known, named = self._attr_ids, self._named
-        for i in used:
-            name = found.names[i]
-            aid = known.get(name)
-            aids[i] = named[name] = w.attr_id(name, True) if aid is None else aid
+        new = [name for name in names if name not in known]
+        named.update(zip(new, w.attr_ids(new), strict=True))
+        aids[used] = [known[name] if name in known else named[name] for name in names]
         return code(aids[attr], family, kind), found.keys[keep], found.sids[keep], found.strings
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:

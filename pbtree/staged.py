@@ -129,8 +129,8 @@ class Staged:
 
 def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.ndarray,
            strings: list[bytes]) -> Staged:
-    """The run of sids ``first .. end`` of postings with place codes of attribute ids,
-    whose sids ascend among those of each place and key (``Sorted.of``)."""
+    """The run of sids ``first .. end`` of postings with place codes of attribute ids, in
+    any order (``Sorted.of``)."""
     return Staged(first, end, Sorted.of(place, keys, sids), Strings.of(strings))
 
 

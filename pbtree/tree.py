@@ -128,6 +128,13 @@ class Writer:
         self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
         return aid
 
+    def attr_ids(self, names: list[bytes]) -> list[int]:
+        """``attr_id(name, True)`` of each of the distinct ``names``, those stored found in
+        one call (a fold may name thousands)."""
+        stored = dict(self.txn.cursor(db=self.dbs["attrs"]).getmulti(names))
+        return [self.attr_id(name, True) if (raw := stored.get(name)) is None
+                else int.from_bytes(raw, "little") for name in names]
+
     def set_sid(self, sid: int, needed: int, int_id: int) -> None:
         """Record a sid's predicate count (0 frees it) and its int id (or STRING_ID)."""
         self.needed.set(sid, needed)

@@ -62,8 +62,9 @@ MERGE_MOST = 320_000
 MERGE_FOLDS = 4
 #: removed subscriptions whose postings the trees still hold (``dead``) from which a
 #: write purges them, by default at the least (with ``fold_at`` given: ``fold_at``)
-PURGE_AT = FOLD_AT
-#: ... and per live subscription: each dead one's postings cost matching a little
+PURGE_AT = 1_000
+#: ... and per live subscription: a purge costs about a pass over the trees however few
+#: it removes, and every dead one's postings cost matching a little until then
 PURGE_SHARE = 1 / 16
 #: commits a write may follow the pinned snapshot by and keep it: the next match then
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them

@@ -324,11 +324,8 @@ class _Checker:
             live += 1
             if sid >= folded:  # pending: its postings are not in the trees yet
                 continue
-            into = expected if sid < merged else self.staged
-            for name, family, payload, kind in found:
-                if name not in attrs:
-                    self.fail(f"sid {sid}: attribute {name!r} has no id")
-                into[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
+            self.places(f"sid {sid}", sid, found, attrs,
+                        expected if sid < merged else self.staged)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
             self.fail("predicate counts exist for removed subscriptions")
         self.dead(attrs, needed, merged, expected)
@@ -344,15 +341,20 @@ class _Checker:
         if db is None:  # a shard of version 6 or older, opened read-only
             return
         for sid, idkey, _, found in stored(self.txn, db, 0):
-            chunk = needed.get(sid // NEEDED.size)
-            if sid >= merged or chunk is None or chunk[sid % NEEDED.size] != 0:
+            chunk = needed.get(sid // NEEDED.size)  # a missing chunk reads as zeros
+            if sid >= merged or chunk is not None and chunk[sid % NEEDED.size] != 0:
                 self.fail(f"removed sid {sid} is not merged, or has a predicate count")
             if bytes(self.txn.get(idkey, db=self.dbs["ids"]) or b"") == sid_key(sid):
                 self.fail(f"removed sid {sid} still has its id")
-            for name, family, payload, kind in found:
-                if name not in attrs:
-                    self.fail(f"removed sid {sid}: attribute {name!r} has no id")
-                expected[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
+            self.places(f"removed sid {sid}", sid, found, attrs, expected)
+
+    def places(self, what: str, sid: int, found: list, attrs: dict[bytes, int],
+               into: dict[tuple, list[int]]) -> None:
+        """Add ``sid`` at the places of its postings ``found`` to ``into``."""
+        for name, family, payload, kind in found:
+            if name not in attrs:
+                self.fail(f"{what}: attribute {name!r} has no id")
+            into[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
 
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs

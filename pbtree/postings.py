@@ -75,11 +75,11 @@ GROUP_RECORDS = 256
 
 
 def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
-    """The postings of the subs records of sids ``first .. end`` that exist, decoded
-    GROUP_RECORDS at a time. A record that does not decode to predicates is a
-    CorruptIndexError naming its sid."""
-    return joined([_grouped(txn, db, lo, min(lo + GROUP_RECORDS, end))
-                   for lo in range(first, end, GROUP_RECORDS)] or [NOTHING])
+    """The postings, unsorted, of the subs records of sids ``first .. end`` that exist,
+    decoded GROUP_RECORDS at a time (each caller sorts them its own way, once). A record
+    that does not decode to predicates is a CorruptIndexError naming its sid."""
+    return concatenated([_grouped(txn, db, lo, min(lo + GROUP_RECORDS, end))
+                         for lo in range(first, end, GROUP_RECORDS)] or [NOTHING])
 
 
 def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:

@@ -47,14 +47,18 @@ class Sorted:
     def ordered(cls, codes: np.ndarray, number: np.ndarray, values: np.ndarray,
                 rank: np.ndarray, sids: np.ndarray) -> Sorted:
         """``of`` the postings given as their place's number among ``codes`` and their
-        key's rank among ``values``: sorted by one stable sort of the integer of the two
-        and the sid, which finds the sorted runs it is given (several times faster than a
-        lexsort of the three columns)."""
+        key's rank among ``values``: sorted as one integer of the two and the sid, from
+        which both come back (a sort, no argsort: several times faster than a lexsort of
+        the three columns)."""
         out = cls(codes, np.zeros(codes.size + 1, np.int64), values, values[:0], sids)
         ranked = out.ranked_of(number, rank)
-        order = np.argsort(ranked.astype(np.uint64) << np.uint64(32) | sids, kind="stable") \
-            if ranked.dtype == np.uint32 else np.lexsort((sids, ranked))
-        out.ranked, out.sids = ranked[order], sids[order]
+        if ranked.dtype == np.uint32:
+            both = np.sort(ranked.astype(np.uint64) << np.uint64(32) | sids)
+            out.ranked = (both >> np.uint64(32)).astype(np.uint32)
+            out.sids = both.astype(np.uint32)
+        else:
+            order = np.lexsort((sids, ranked))
+            out.ranked, out.sids = ranked[order], sids[order]
         np.cumsum(np.bincount(number, minlength=codes.size), out=out.bounds[1:])
         return out
 
@@ -212,6 +216,10 @@ class Run:
             self.indexed().search(values, out)
 
 
+#: the most integers per value that ``ranked_distinct`` spans with a table
+TABLE_SPAN = 8
+
+
 def distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values ascending (``np.unique``'s, by one sort: faster than its hash
     table for hundreds of thousands of integers)."""
@@ -220,9 +228,20 @@ def distinct(values: np.ndarray) -> np.ndarray:
 
 
 def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct values ascending, and each value's rank among them: from one argsort
-    (a ``searchsorted`` of every value into the distinct ones took twice as long again,
-    its binary searches missing the caches)."""
+    """The distinct values ascending, and each value's rank among them. Values that span
+    few integers (place codes, a schema's small ints) are marked in a table of that span,
+    ten times faster than the argsort others take (a ``searchsorted`` of every value into
+    the distinct ones took twice as long again, its binary searches missing the caches)."""
+    if not values.size:
+        return values, np.zeros(0, np.int64)
+    low = values.min()
+    span = int(values.max()) - int(low) + 1
+    if span <= TABLE_SPAN * values.size:
+        offset = (values - low).astype(np.int64)
+        present = np.zeros(span, bool)
+        present[offset] = True
+        at = np.flatnonzero(present)
+        return at.astype(values.dtype) + low, (np.cumsum(present) - 1)[offset]
     order = np.argsort(values)
     ordered = values[order]
     first = heads(ordered)

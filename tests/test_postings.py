@@ -17,7 +17,7 @@ import pbtree
 from pbtree import postings
 from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
-from pbtree.pending import Run, Written
+from pbtree.pending import Run, Sorted, Written, ranked_distinct
 from pbtree.postings import Grouped, grouped, joined, places, unsorted
 from pbtree.subs import stored
 from storage.keys import number_keys, number_payload
@@ -166,3 +166,27 @@ def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
             assert (np.concatenate(out).tolist() if out else []) == found, (sid, value)
     assert run.indexed().ranked.dtype == np.uint64
     assert listed(run.postings) == want
+
+
+@given(st.sampled_from([np.int64, np.uint64]), st.integers(0, 2**63 - 1), st.data())
+def test_distinct_values_and_ranks_by_table_or_by_sort(dtype, span, data):
+    """``ranked_distinct`` gives ``np.unique``'s values and inverse, of the values' own
+    type, whether they span few integers (a table) or many (a sort)."""
+    low = data.draw(st.integers(-(2**62) if dtype is np.int64 else 0, 2**62))
+    values = np.array(data.draw(st.lists(st.integers(low, low + span), max_size=60)), dtype)
+    distinct, rank = ranked_distinct(values)
+    want, inverse = np.unique(values, return_inverse=True)
+    assert distinct.dtype == values.dtype
+    assert distinct.tolist() == want.tolist() and rank.tolist() == inverse.tolist()
+
+
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**64 - 1) | st.integers(0, 9),
+                          st.integers(0, 2**32 - 1)), max_size=80))
+def test_sorted_postings_are_those_given_in_place_key_and_sid_order(postings):
+    """``Sorted.of`` holds the postings given, sorted by place, key and sid."""
+    place, keys, sids = (np.array(c, dtype) for c, dtype in zip(
+        zip(*postings, strict=True) if postings else ((), (), ()),
+        (np.int64, np.uint64, np.uint32), strict=True))
+    index = Sorted.of(place, keys, sids)
+    held = list(zip(*index.columns(), index.sids, strict=True))
+    assert [tuple(map(int, p)) for p in held] == sorted(postings)

@@ -15,6 +15,7 @@ The same columns give the batch's postings (``postings.Grouped``), which the sha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import chain, compress, repeat
 
 import numpy as np
@@ -155,21 +156,32 @@ KEEP_NAMES = 1 << 15
 
 class Names:
     """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
-    index's batches have held, sorted, with their ranks and bytes: up to ``keep`` of
-    them, past that the last batch's. A batch of names all seen ranks them in one map,
-    not sorting and checking them again (1M ``sparse`` has ~4,000 names in a batch of
-    1,000 subscriptions). The four are replaced together, never changed in place: a batch
-    in another thread sees one whole set."""
+    index holds or its batches have held, sorted, with their ranks and bytes: up to
+    ``keep`` of them, past that the last batch's. A batch of names all seen ranks them in
+    one map, not sorting and checking them again (1M ``sparse`` has ~4,000 names in a
+    batch of 1,000 subscriptions). ``stored(keep)`` gives the index's names as bytes,
+    sorted, or None when it holds more than ``keep``: the first batch takes them as seen.
+    The four are replaced together, never changed in place: a batch in another thread
+    sees one whole set."""
 
-    def __init__(self, keep: int = KEEP_NAMES) -> None:
+    def __init__(self, keep: int = KEEP_NAMES,
+                 stored: Callable[[int], list[bytes] | None] | None = None) -> None:
         self.keep = keep
-        self.known: tuple[int, dict[str, int], np.ndarray, np.ndarray] = \
-            (0, {}, np.zeros(0, object), np.zeros(0, object))
+        self.stored = stored
+        self.known: tuple[int, dict[str, int], np.ndarray, list[bytes]] = \
+            (0, {}, np.zeros(0, object), [])
 
     def ranked(self, attrs: tuple, max_attr_bytes: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The valid names among ``attrs`` (hashable) in order, their bytes, and each
-        attribute's index into them, -1 where it is not a valid name."""
+               ) -> tuple[np.ndarray, list[bytes], np.ndarray]:
+        """The valid names known, sorted, their bytes, and each of ``attrs``' (hashable)
+        index into them, -1 where it is not a valid name. While a batch brings no new
+        name, batches are given the same names and bytes: their postings are joined as
+        they are (``postings.concatenated``)."""
+        if self.stored is not None:
+            stored, self.stored = self.stored, None
+            encoded = [name for name in stored(self.keep) or ()
+                       if name.isascii() and 0 < len(name) <= max_attr_bytes]
+            self._take([name.decode() for name in encoded], encoded, max_attr_bytes)
         limit, rank, names, encoded = self.known
         if limit != max_attr_bytes:
             rank = {}
@@ -182,17 +194,19 @@ class Names:
             if new:
                 kept = set(compress(attrs, attr >= 0)) if len(rank) + len(new) > self.keep \
                     else rank.keys()
-                names = np.array(sorted([*kept, *new]), object)
-                rank = dict(zip(names.tolist(), range(names.size), strict=True))
-                encoded = np.array(list(map(str.encode, names.tolist())), object)
-                self.known = (max_attr_bytes, rank, names, encoded)
+                valid = sorted({*kept, *new})
+                limit, rank, names, encoded = self._take(valid, list(map(str.encode, valid)),
+                                                         max_attr_bytes)
                 attr = _ranks(rank, attrs, other)
-        valid = attr >= 0
-        present = np.zeros(names.size, bool)
-        present[attr[valid]] = True
-        attr[valid] = (np.cumsum(present) - 1)[attr[valid]]  # ranks among those present
-        used = np.flatnonzero(present)
-        return names[used], encoded[used], attr
+        return names, encoded, attr
+
+    def _take(self, valid: list[str], encoded: list[bytes], max_attr_bytes: int
+              ) -> tuple[int, dict[str, int], np.ndarray, list[bytes]]:
+        """Keep ``valid`` names (sorted, distinct) and their bytes in place of those
+        known."""
+        rank = dict(zip(valid, range(len(valid)), strict=True))
+        self.known = (max_attr_bytes, rank, np.array(valid, object), encoded)
+        return self.known
 
 
 def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:
@@ -217,7 +231,7 @@ class _Rows:
     """The core predicates of a batch as columns (subscription, attribute index, rank,
     family, key, value), added a kind of source predicate at a time."""
 
-    def __init__(self, names: np.ndarray, encoded: np.ndarray, sub_of: np.ndarray,
+    def __init__(self, names: np.ndarray, encoded: list[bytes], sub_of: np.ndarray,
                  attr: np.ndarray) -> None:
         self.names, self.encoded, self.sub_of, self.attr = names, encoded, sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
@@ -305,6 +319,6 @@ class _Rows:
                                np.full(np.count_nonzero(in_set), EQ, np.int64)))
         attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
         sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))
-        return Grouped(self.encoded.tolist(),
+        return Grouped(self.encoded,
                        [self.texts[i].encode() for i in np.flatnonzero(held).tolist()],
                        code(attr, family, kind), keys, sids[sub])

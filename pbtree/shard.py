@@ -517,6 +517,15 @@ class Shard:
         with self.read() as txn:
             return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
 
+    def attribute_names(self, limit: int) -> list[bytes] | None:
+        """The attribute names the shard has given ids (those of folded subscriptions),
+        sorted; None if more than ``limit``."""
+        with self.read() as txn:
+            if txn.stat(self.dbs["attrs"])["entries"] > limit:
+                return None
+            cur = txn.cursor(db=self.dbs["attrs"])
+            return list(map(bytes, cur.iternext(keys=True, values=False)))
+
     def ids(self) -> list:
         with self.read() as txn:
             cur = txn.cursor(db=self.dbs["ids"])

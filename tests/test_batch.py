@@ -176,6 +176,68 @@ def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
         assert list(seen.known[1]) == kept
 
 
+def test_names_an_index_holds_are_seen_before_its_first_batch() -> None:
+    """The stored names are asked for once, at the first batch; only the valid ones are
+    kept (not empty, ASCII, up to the limit); the batch gives what it gives without them."""
+    calls: list = []
+    stored = [b"", b"a", b"b", "\u00e9".encode(), b"zzz"]
+    for held, kept in [(stored, ["a", "b", "c"]), (None, ["a", "c"])]:
+        calls.clear()
+        seen = Names(stored=lambda keep, held=held: calls.append(keep) or held)
+        batch = [[("c", "=", 1), ("a", "<", 2)]]
+        for _ in range(2):
+            got = normalize_many(batch, MAX_PREDICATES, 2, seen)
+            assert got[0] == normalize_many(batch, MAX_PREDICATES, 2)[0]
+            assert listed(joined([got[1]])) == listed(joined([normalize_many(
+                batch, MAX_PREDICATES, 2)[1]]))
+            assert list(seen.known[1]) == kept and calls == [seen.keep]
+
+
+def test_batches_of_names_seen_share_their_names_and_join_as_copies_do() -> None:
+    """Batches that bring no new name are given one list of names; their postings,
+    joined alone or with a single's (its own names), are those of all their
+    subscriptions grouped at once."""
+    rng = random.Random(5)
+    seen = Names()
+    pieces, given = [], {}
+    for first in range(0, 120, 30):
+        lists, found = normalize_many([random_subscription(rng, ATTRS, 8) for _ in range(30)],
+                                      MAX_PREDICATES, MAX_ATTR_BYTES, seen)
+        pieces.append(found._replace(sids=found.sids + np.uint32(first)))
+        given.update((first + j, preds) for j, preds in enumerate(lists) if preds is not None)
+    given[120] = normalize([("zz", "=", 1), ("a", "<", 3)])
+    single = unsorted(np.array([120], np.uint32), [given[120]])
+    assert pieces[1].names is pieces[2].names is pieces[3].names
+    for held in (pieces[1:], [*pieces, single], [single, *pieces]):
+        sids = sorted(set(np.concatenate([found.sids for found in held]).tolist()))
+        whole = unsorted(np.array(sids, np.uint32), [given[sid] for sid in sids])
+        assert listed(joined(held)) == listed(joined([whole]))
+
+
+def test_an_index_gives_its_stored_names_to_its_first_batch(tmp_path) -> None:
+    """The names of every shard's folded subscriptions, sorted, none past the limit;
+    batches of a reopened index then match the oracle."""
+    rng = random.Random(3)
+    model = {i: random_subscription(rng, ATTRS, 8) for i in range(300)}
+    model[300] = [("\u00e9", "=", 1), ("a", ">", 0)]
+    with pbtree.create(tmp_path / "ix", shards=3) as ix:
+        ix.subscribe_many(model.items())
+        assert ix._attribute_names(1000) == []  # none folded
+        ix.fold()
+    names = sorted({attr.encode() for source in model.values() for attr, _, _ in source})
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert ix._attribute_names(len(names)) == names
+        assert ix._attribute_names(len(names) - 1) is None
+        more = {i: random_subscription(rng, ATTRS, 8) for i in range(300, 700)}
+        more[300] = [("\u00e9", "<", 2), ("new", "=", "x")]
+        ix.subscribe_many(more.items(), replace=True)
+        model.update(more)
+        parsed = {i: parse(source) for i, source in model.items()}
+        for _ in range(30):
+            event = {**random_event(rng, ATTRS, 8), "\u00e9": 1, "new": "x"}
+            assert ix.match(event) == oracle_match(parsed, event)
+
+
 def test_values_at_the_edges() -> None:
     """One batch of the edge constants: numbers canonical (2.0 -> 2, -0.0 -> 0), 'in'
     sets sorted and distinct, a set of one value an '=', out-of-range values refused;

@@ -519,12 +519,14 @@ class Shard:
 
     def attribute_names(self, limit: int) -> list[bytes] | None:
         """The attribute names the shard has given ids (those of folded subscriptions),
-        sorted; None if more than ``limit``."""
+        sorted; None if more than ``limit``. Their ids are kept, as a read finds them."""
         with self.read() as txn:
             if txn.stat(self.dbs["attrs"])["entries"] > limit:
                 return None
-            cur = txn.cursor(db=self.dbs["attrs"])
-            return list(map(bytes, cur.iternext(keys=True, values=False)))
+            found = {bytes(k): int.from_bytes(v, "little")
+                     for k, v in txn.cursor(db=self.dbs["attrs"]).iternext()}
+        self._attr_ids.update(found)
+        return list(found)
 
     def ids(self) -> list:
         with self.read() as txn:

@@ -216,7 +216,7 @@ def test_batches_of_names_seen_share_their_names_and_join_as_copies_do() -> None
 
 def test_an_index_gives_its_stored_names_to_its_first_batch(tmp_path) -> None:
     """The names of every shard's folded subscriptions, sorted, none past the limit;
-    batches of a reopened index then match the oracle."""
+    batches of a reopened index then match the oracle, before and after a fold."""
     rng = random.Random(3)
     model = {i: random_subscription(rng, ATTRS, 8) for i in range(300)}
     model[300] = [("\u00e9", "=", 1), ("a", ">", 0)]
@@ -233,9 +233,13 @@ def test_an_index_gives_its_stored_names_to_its_first_batch(tmp_path) -> None:
         ix.subscribe_many(more.items(), replace=True)
         model.update(more)
         parsed = {i: parse(source) for i, source in model.items()}
-        for _ in range(30):
-            event = {**random_event(rng, ATTRS, 8), "\u00e9": 1, "new": "x"}
-            assert ix.match(event) == oracle_match(parsed, event)
+        for fold in (False, True):  # the fold finds the ids the names were read with
+            if fold:
+                ix.fold()
+                ix.verify()
+            for _ in range(30):
+                event = {**random_event(rng, ATTRS, 8), "\u00e9": 1, "new": "x"}
+                assert ix.match(event) == oracle_match(parsed, event)
 
 
 def test_values_at_the_edges() -> None:

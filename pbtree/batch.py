@@ -15,7 +15,6 @@ The same columns give the batch's postings (``postings.Grouped``), which the sha
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from itertools import chain, compress, repeat
 
 import numpy as np
@@ -156,18 +155,14 @@ KEEP_NAMES = 1 << 15
 
 class Names:
     """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
-    index holds or its batches have held, sorted, with their ranks and bytes: up to
-    ``keep`` of them, past that the last batch's. A batch of names all seen ranks them in
-    one map, not sorting and checking them again (1M ``sparse`` has ~4,000 names in a
-    batch of 1,000 subscriptions). ``stored(keep)`` gives the index's names as bytes,
-    sorted, or None when it holds more than ``keep``: the first batch takes them as seen.
-    The four are replaced together, never changed in place: a batch in another thread
-    sees one whole set."""
+    index's batches have held, sorted, with their ranks and bytes: up to ``keep`` of
+    them, past that the last batch's. A batch of names all seen ranks them in one map,
+    not sorting and checking them again (1M ``sparse`` has ~4,000 names in a batch of
+    1,000 subscriptions). The four are replaced together, never changed in place: a batch
+    in another thread sees one whole set."""
 
-    def __init__(self, keep: int = KEEP_NAMES,
-                 stored: Callable[[int], list[bytes] | None] | None = None) -> None:
+    def __init__(self, keep: int = KEEP_NAMES) -> None:
         self.keep = keep
-        self.stored = stored
         self.known: tuple[int, dict[str, int], np.ndarray, list[bytes]] = \
             (0, {}, np.zeros(0, object), [])
 
@@ -177,11 +172,6 @@ class Names:
         index into them, -1 where it is not a valid name. While a batch brings no new
         name, batches are given the same names and bytes: their postings are joined as
         they are (``postings.concatenated``)."""
-        if self.stored is not None:
-            stored, self.stored = self.stored, None
-            encoded = [name for name in stored(self.keep) or ()
-                       if name.isascii() and 0 < len(name) <= max_attr_bytes]
-            self._take([name.decode() for name in encoded], encoded, max_attr_bytes)
         limit, rank, names, encoded = self.known
         if limit != max_attr_bytes:
             rank = {}
@@ -194,19 +184,12 @@ class Names:
             if new:
                 kept = set(compress(attrs, attr >= 0)) if len(rank) + len(new) > self.keep \
                     else rank.keys()
-                valid = sorted({*kept, *new})
-                limit, rank, names, encoded = self._take(valid, list(map(str.encode, valid)),
-                                                         max_attr_bytes)
+                valid = sorted([*kept, *new])
+                rank = dict(zip(valid, range(len(valid)), strict=True))
+                names, encoded = np.array(valid, object), list(map(str.encode, valid))
+                self.known = (max_attr_bytes, rank, names, encoded)
                 attr = _ranks(rank, attrs, other)
         return names, encoded, attr
-
-    def _take(self, valid: list[str], encoded: list[bytes], max_attr_bytes: int
-              ) -> tuple[int, dict[str, int], np.ndarray, list[bytes]]:
-        """Keep ``valid`` names (sorted, distinct) and their bytes in place of those
-        known."""
-        rank = dict(zip(valid, range(len(valid)), strict=True))
-        self.known = (max_attr_bytes, rank, np.array(valid, object), encoded)
-        return self.known
 
 
 def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:

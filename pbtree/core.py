@@ -184,16 +184,7 @@ class Index:
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
-        self._names = Names(stored=self._attribute_names)  # checked and sorted
-
-    def _attribute_names(self, limit: int) -> list[bytes] | None:
-        """The attribute names the shards have given ids, sorted; None if more than
-        ``limit``."""
-        held = [shard.attribute_names(limit) for shard in self._live()]
-        if None in held:
-            return None
-        names = held[0] if len(held) == 1 else sorted(set().union(*held))  # type: ignore[arg-type]
-        return names if len(names) <= limit else None
+        self._names = Names()  # the attribute names of its batches, checked and sorted
 
     # --- lifecycle ------------------------------------------------------------------
     def close(self) -> None:

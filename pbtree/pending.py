@@ -18,7 +18,7 @@ import numpy as np
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, concatenated, grouped, heads, unsorted
+from pbtree.postings import Grouped, code, concatenated, grouped, heads, split_code, unsorted
 from pbtree.tree import read_counter, read_folded
 
 
@@ -176,7 +176,8 @@ class Run:
     def _hold(self, found: Grouped) -> None:
         self.found: Grouped | None = found  # until indexed (by a search, or a join)
         self.names, self.strings, self.sids = found.names, found.strings, found.sids
-        self.attrs = {name: i for i, name in enumerate(found.names)}
+        used = distinct(split_code(found.place)[0]).tolist()  # ``names`` may hold more
+        self.attrs = dict(zip([found.names[i] for i in used], used, strict=True))
         self.index: Sorted | None = None
 
     @property

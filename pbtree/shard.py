@@ -517,17 +517,6 @@ class Shard:
         with self.read() as txn:
             return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
 
-    def attribute_names(self, limit: int) -> list[bytes] | None:
-        """The attribute names the shard has given ids (those of folded subscriptions),
-        sorted; None if more than ``limit``. Their ids are kept, as a read finds them."""
-        with self.read() as txn:
-            if txn.stat(self.dbs["attrs"])["entries"] > limit:
-                return None
-            found = {bytes(k): int.from_bytes(v, "little")
-                     for k, v in txn.cursor(db=self.dbs["attrs"]).iternext()}
-        self._attr_ids.update(found)
-        return list(found)
-
     def ids(self) -> list:
         with self.read() as txn:
             cur = txn.cursor(db=self.dbs["ids"])

@@ -176,23 +176,6 @@ def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
         assert list(seen.known[1]) == kept
 
 
-def test_names_an_index_holds_are_seen_before_its_first_batch() -> None:
-    """The stored names are asked for once, at the first batch; only the valid ones are
-    kept (not empty, ASCII, up to the limit); the batch gives what it gives without them."""
-    calls: list = []
-    stored = [b"", b"a", b"b", "\u00e9".encode(), b"zzz"]
-    for held, kept in [(stored, ["a", "b", "c"]), (None, ["a", "c"])]:
-        calls.clear()
-        seen = Names(stored=lambda keep, held=held: calls.append(keep) or held)
-        batch = [[("c", "=", 1), ("a", "<", 2)]]
-        for _ in range(2):
-            got = normalize_many(batch, MAX_PREDICATES, 2, seen)
-            assert got[0] == normalize_many(batch, MAX_PREDICATES, 2)[0]
-            assert listed(joined([got[1]])) == listed(joined([normalize_many(
-                batch, MAX_PREDICATES, 2)[1]]))
-            assert list(seen.known[1]) == kept and calls == [seen.keep]
-
-
 def test_batches_of_names_seen_share_their_names_and_join_as_copies_do() -> None:
     """Batches that bring no new name are given one list of names; their postings,
     joined alone or with a single's (its own names), are those of all their
@@ -212,34 +195,6 @@ def test_batches_of_names_seen_share_their_names_and_join_as_copies_do() -> None
         sids = sorted(set(np.concatenate([found.sids for found in held]).tolist()))
         whole = unsorted(np.array(sids, np.uint32), [given[sid] for sid in sids])
         assert listed(joined(held)) == listed(joined([whole]))
-
-
-def test_an_index_gives_its_stored_names_to_its_first_batch(tmp_path) -> None:
-    """The names of every shard's folded subscriptions, sorted, none past the limit;
-    batches of a reopened index then match the oracle, before and after a fold."""
-    rng = random.Random(3)
-    model = {i: random_subscription(rng, ATTRS, 8) for i in range(300)}
-    model[300] = [("\u00e9", "=", 1), ("a", ">", 0)]
-    with pbtree.create(tmp_path / "ix", shards=3) as ix:
-        ix.subscribe_many(model.items())
-        assert ix._attribute_names(1000) == []  # none folded
-        ix.fold()
-    names = sorted({attr.encode() for source in model.values() for attr, _, _ in source})
-    with pbtree.open(tmp_path / "ix") as ix:
-        assert ix._attribute_names(len(names)) == names
-        assert ix._attribute_names(len(names) - 1) is None
-        more = {i: random_subscription(rng, ATTRS, 8) for i in range(300, 700)}
-        more[300] = [("\u00e9", "<", 2), ("new", "=", "x")]
-        ix.subscribe_many(more.items(), replace=True)
-        model.update(more)
-        parsed = {i: parse(source) for i, source in model.items()}
-        for fold in (False, True):  # the fold finds the ids the names were read with
-            if fold:
-                ix.fold()
-                ix.verify()
-            for _ in range(30):
-                event = {**random_event(rng, ATTRS, 8), "\u00e9": 1, "new": "x"}
-                assert ix.match(event) == oracle_match(parsed, event)
 
 
 def test_values_at_the_edges() -> None:

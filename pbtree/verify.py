@@ -342,8 +342,11 @@ class _Checker:
             return
         for sid, idkey, _, found in stored(self.txn, db, 0):
             chunk = needed.get(sid // NEEDED.size)  # a missing chunk reads as zeros
-            if sid >= merged or chunk is not None and chunk[sid % NEEDED.size] != 0:
-                self.fail(f"removed sid {sid} is not merged, or has a predicate count")
+            if sid >= merged:
+                self.fail(f"removed sid {sid} is not merged (merged up to sid {merged}): "
+                          f"a staged or pending one keeps no dead record")
+            if chunk is not None and chunk[sid % NEEDED.size] != 0:
+                self.fail(f"removed sid {sid} still has a predicate count")
             if bytes(self.txn.get(idkey, db=self.dbs["ids"]) or b"") == sid_key(sid):
                 self.fail(f"removed sid {sid} still has its id")
             self.places(f"removed sid {sid}", sid, found, attrs, expected)

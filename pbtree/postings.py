@@ -131,23 +131,24 @@ def unsorted(sids: np.ndarray, lists: list) -> Grouped:
 
 def concatenated(pieces: list[Grouped]) -> Grouped:
     """The postings of all ``pieces`` in one, unsorted: attributes and string ranks
-    renumbered to shared ``names`` and ``strings``. Pieces that share one list of names
-    (batches ``batch.Names`` gave the same) are renumbered once, or not at all when
-    every piece has it."""
+    renumbered to shared ``names`` and ``strings``. The first piece's names come first, so
+    pieces that hold its list of names (batches ``batch.Names`` gave the same) keep their
+    numbers; each other list is renumbered once, however many pieces hold it."""
     if len(pieces) == 1:
         return pieces[0]
-    lists = list({id(found.names): found.names for found in pieces}.values())
-    names = lists[0] if len(lists) == 1 else \
-        list(dict.fromkeys(chain.from_iterable(lists)))
-    index = dict(zip(names, range(len(names)), strict=True)) if len(lists) > 1 else {}
+    first = pieces[0].names
+    lists = list({id(found.names): found.names for found in pieces
+                  if found.names is not first}.values())
+    names = list(dict.fromkeys(chain(first, *lists))) if lists else first
+    index = dict(zip(names, range(len(names)), strict=True)) if lists else {}
     numbers = {id(held): np.fromiter(map(index.__getitem__, held), np.int64, len(held))
-               for held in lists if held is not names}
+               for held in lists}
     strings = sorted(set().union(*(found.strings for found in pieces)))
     rank: dict[bytes, int] = {}  # of ``strings``, made once if a piece's ranks differ
     place, keys = [], []
     for found in pieces:
         attr, family, kind = split_code(found.place)
-        place.append(found.place if found.names is names else
+        place.append(found.place if found.names is first else
                      code(numbers[id(found.names)][attr], family, kind))
         if found.strings and found.strings != strings:
             rank = rank or dict(zip(strings, range(len(strings)), strict=True))

@@ -260,11 +260,8 @@ class Shard:
         ones' postings from them, now; returns how many were folded."""
         def apply(txn) -> int:
             w = Writer(txn, self.dbs, self.node_bytes)
-            if w.next_sid > w.merged:
-                folded = self._fold(w, txn, self._written, True)
-            else:
-                folded = 0
-                self._purge(w, txn)
+            folded = self._fold(w, txn, self._written, True) if w.next_sid > w.merged else 0
+            self._purge(w, txn)  # when no merge did
             w.flush()
             return folded
 
@@ -406,7 +403,7 @@ class Shard:
         for (name, family, payload, kind), sids in places.items():
             aid = attr_ids.get(name)
             if aid is None:
-                aid = attr_ids[name] = w.attr_id(name, False)
+                aid = attr_ids[name] = w.attr_id(name)
                 if aid is None:
                     raise CorruptIndexError(f"{self.path}: stored attribute {name!r} unknown")
             keyed[tree_prefix(aid, family) + payload + _KIND_BYTE[kind]] = sids

@@ -117,23 +117,23 @@ class Writer:
         self.next_sid += n
         return first
 
-    def attr_id(self, name: bytes, create: bool) -> int | None:
+    def attr_id(self, name: bytes) -> int | None:
+        """The stored id of attribute ``name``, None if it has none."""
         raw = self.txn.get(name, db=self.dbs["attrs"])
-        if raw is not None:
-            return int.from_bytes(raw, "little")
-        if not create:
-            return None
+        return None if raw is None else int.from_bytes(raw, "little")
+
+    def attr_ids(self, names: list[bytes]) -> list[int]:
+        """The ids of the distinct ``names``, new ones given to those without: the stored
+        ones found in one call (a fold may name thousands)."""
+        stored = dict(self.txn.cursor(db=self.dbs["attrs"]).getmulti(names))
+        return [self._new_attr(name) if (raw := stored.get(name)) is None
+                else int.from_bytes(raw, "little") for name in names]
+
+    def _new_attr(self, name: bytes) -> int:
         aid = self.next_attr
         self.next_attr += 1
         self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
         return aid
-
-    def attr_ids(self, names: list[bytes]) -> list[int]:
-        """``attr_id(name, True)`` of each of the distinct ``names``, those stored found in
-        one call (a fold may name thousands)."""
-        stored = dict(self.txn.cursor(db=self.dbs["attrs"]).getmulti(names))
-        return [self.attr_id(name, True) if (raw := stored.get(name)) is None
-                else int.from_bytes(raw, "little") for name in names]
 
     def set_sid(self, sid: int, needed: int, int_id: int) -> None:
         """Record a sid's predicate count (0 frees it) and its int id (or STRING_ID)."""

@@ -16,6 +16,7 @@ The same columns give the batch's postings (``postings.Grouped``), which the sha
 from __future__ import annotations
 
 from itertools import chain, compress, repeat
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
     value or name it refuses or more than ``max_predicates`` core predicates, or two
     'in' sets on one attribute. And the postings of those given, unsorted, their sids
-    the sources' positions. ``names_seen`` keeps the attribute names checked and sorted
+    the sources' positions. ``names_seen`` keeps the attribute names checked and numbered
     between the batches of one index."""
     out: list[list | None] = [None] * len(sources)
     if set(map(type, sources)) <= _SEQUENCE and all(sources):
@@ -67,9 +68,10 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     if not subs:
         return out, NOTHING
     attrs, op, values = columns  # type: ignore[misc]
-    names, encoded, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
+    names, encoded, order, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
-    rows = _Rows(names, encoded, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
+    rows = _Rows(names, encoded, order, np.repeat(np.arange(len(subs)), list(map(len, subs))),
+                 attr)
     grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in', 'between'
     sets = [values[i] for i in grouped.tolist()]
     sizes = _sizes(sets, op[grouped] == _BETWEEN)
@@ -153,47 +155,81 @@ def _columns(subs: list) -> tuple[tuple, np.ndarray, tuple] | None:
 KEEP_NAMES = 1 << 15
 
 
+class Known(NamedTuple):
+    """The attribute names a ``Names`` holds, numbered in the order they came: their
+    numbers (``rank``), the names and their bytes by number, the numbers in name order
+    (UTF-8 byte order, which canonical predicate order follows) and each number's place
+    in it."""
+
+    limit: int
+    rank: dict[str, int]
+    names: np.ndarray
+    encoded: list[bytes]
+    ordered: np.ndarray
+    order: np.ndarray
+
+    def grown(self, new: list[str]) -> Known:
+        """These names and ``new`` (sorted, none held): theirs numbered after these, so
+        the numbers given before still hold; the order merged, not sorted again."""
+        numbers = range(len(self.rank), len(self.rank) + len(new))
+        added = np.array(new, object)
+        ordered = np.insert(self.ordered, np.searchsorted(self.names[self.ordered], added),
+                            np.arange(numbers.start, numbers.stop))
+        order = np.empty(ordered.size, np.int64)
+        order[ordered] = np.arange(ordered.size)
+        return Known(self.limit, {**self.rank, **dict(zip(new, numbers, strict=True))},
+                     np.concatenate((self.names, added)),
+                     [*self.encoded, *map(str.encode, new)], ordered, order)
+
+
+def _none_known(limit: int) -> Known:
+    return Known(limit, {}, np.zeros(0, object), [], np.zeros(0, np.int64),
+                 np.zeros(0, np.int64))
+
+
 class Names:
     """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
-    index's batches have held, sorted, with their ranks and bytes: up to ``keep`` of
-    them, past that the last batch's. A batch of names all seen ranks them in one map,
-    not sorting and checking them again (1M ``sparse`` has ~4,000 names in a batch of
-    1,000 subscriptions). The four are replaced together, never changed in place: a batch
-    in another thread sees one whole set."""
+    index's batches have held, numbered as they came, with their bytes and name order: up
+    to ``keep`` of them, past that the last batch's. A batch of names all seen numbers
+    them in one map, and a batch with new ones adds only those (1M ``sparse`` has ~4,000
+    names in a batch of 1,000 subscriptions, still ~100 new after ten batches). The names
+    known are replaced whole, never changed in place: a batch in another thread sees one
+    whole set."""
 
     def __init__(self, keep: int = KEEP_NAMES) -> None:
         self.keep = keep
-        self.known: tuple[int, dict[str, int], np.ndarray, list[bytes]] = \
-            (0, {}, np.zeros(0, object), [])
+        self.known = _none_known(0)
 
     def ranked(self, attrs: tuple, max_attr_bytes: int
-               ) -> tuple[np.ndarray, list[bytes], np.ndarray]:
-        """The valid names known, sorted, their bytes, and each of ``attrs``' (hashable)
-        index into them, -1 where it is not a valid name. While a batch brings no new
-        name, batches are given the same names and bytes: their postings are joined as
-        they are (``postings.concatenated``)."""
-        limit, rank, names, encoded = self.known
-        if limit != max_attr_bytes:
-            rank = {}
+               ) -> tuple[np.ndarray, list[bytes], np.ndarray, np.ndarray]:
+        """The valid names known by number, their bytes, each number's place in name
+        order, and each of ``attrs``' (hashable) number, -1 where it is not a valid name.
+        While a batch brings no new name, batches are given the same names and bytes:
+        their postings are joined as they are (``postings.concatenated``)."""
+        known = self.known if self.known.limit == max_attr_bytes else \
+            _none_known(max_attr_bytes)
         other = None if set(map(type, attrs)) == _STR else \
             ~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))
-        attr = _ranks(rank, attrs, other)  # a str subclass equal to a name is no name
-        if attr.min(initial=0) < 0:
-            new = {a for a in compress(attrs, attr < 0) if type(a) is str and a and
-                   a.isascii() and len(a) <= max_attr_bytes}
-            if new:
-                kept = set(compress(attrs, attr >= 0)) if len(rank) + len(new) > self.keep \
-                    else rank.keys()
-                valid = sorted([*kept, *new])
-                rank = dict(zip(valid, range(len(valid)), strict=True))
-                names, encoded = np.array(valid, object), list(map(str.encode, valid))
-                self.known = (max_attr_bytes, rank, names, encoded)
-                attr = _ranks(rank, attrs, other)
-        return names, encoded, attr
+        attr = _ranks(known.rank, attrs, other)  # a str subclass equal to a name is no name
+        missing = np.flatnonzero(attr < 0) if other is None else \
+            np.flatnonzero((attr < 0) & ~other)
+        unknown = [attrs[i] for i in missing.tolist()]
+        new = sorted({a for a in unknown if a and a.isascii() and len(a) <= max_attr_bytes})
+        if new:
+            if len(known.rank) + len(new) > self.keep:
+                known = _none_known(max_attr_bytes).grown(
+                    sorted({*compress(attrs, attr >= 0), *new}))
+                attr = _ranks(known.rank, attrs, other)
+            else:
+                known = known.grown(new)
+                attr[missing] = np.fromiter(map(known.rank.get, unknown, repeat(-1)),
+                                            np.int64, len(unknown))
+            self.known = known
+        return known.names, known.encoded, known.order, attr
 
 
 def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:
-    """Each attribute's rank, -1 where ``rank`` lacks it or ``other`` marks it."""
+    """Each attribute's number, -1 where ``rank`` lacks it or ``other`` marks it."""
     attr = np.fromiter(map(rank.get, attrs, repeat(-1)), np.int64, len(attrs))
     if other is not None:
         attr[other] = -1
@@ -211,12 +247,14 @@ def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
 
 
 class _Rows:
-    """The core predicates of a batch as columns (subscription, attribute index, rank,
-    family, key, value), added a kind of source predicate at a time."""
+    """The core predicates of a batch as columns (subscription, attribute number, rank,
+    family, key, value), added a kind of source predicate at a time; ``Names.ranked``
+    gives the attributes' names, bytes and name order by number."""
 
-    def __init__(self, names: np.ndarray, encoded: list[bytes], sub_of: np.ndarray,
-                 attr: np.ndarray) -> None:
-        self.names, self.encoded, self.sub_of, self.attr = names, encoded, sub_of, attr
+    def __init__(self, names: np.ndarray, encoded: list[bytes], order: np.ndarray,
+                 sub_of: np.ndarray, attr: np.ndarray) -> None:
+        self.names, self.encoded, self.order = names, encoded, order
+        self.sub_of, self.attr = sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
         self.texts: list[str] = []  # the strings that string keys rank
@@ -259,7 +297,7 @@ class _Rows:
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
         held = np.concatenate(self.values)
-        place = ((sub * self.names.size + attr) * 8 + rank) * 4 + family
+        place = ((sub * self.order.size + self.order[attr]) * 8 + rank) * 4 + family
         order = np.argsort(place, kind="stable")  # rows come near sub order: runs
         place = place[order]
         tie = place[1:] == place[:-1]

@@ -184,7 +184,7 @@ class Index:
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
-        self._names = Names()  # the attribute names of its batches, checked and sorted
+        self._names = Names()  # the attribute names of its batches, checked and numbered
 
     # --- lifecycle ------------------------------------------------------------------
     def close(self) -> None:

@@ -49,11 +49,14 @@ class Column:
             return None
         return list(map(np.frombuffer, values, repeat(self.dtype)))
 
-    def changed(self, txn: lmdb.Transaction, dbs: dict,
-                old: list[np.ndarray]) -> tuple[list[np.ndarray], list[int]] | None:
+    def changed(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray],
+                written: set[int] | None = None
+                ) -> tuple[list[np.ndarray], list[int]] | None:
         """The chunks in ``txn`` as views, and the numbers of those that may differ from
         ``old`` (new ones included); None when not all full or fewer than before (then read
-        the column anew).
+        the column anew). ``written``, when known, holds every chunk the commits since
+        ``old``'s snapshot wrote: only those and new ones are read, the others' views kept
+        (``_written``).
 
         ``old`` are views read in an older snapshot that is still open, into the same
         mapping of the file. LMDB never writes a page an open snapshot reaches (copy-on-
@@ -62,11 +65,31 @@ class Column:
         written since, which overlap no page ``old`` reaches, or is a record of the old
         snapshot, unchanged: if its memory overlaps its old view, it is that record.
         """
+        if written is not None:
+            return self._written(txn, dbs, old, written)
         views = self.views(txn, dbs)
         if views is None or len(views) < len(old):
             return None
         same = np.fromiter(map(np.may_share_memory, views, old), bool, len(old))
         return views, [*np.flatnonzero(~same).tolist(), *range(len(old), len(views))]
+
+    def _written(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray],
+                 written: set[int]) -> tuple[list[np.ndarray], list[int]] | None:
+        """``changed`` given the chunks written since ``old``: a chunk no commit wrote is
+        the same record on the same pages, which ``txn`` reaches as ``old`` did."""
+        db = dbs[self.db]
+        count = txn.stat(db)["entries"]
+        if count < len(old):
+            return None
+        views = [*old, *[None] * (count - len(old))]
+        numbers = sorted({n for n in written if n < len(old)} | set(range(len(old), count)))
+        nbytes = self.size * self.dtype.itemsize
+        for number in numbers:
+            raw = txn.get(self.chunk_key(number), db=db)
+            if raw is None or len(raw) != nbytes:
+                return None
+            views[number] = np.frombuffer(raw, self.dtype)
+        return views, numbers
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
         """Every stored chunk by number (for verify and stats)."""

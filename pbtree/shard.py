@@ -24,7 +24,7 @@ import msgpack
 import numpy as np
 
 from pbtree import staged
-from pbtree.columns import STRING_ID
+from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.lists import NODE_BYTES
@@ -70,6 +70,8 @@ PURGE_SHARE = 1 / 16
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
 #: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
 KEEP_PINNED = 8
+#: the per-sid columns whose chunks a commit's note holds
+COLUMN_DBS = (NEEDED.db, INT_IDS.db)
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
@@ -126,6 +128,9 @@ class Shard:
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
         self._written = Written()
+        self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
+        #: the column chunks each of this shard's last commits wrote, by txn id
+        self._chunks: dict[int, dict[str, set[int]]] = {}
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -179,7 +184,7 @@ class Shard:
         """
         txn = self.env.begin_read(self._release)  # a remap needs no transaction open
         try:
-            cache = self._cache.renewed(txn, self.dbs, self.env.remaps)
+            cache = self._cache.renewed(txn, self.dbs, self.env.remaps, self._chunks_since(txn))
         except BaseException:
             txn.abort()
             self._release(keep=False)
@@ -187,7 +192,25 @@ class Shard:
         self._release()
         self._snapshot, self._cache = txn, cache
 
+    def _chunks_since(self, txn: lmdb.Transaction) -> dict[str, set[int]] | None:
+        """The column chunks the commits after the pinned snapshot up to ``txn`` wrote,
+        when all of them were this shard's (another process's, or another Index's, are
+        not known: then None)."""
+        if self._snapshot is None:
+            return None
+        ids = range(self._snapshot.id() + 1, txn.id() + 1)
+        if not all(i in self._chunks for i in ids):
+            return None
+        return {db: set().union(*(self._chunks[i][db] for i in ids)) for db in COLUMN_DBS}
+
     # --- writes ---------------------------------------------------------------------
+    def _writer(self, txn: lmdb.Transaction) -> Writer:
+        """A Writer for this write's ``txn``, whose column chunks ``_write`` notes once
+        it commits."""
+        w = Writer(txn, self.dbs, self.node_bytes)
+        self._writers.append((txn.id(), w))
+        return w
+
     def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool,
                   found: Grouped | None) -> int:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
@@ -205,7 +228,7 @@ class Shard:
 
         def apply(txn) -> int:
             nonlocal mine, folded
-            w = Writer(txn, dbs, self.node_bytes)
+            w = self._writer(txn)
             mine = (w.next_sid, len(items), list(lists) if found is None
                     else found._replace(sids=found.sids + np.uint32(w.next_sid)))
             folded = False
@@ -259,7 +282,7 @@ class Shard:
         """Fold every pending and staged subscription into the trees, and purge removed
         ones' postings from them, now; returns how many were folded."""
         def apply(txn) -> int:
-            w = Writer(txn, self.dbs, self.node_bytes)
+            w = self._writer(txn)
             folded = self._fold(w, txn, self._written, True) if w.next_sid > w.merged else 0
             self._purge(w, txn)  # when no merge did
             w.flush()
@@ -332,7 +355,7 @@ class Shard:
         dbs = self.dbs
 
         def apply(txn) -> int:
-            w = Writer(txn, dbs, self.node_bytes)
+            w = self._writer(txn)
             found = 0
             for idkey in idkeys:
                 old = txn.get(idkey, db=dbs["ids"])
@@ -357,15 +380,32 @@ class Shard:
         with self._lock:
             if self._stale(KEEP_PINNED - 1):
                 self._release()
-            self._named = {}
+            self._named, self._writers = {}, []
             try:
                 result = self.env.write(apply, self._release)
             except BaseException as exc:
                 self._locate(exc)
                 raise
+            self._note_chunks()
             self._attr_ids.update(self._named)
             committed()
             return result
+
+    def _note_chunks(self) -> None:
+        """Note the column chunks the write just committed wrote, under its txn id (its
+        last try's): those of every try's Writers (an aborted try's add chunks read again
+        for nothing, never miss one). Notes older than the pinned snapshot, or than the
+        last 64, go."""
+        if not self._writers:
+            return
+        written = [w.chunks() for _, w in self._writers]
+        self._chunks[self._writers[-1][0]] = {
+            db: set().union(*(chunks[db] for chunks in written)) for db in COLUMN_DBS}
+        oldest = max(self._snapshot.id() if self._snapshot is not None else 0,
+                     max(self._chunks) - 64)
+        for tid in [tid for tid in self._chunks if tid <= oldest]:
+            del self._chunks[tid]
+        self._writers = []
 
     @contextmanager
     def read(self) -> Iterator[lmdb.Transaction]:

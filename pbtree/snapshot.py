@@ -75,8 +75,10 @@ class Snapshot:
             self.views[column.db] = views
         return table
 
-    def renewed(self, txn: lmdb.Transaction, dbs: dict, remaps: int) -> Snapshot:
-        """The caches for ``txn``, a newer snapshot begun while this one's is still open.
+    def renewed(self, txn: lmdb.Transaction, dbs: dict, remaps: int,
+                written: dict[str, set[int]] | None = None) -> Snapshot:
+        """The caches for ``txn``, a newer snapshot begun while this one's is still open;
+        ``written``: the chunks of each column the commits in between wrote, when known.
 
         Per-sid tables are updated in the chunks that changed or were added
         (``Column.changed``), in place unless they grow, or dropped when that cannot tell
@@ -94,7 +96,7 @@ class Snapshot:
             new.trees = self.hot()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
-        found = self._changed(NEEDED, txn, dbs) if self.counter is not None else None
+        found = self._changed(NEEDED, txn, dbs, written) if self.counter is not None else None
         if found is not None:
             views, changed = found
             counter = self.counter
@@ -103,7 +105,8 @@ class Snapshot:
             for number in changed:  # counts are u2 in the column, so they fit the counter
                 counter.assign(number * NEEDED.size, _counts(views[number]))
             new.counter, new.views[NEEDED.db] = counter, views
-        found = self._changed(INT_IDS, txn, dbs) if self.int_ids is not None else None
+        found = self._changed(INT_IDS, txn, dbs, written) if self.int_ids is not None \
+            else None
         if found is not None:
             views, changed = found
             table = self.int_ids.grown(len(views) * INT_IDS.size)
@@ -121,11 +124,13 @@ class Snapshot:
         return dict.fromkeys((prefix for prefix, state in self.trees.items()
                               if type(state) is Flat or (fresh and state >= HOT)), HOT)
 
-    def _changed(self, column: Column, txn: lmdb.Transaction,
-                 dbs: dict) -> tuple[list[np.ndarray], list[int]] | None:
+    def _changed(self, column: Column, txn: lmdb.Transaction, dbs: dict,
+                 written: dict[str, set[int]] | None
+                 ) -> tuple[list[np.ndarray], list[int]] | None:
         """``Column.changed`` against this snapshot's views of the column, if it has any."""
         old = self.views.get(column.db)
-        return None if old is None else column.changed(txn, dbs, old)
+        return None if old is None else \
+            column.changed(txn, dbs, old, None if written is None else written[column.db])
 
 
 def _counts(needed: np.ndarray) -> np.ndarray:

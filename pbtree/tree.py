@@ -558,6 +558,10 @@ class Writer:
                 self.leaf(key)
         self.eq_appends.clear()
 
+    def chunks(self) -> dict[str, set[int]]:
+        """The chunks of each per-sid column this writer changed, by column database."""
+        return {writer.column.db: set(writer.dirty) for writer in (self.needed, self.int_ids)}
+
     def flush(self) -> None:
         self._write_records()
         self._flush_appends()

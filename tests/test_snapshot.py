@@ -22,6 +22,7 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import matcher
 from pbtree import pending as pending_module
+from pbtree.columns import Column
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
 from pbtree.postings import grouped
@@ -177,6 +178,36 @@ def test_renewal_in_place_holds_wide_ids_apart_and_frees_sids(tmp_path):
         assert shard._cache.int_ids.table.dtype == np.int64
         assert_tables_fresh(ix)
 
+
+def test_renewal_reads_what_another_writers_commit_wrote(tmp_path, monkeypatch):
+    """Renewals read only the chunks this shard's own commits wrote; a commit of another
+    process in between (removing a sid of chunk 0, which this shard's writes leave alone)
+    makes the renewal compare every chunk, so that sid stops matching."""
+    rng = random.Random(11)
+    path = tmp_path / "index"
+    calls = []
+    original = Column.changed
+    monkeypatch.setattr(Column, "changed", lambda self, txn, dbs, old, written=None: (
+        calls.append(written is not None), original(self, txn, dbs, old, written))[1])
+    with pbtree.create(path, node_bytes=512) as ix:
+        writes = Writes(ix, rng)
+        writes.subscribe_many(5000)  # sids 0 .. 4,999: chunk 0 and 1 of "needed"
+        events = writes.events(30)
+        low = set(list(writes.model)[:4000])  # ids of sids in chunk 0
+        first = next(i for e in events for i in oracle_match(writes.model, e) if i in low)
+        assert [ix.match(e) for e in events] == [oracle_match(writes.model, e) for e in events]
+        writes.step("subscribe")  # sid 5,000
+        assert [ix.match(e) for e in events] == [oracle_match(writes.model, e) for e in events]
+        assert calls == [True, True]
+        subprocess.run([sys.executable, "-c", "import pbtree, sys\n"
+                        "with pbtree.open(sys.argv[1]) as ix:\n"
+                        "    assert ix.unsubscribe(int(sys.argv[2]))", str(path), str(first)],
+                       check=True)
+        del writes.model[first]
+        writes.step("subscribe")
+        assert [ix.match(e) for e in events] == [oracle_match(writes.model, e) for e in events]
+        assert_tables_fresh(ix)
+        assert calls == [True, True, False, False]
 
 
 def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypatch, pbtrees):

@@ -131,14 +131,16 @@ def unsorted(sids: np.ndarray, lists: list) -> Grouped:
 
 def concatenated(pieces: list[Grouped]) -> Grouped:
     """The postings of all ``pieces`` in one, unsorted: attributes and string ranks
-    renumbered to shared ``names`` and ``strings``. The first piece's names come first, so
-    pieces that hold its list of names (batches ``batch.Names`` gave the same) keep their
-    numbers; each other list is renumbered once, however many pieces hold it."""
+    renumbered to shared ``names`` and ``strings``. The longest list of names comes first,
+    so pieces whose names begin it keep their numbers (``batch.Names`` numbers names as
+    they come: each batch's list begins every later one's); each other list is
+    renumbered once, however many pieces hold it."""
     if len(pieces) == 1:
         return pieces[0]
-    first = pieces[0].names
+    first = max((found.names for found in pieces), key=len)
+    kept = {id(found.names) for found in pieces if _begins(found.names, first)}
     lists = list({id(found.names): found.names for found in pieces
-                  if found.names is not first}.values())
+                  if id(found.names) not in kept}.values())
     names = list(dict.fromkeys(chain(first, *lists))) if lists else first
     index = dict(zip(names, range(len(names)), strict=True)) if lists else {}
     numbers = {id(held): np.fromiter(map(index.__getitem__, held), np.int64, len(held))
@@ -148,7 +150,7 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
     place, keys = [], []
     for found in pieces:
         attr, family, kind = split_code(found.place)
-        place.append(found.place if found.names is first else
+        place.append(found.place if id(found.names) in kept else
                      code(numbers[id(found.names)][attr], family, kind))
         if found.strings and found.strings != strings:
             rank = rank or dict(zip(strings, range(len(strings)), strict=True))
@@ -157,6 +159,11 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
             keys.append(found.keys)
     return Grouped(names, strings, np.concatenate(place), np.concatenate(keys),
                    np.concatenate([found.sids for found in pieces]))
+
+
+def _begins(names: list[bytes], longer: list[bytes]) -> bool:
+    """Whether ``names`` are the first names of ``longer``."""
+    return names is longer or longer[:len(names)] == names
 
 
 def joined(pieces: list[Grouped]) -> Grouped:

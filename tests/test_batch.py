@@ -176,22 +176,32 @@ def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
         assert sorted(seen.known.rank) == kept
 
 
-def test_batches_of_names_seen_share_their_names_and_join_as_copies_do() -> None:
-    """Batches that bring no new name are given one list of names; their postings,
-    joined alone or with a single's (its own names), are those of all their
+@pytest.mark.parametrize("growing", [False, True], ids=["names seen", "new names"])
+def test_batches_share_or_extend_their_names_and_join_as_copies_do(growing: bool) -> None:
+    """Batches that bring no new name are given one list of names, and a batch that
+    brings new ones a list that begins with the one before; their postings, joined in
+    any order, alone or with a single's (names of its own), are those of all their
     subscriptions grouped at once."""
     rng = random.Random(5)
     seen = Names()
     pieces, given = [], {}
-    for first in range(0, 120, 30):
-        lists, found = normalize_many([random_subscription(rng, ATTRS, 8) for _ in range(30)],
-                                      MAX_PREDICATES, MAX_ATTR_BYTES, seen)
+    for k, first in enumerate(range(0, 120, 30)):
+        subs = [random_subscription(rng, ATTRS, 8) for _ in range(30)]
+        if growing:  # a new name each batch, sorting before or among those seen
+            subs = [[*sub, (f"{3 - k}new", "=", k)] for sub in subs]
+        lists, found = normalize_many(subs, MAX_PREDICATES, MAX_ATTR_BYTES, seen)
         pieces.append(found._replace(sids=found.sids + np.uint32(first)))
         given.update((first + j, preds) for j, preds in enumerate(lists) if preds is not None)
     given[120] = normalize([("zz", "=", 1), ("a", "<", 3)])
     single = unsorted(np.array([120], np.uint32), [given[120]])
-    assert pieces[1].names is pieces[2].names is pieces[3].names
-    for held in (pieces[1:], [*pieces, single], [single, *pieces]):
+    if growing:
+        for earlier, later in zip(pieces, pieces[1:], strict=False):
+            assert len(later.names) > len(earlier.names)
+            assert later.names[:len(earlier.names)] == earlier.names
+    else:
+        assert pieces[1].names is pieces[2].names is pieces[3].names
+    for held in (pieces[1:], pieces[::-1], [*pieces, single], [single, *pieces],
+                 [pieces[2], single, pieces[0]]):
         sids = sorted(set(np.concatenate([found.sids for found in held]).tolist()))
         whole = unsorted(np.array(sids, np.uint32), [given[sid] for sid in sids])
         assert listed(joined(held)) == listed(joined([whole]))

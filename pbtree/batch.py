@@ -68,10 +68,9 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     if not subs:
         return out, NOTHING
     attrs, op, values = columns  # type: ignore[misc]
-    names, encoded, order, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
+    known, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
-    rows = _Rows(names, encoded, order, np.repeat(np.arange(len(subs)), list(map(len, subs))),
-                 attr)
+    rows = _Rows(known, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
     grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in', 'between'
     sets = [values[i] for i in grouped.tolist()]
     sizes = _sizes(sets, op[grouped] == _BETWEEN)
@@ -157,15 +156,13 @@ KEEP_NAMES = 1 << 15
 
 class Known(NamedTuple):
     """The attribute names a ``Names`` holds, numbered in the order they came: their
-    numbers (``rank``), the names and their bytes by number, the numbers in name order
-    (UTF-8 byte order, which canonical predicate order follows) and each number's place
-    in it."""
+    numbers (``rank``), the names and their bytes by number, and each number's place in
+    name order (UTF-8 byte order, which canonical predicate order follows)."""
 
     limit: int
     rank: dict[str, int]
     names: np.ndarray
     encoded: list[bytes]
-    ordered: np.ndarray
     order: np.ndarray
 
     def grown(self, new: list[str]) -> Known:
@@ -173,18 +170,23 @@ class Known(NamedTuple):
         the numbers given before still hold; the order merged, not sorted again."""
         numbers = range(len(self.rank), len(self.rank) + len(new))
         added = np.array(new, object)
-        ordered = np.insert(self.ordered, np.searchsorted(self.names[self.ordered], added),
+        ordered = _inverse(self.order)  # the numbers in name order
+        ordered = np.insert(ordered, np.searchsorted(self.names[ordered], added),
                             np.arange(numbers.start, numbers.stop))
-        order = np.empty(ordered.size, np.int64)
-        order[ordered] = np.arange(ordered.size)
         return Known(self.limit, {**self.rank, **dict(zip(new, numbers, strict=True))},
                      np.concatenate((self.names, added)),
-                     [*self.encoded, *map(str.encode, new)], ordered, order)
+                     [*self.encoded, *map(str.encode, new)], _inverse(ordered))
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    """The permutation that undoes ``permutation``."""
+    out = np.empty(permutation.size, np.int64)
+    out[permutation] = np.arange(permutation.size)
+    return out
 
 
 def _none_known(limit: int) -> Known:
-    return Known(limit, {}, np.zeros(0, object), [], np.zeros(0, np.int64),
-                 np.zeros(0, np.int64))
+    return Known(limit, {}, np.zeros(0, object), [], np.zeros(0, np.int64))
 
 
 class Names:
@@ -200,12 +202,10 @@ class Names:
         self.keep = keep
         self.known = _none_known(0)
 
-    def ranked(self, attrs: tuple, max_attr_bytes: int
-               ) -> tuple[np.ndarray, list[bytes], np.ndarray, np.ndarray]:
-        """The valid names known by number, their bytes, each number's place in name
-        order, and each of ``attrs``' (hashable) number, -1 where it is not a valid name.
-        While a batch brings no new name, batches are given the same names and bytes:
-        their postings are joined as they are (``postings.concatenated``)."""
+    def ranked(self, attrs: tuple, max_attr_bytes: int) -> tuple[Known, np.ndarray]:
+        """The valid names known, and each of ``attrs``' (hashable) number, -1 where it
+        is not a valid name. While a batch brings no new name, batches are given the same
+        names and bytes: their postings are joined as they are (``postings.concatenated``)."""
         known = self.known if self.known.limit == max_attr_bytes else \
             _none_known(max_attr_bytes)
         other = None if set(map(type, attrs)) == _STR else \
@@ -225,7 +225,7 @@ class Names:
                 attr[missing] = np.fromiter(map(known.rank.get, unknown, repeat(-1)),
                                             np.int64, len(unknown))
             self.known = known
-        return known.names, known.encoded, known.order, attr
+        return known, attr
 
 
 def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:
@@ -248,13 +248,11 @@ def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
 
 class _Rows:
     """The core predicates of a batch as columns (subscription, attribute number, rank,
-    family, key, value), added a kind of source predicate at a time; ``Names.ranked``
-    gives the attributes' names, bytes and name order by number."""
+    family, key, value), added a kind of source predicate at a time; ``known``
+    (``Names.ranked``'s) numbers the attributes."""
 
-    def __init__(self, names: np.ndarray, encoded: list[bytes], order: np.ndarray,
-                 sub_of: np.ndarray, attr: np.ndarray) -> None:
-        self.names, self.encoded, self.order = names, encoded, order
-        self.sub_of, self.attr = sub_of, attr
+    def __init__(self, known: Known, sub_of: np.ndarray, attr: np.ndarray) -> None:
+        self.known, self.sub_of, self.attr = known, sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
         self.texts: list[str] = []  # the strings that string keys rank
@@ -297,7 +295,8 @@ class _Rows:
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
         held = np.concatenate(self.values)
-        place = ((sub * self.order.size + self.order[attr]) * 8 + rank) * 4 + family
+        order = self.known.order
+        place = ((sub * order.size + order[attr]) * 8 + rank) * 4 + family
         order = np.argsort(place, kind="stable")  # rows come near sub order: runs
         place = place[order]
         tie = place[1:] == place[:-1]
@@ -312,7 +311,7 @@ class _Rows:
         sub, attr, rank = sub[keep], attr[keep], rank[keep]
         count = np.bincount(sub, minlength=bad.size)
         bad |= count > max_predicates
-        triples = list(zip(self.names[attr].tolist(), _CORE_OP[rank].tolist(),
+        triples = list(zip(self.known.names[attr].tolist(), _CORE_OP[rank].tolist(),
                            held[order].tolist(), strict=True))
         ends = np.cumsum(count).tolist()
         lists = [None if b else triples[a:e]
@@ -340,6 +339,6 @@ class _Rows:
                                np.full(np.count_nonzero(in_set), EQ, np.int64)))
         attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
         sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))
-        return Grouped(self.encoded,
+        return Grouped(self.known.encoded,
                        [self.texts[i].encode() for i in np.flatnonzero(held).tolist()],
                        code(attr, family, kind), keys, sids[sub])

@@ -18,6 +18,7 @@ class Column:
 
     def __init__(self, db: str, dtype: str, size: int) -> None:
         self.db, self.dtype, self.size = db, np.dtype(dtype), size
+        self.nbytes = size * self.dtype.itemsize  # of a full chunk
 
     def chunk_key(self, number: int) -> bytes:
         return number.to_bytes(4, "big")
@@ -43,9 +44,8 @@ class Column:
         cursor = txn.cursor(db=db)
         if count and (not cursor.last() or int.from_bytes(cursor.key(), "big") != count - 1):
             return None
-        nbytes = self.size * self.dtype.itemsize
         values = list(cursor.iternext(keys=False, values=True)) if cursor.first() else []
-        if set(map(len, values)) - {nbytes}:
+        if set(map(len, values)) - {self.nbytes}:
             return None
         return list(map(np.frombuffer, values, repeat(self.dtype)))
 
@@ -83,10 +83,9 @@ class Column:
             return None
         views = [*old, *[None] * (count - len(old))]
         numbers = sorted({n for n in written if n < len(old)} | set(range(len(old), count)))
-        nbytes = self.size * self.dtype.itemsize
         for number in numbers:
             raw = txn.get(self.chunk_key(number), db=db)
-            if raw is None or len(raw) != nbytes:
+            if raw is None or len(raw) != self.nbytes:
                 return None
             views[number] = np.frombuffer(raw, self.dtype)
         return views, numbers

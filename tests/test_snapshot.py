@@ -185,10 +185,14 @@ def test_renewal_reads_what_another_writers_commit_wrote(tmp_path, monkeypatch):
     makes the renewal compare every chunk, so that sid stops matching."""
     rng = random.Random(11)
     path = tmp_path / "index"
-    calls = []
+    calls = []  # per column renewed: whether the notes were given
     original = Column.changed
-    monkeypatch.setattr(Column, "changed", lambda self, txn, dbs, old, written=None: (
-        calls.append(written is not None), original(self, txn, dbs, old, written))[1])
+
+    def changed(self, txn, dbs, old, written=None):
+        calls.append(written is not None)
+        return original(self, txn, dbs, old, written)
+
+    monkeypatch.setattr(Column, "changed", changed)
     with pbtree.create(path, node_bytes=512) as ix:
         writes = Writes(ix, rng)
         writes.subscribe_many(5000)  # sids 0 .. 4,999: chunk 0 and 1 of "needed"

@@ -176,8 +176,7 @@ class Run:
     def _hold(self, found: Grouped) -> None:
         self.found: Grouped | None = found  # until indexed (by a search, or a join)
         self.names, self.strings, self.sids = found.names, found.strings, found.sids
-        used = distinct(split_code(found.place)[0]).tolist()  # ``names`` may hold more
-        self.attrs = dict(zip([found.names[i] for i in used], used, strict=True))
+        self.attrs: dict[bytes, int] | None = None  # made by the first search
         self.index: Sorted | None = None
 
     @property
@@ -212,9 +211,14 @@ class Run:
         satisfy (``Sorted.search``)."""
         if not self.sids.size:  # names, but no postings: nothing to find
             return
+        index = self.indexed()
+        if self.attrs is None:  # the attributes of its places (``names`` may hold more)
+            attr = split_code(index.codes)[0]  # ascending, as the codes are
+            used = attr[heads(attr)].tolist()
+            self.attrs = dict(zip(map(self.names.__getitem__, used), used, strict=True))
         values = picked(event, self.attrs.get, partial(ranks_among, self.strings))
         if values:
-            self.indexed().search(values, out)
+            index.search(values, out)
 
 
 #: the most integers per value that ``ranked_distinct`` spans with a table

@@ -49,7 +49,8 @@ class IdTable:
         return out
 
     def grown(self, size: int) -> IdTable:
-        """This table, or a copy of ``size`` sids, the new ones reading 0."""
+        """This table, or a copy of at least ``size`` sids (``columns.grown``), the new
+        ones reading 0."""
         table = columns.grown(self.table, size)
         return self if table is self.table else IdTable(table, self.sids, self.ids)
 

@@ -101,7 +101,7 @@ class Snapshot:
             views, changed = found
             counter = self.counter
             if len(views) * NEEDED.size > counter.needed.size:  # its sizes depend on the sids
-                counter = Counter(grown(counter.needed, len(views) * NEEDED.size))
+                counter = Counter(grown(counter.needed, len(views) * NEEDED.size, FREE))
             for number in changed:  # counts are u2 in the column, so they fit the counter
                 counter.assign(number * NEEDED.size, _counts(views[number]))
             new.counter, new.views[NEEDED.db] = counter, views

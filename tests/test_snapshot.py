@@ -22,12 +22,13 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import matcher
 from pbtree import pending as pending_module
-from pbtree.columns import Column
+from pbtree.columns import INT_IDS, NEEDED, Column
+from pbtree.counter import Counter
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
 from pbtree.postings import grouped
 from pbtree.shard import KEEP_PINNED
-from pbtree.snapshot import Snapshot
+from pbtree.snapshot import FREE, Snapshot
 from pbtree.subs import postings
 
 ATTRS = ["a", "b", "c"]
@@ -86,17 +87,20 @@ def assert_tables_fresh(ix: pbtree.Index) -> None:
     """The pinned snapshot's cached tables equal tables read anew from that snapshot."""
     for shard in ix.shards:
         txn, cache, fresh = shard._snapshot, shard._cache, Snapshot()
-        if cache.counter is not None:
-            counter = fresh.counter_of(txn, shard.dbs)
-            assert np.array_equal(cache.counter.needed, counter.needed)
-            assert np.array_equal(cache.counter.remaining, counter.needed)
-            assert (cache.counter.dense, cache.counter.buffer.size) == \
-                   (counter.dense, counter.buffer.size)
-        if cache.int_ids is not None:
+        if cache.counter is not None:  # grown with room to spare: free sids past the
+            held, counter = cache.counter, fresh.counter_of(txn, shard.dbs)  # column's
+            room = held.needed[counter.needed.size:]
+            assert np.array_equal(held.needed, np.concatenate((counter.needed, room)))
+            assert (room == FREE).all()
+            assert np.array_equal(held.remaining, held.needed)
+            sized = Counter(held.needed)  # thresholds and buffer of its size
+            assert (held.dense, held.buffer.size) == (sized.dense, sized.buffer.size)
+        if cache.int_ids is not None:  # room to spare reads 0, as sids never given do
             ids = fresh.int_ids_all(txn, shard.dbs)
-            every = np.arange(ids.size)
-            assert cache.int_ids.size == ids.size
-            assert np.array_equal(cache.int_ids[every], ids[every])
+            every = np.arange(cache.int_ids.size)
+            assert cache.int_ids.size >= ids.size
+            assert np.array_equal(cache.int_ids[every], np.concatenate(
+                (ids[every[:ids.size]], np.zeros(every.size - ids.size, np.int64))))
             assert cache.int_ids.table.itemsize >= ids.table.itemsize  # narrowed never
 
 
@@ -123,6 +127,31 @@ def test_writes_between_matches_match_oracle(tmp_path_factory, seed, base, shard
             assert [ix.match(e) for e in events] == \
                    [oracle_match(writes.model, e) for e in events]
             assert_tables_fresh(ix)
+
+
+def test_tables_grown_a_chunk_at_a_time_keep_room_to_spare(tmp_path):
+    """Renewals that each add a chunk of sids copy the per-sid tables only when they
+    outgrow the room a copy took (an eighth more), and still answer like the oracle and
+    equal tables read anew: the room holds free sids and ids of 0."""
+    rng = random.Random(5)
+    with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
+        writes = Writes(ix, rng)
+        writes.subscribe_many(8 * NEEDED.size)  # eight chunks of counts, 32 of ids
+        ix.match(writes.events(1)[0])
+        cache = ix.shards[0]._cache
+        copies = []
+        for _ in range(6):
+            table = cache.int_ids.table
+            writes.subscribe_many(INT_IDS.size)  # a chunk of ids, a quarter of counts
+            events = writes.events(3)
+            assert [ix.match(e) for e in events] == \
+                   [oracle_match(writes.model, e) for e in events]
+            assert_tables_fresh(ix)  # the counts' room, too, once they outgrow 9 chunks
+            cache = ix.shards[0]._cache
+            copies.append(cache.int_ids.table is not table)
+        # 32 chunks of ids grow to 36 (an eighth more) on the first renewal, 36 to 40.5
+        # on the fifth: two copies where each new chunk took one
+        assert copies == [True, False, False, False, True, False]
 
 
 def test_reader_process_and_growing_map_match_oracle(tmp_path):

@@ -87,8 +87,8 @@ def assert_tables_fresh(ix: pbtree.Index) -> None:
     """The pinned snapshot's cached tables equal tables read anew from that snapshot."""
     for shard in ix.shards:
         txn, cache, fresh = shard._snapshot, shard._cache, Snapshot()
-        if cache.counter is not None:  # grown with room to spare: free sids past the
-            held, counter = cache.counter, fresh.counter_of(txn, shard.dbs)  # column's
+        if cache.counter is not None:  # grown with room to spare, of free sids
+            held, counter = cache.counter, fresh.counter_of(txn, shard.dbs)
             room = held.needed[counter.needed.size:]
             assert np.array_equal(held.needed, np.concatenate((counter.needed, room)))
             assert (room == FREE).all()

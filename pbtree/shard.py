@@ -24,7 +24,7 @@ import msgpack
 import numpy as np
 
 from pbtree import staged
-from pbtree.columns import INT_IDS, NEEDED, STRING_ID
+from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.lists import NODE_BYTES
@@ -70,8 +70,6 @@ PURGE_SHARE = 1 / 16
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
 #: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
 KEEP_PINNED = 8
-#: the per-sid columns whose chunks a commit's note holds
-COLUMN_DBS = (NEEDED.db, INT_IDS.db)
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
@@ -198,10 +196,8 @@ class Shard:
         not known: then None)."""
         if self._snapshot is None:
             return None
-        ids = range(self._snapshot.id() + 1, txn.id() + 1)
-        if not all(i in self._chunks for i in ids):
-            return None
-        return {db: set().union(*(self._chunks[i][db] for i in ids)) for db in COLUMN_DBS}
+        notes = [self._chunks.get(i) for i in range(self._snapshot.id() + 1, txn.id() + 1)]
+        return None if not notes or None in notes else _union(notes)
 
     # --- writes ---------------------------------------------------------------------
     def _writer(self, txn: lmdb.Transaction) -> Writer:
@@ -398,9 +394,7 @@ class Shard:
         last 64, go."""
         if not self._writers:
             return
-        written = [w.chunks() for _, w in self._writers]
-        self._chunks[self._writers[-1][0]] = {
-            db: set().union(*(chunks[db] for chunks in written)) for db in COLUMN_DBS}
+        self._chunks[self._writers[-1][0]] = _union([w.chunks() for _, w in self._writers])
         oldest = max(self._snapshot.id() if self._snapshot is not None else 0,
                      max(self._chunks) - 64)
         for tid in [tid for tid in self._chunks if tid <= oldest]:
@@ -558,3 +552,9 @@ class Shard:
         with self.read() as txn:
             cur = txn.cursor(db=self.dbs["ids"])
             return [decode_id(k) for k in cur.iternext(keys=True, values=False)]
+
+
+def _union(notes: list[dict[str, set[int]]]) -> dict[str, set[int]]:
+    """The chunks of each column that any of ``notes`` (``Writer.chunks``'s, all of the
+    same columns) holds."""
+    return {db: set().union(*(note[db] for note in notes)) for db in notes[0]}

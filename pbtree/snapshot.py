@@ -25,9 +25,10 @@ class Snapshot:
     """What matching caches for one read snapshot of a shard (``renewed`` for the next).
 
     Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
-    sid with the counter's copy and ids that fit int32, ``IdTable``), so counting and id
-    lookup are vectorised; and each column's chunks as views into the map (about 0.4
-    bytes per sid), by which a renewal tells the chunks that changed.
+    sid with the counter's copy and ids that fit int32, ``IdTable``; up to an eighth more
+    once a renewal grows them, ``columns.ROOM``), so counting and id lookup are
+    vectorised; and each column's chunks as views into the map (about 0.4 bytes per
+    sid), by which a renewal tells the chunks that changed.
     """
 
     __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "views", "remaps", "pending",

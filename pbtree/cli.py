@@ -135,6 +135,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    with pbtree.open(args.index) as index:
+        old = sorted({s.upgraded_from for s in index.shards} - {None})
+        shards = len(index.shards)
+    done = (f"upgraded {plural(shards, 'shard')} from format version "
+            f"{', '.join(map(str, old))}" if old else "already in this pbtree's format")
+    note(args, f"{args.index}: {done}")
+    return 0
+
+
 def cmd_fold(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         folded = index.fold()
@@ -303,9 +313,10 @@ def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
 
 def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
                  numbers: list[int], skip: bool, args: argparse.Namespace) -> list:
-    """match_many on a batch; a bad event fails the command or, with --skip-bad, gets None."""
-    found = iter(index.match_many([e for e in events if not isinstance(e, Bad)],
-                                  return_errors=True))
+    """match_many (count_many with --count) on a batch; a bad event fails the command or,
+    with --skip-bad, gets None."""
+    match = index.count_many if args.count else index.match_many
+    found = iter(match([e for e in events if not isinstance(e, Bad)], return_errors=True))
     results: list = []
     for n, event in zip(numbers, events, strict=True):
         result = EventError(event.message) if isinstance(event, Bad) else next(found)
@@ -342,7 +353,7 @@ def cmd_match(args: argparse.Namespace) -> int:
                 labels = [_label(e, n, args.event_id) for n, e, _ in kept]
                 out.write(labels, [r for _, _, r in kept], args.count)
                 seen += len(kept)
-                matched += sum(len(r) for _, _, r in kept)
+                matched += sum(r if args.count else len(r) for _, _, r in kept)
                 bar.update(seen, source.done if source else None)
     took = time.monotonic() - start
     extra = f"; skipped {skipped:,} bad events" if skipped else ""
@@ -560,6 +571,12 @@ def build_parser() -> Parser:
                  "pbtree verify alerts.pbt")
     p.add_argument("index", metavar="INDEX")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = _command(sub, "upgrade", cmd_upgrade,
+                 "rewrite an index written by an older pbtree in this one's format (in place; "
+                 "opening it for writes does the same)",
+                 "pbtree upgrade alerts.pbt")
+    p.add_argument("index", metavar="INDEX")
 
     p = _command(sub, "fold", cmd_fold,
                  "move pending and staged subscriptions into the trees, and removed ones' "

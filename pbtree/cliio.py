@@ -205,9 +205,10 @@ class JsonOut:
         self.stream = stream
 
     def write(self, labels: list, results: list, count: bool) -> None:
+        """One line per event: its label and its match ids, or (``count``) their number."""
         key = "count" if count else "matches"
         self.stream.write("".join(
-            json.dumps({"event": label, key: len(r) if count else r}, ensure_ascii=False) + "\n"
+            json.dumps({"event": label, key: r}, ensure_ascii=False) + "\n"
             for label, r in zip(labels, results, strict=True)))
         self.stream.flush()
 
@@ -257,7 +258,7 @@ class ParquetOut:
         import pyarrow as pa
 
         if count:
-            return pa.array([len(r) for r in results], pa.int64())
+            return pa.array(results, pa.int64())
         if self.id_type == pa.string():
             results = [[str(i) for i in r] for r in results]
         return pa.array(results, pa.list_(self.id_type))

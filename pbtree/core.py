@@ -51,6 +51,7 @@ BATCH_AT = 128
 
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]
+_NO_IDS = np.zeros(0, np.int64)
 
 
 def shard_dir(path: str, shard: int) -> str:
@@ -307,13 +308,48 @@ class Index:
         """Ids of the subscriptions the event satisfies, sorted (ints first, then strings)."""
         return self.match_many([event])[0]
 
-    def match_many(self, events: Iterable[Mapping], *,
-                   return_errors: bool = False) -> list[list | EventError]:
+    def match_many(self, events: Iterable[Mapping], *, return_errors: bool = False,
+                   as_arrays: bool = False) -> list[list | np.ndarray | EventError]:
         """match() for many events, reading each shard in one snapshot.
 
         A bad event raises its EventError, or with ``return_errors`` takes the error's
         place in the results while the other events are matched (as a batch job wants).
+        With ``as_arrays`` each event's ids come as a sorted int64 numpy array, which
+        spares making a Python int per match; IdError if a matched id is a string.
         """
+        prepared = self._prepared(events, return_errors)
+        ints: list[list[np.ndarray]] = [[] for _ in prepared]
+        strings: list[list[str]] = [[] for _ in prepared]
+        for shard, txn, caches, n, sids in self._matched(prepared):
+            found_ints, found_strings = shard.ids_of(txn, caches, sids)
+            if as_arrays and found_strings:
+                raise IdError(f"event {n} matches string ids (such as "
+                              f"{shown(found_strings[0])}); as_arrays takes integer ids only")
+            ints[n].append(found_ints)
+            strings[n] += found_strings
+        if as_arrays:
+            return [p if isinstance(p, EventError) else np.sort(np.concatenate(i or [_NO_IDS]))
+                    for i, p in zip(ints, prepared, strict=True)]
+        return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)
+                for i, s, p in zip(ints, strings, prepared, strict=True)]
+
+    def count(self, event: Mapping) -> int:
+        """How many subscriptions the event satisfies, without reading their ids."""
+        return self.count_many([event])[0]
+
+    def count_many(self, events: Iterable[Mapping], *,
+                   return_errors: bool = False) -> list[int | EventError]:
+        """count() for many events; bad events as in ``match_many``."""
+        prepared = self._prepared(events, return_errors)
+        counts: list[int | EventError] = [p if isinstance(p, EventError) else 0
+                                          for p in prepared]
+        for _, _, _, n, sids in self._matched(prepared):
+            counts[n] += sids.size
+        return counts
+
+    def _prepared(self, events: Iterable[Mapping],
+                  return_errors: bool) -> list[PreparedEvent | EventError]:
+        """Each event prepared for search, or (``return_errors``) its EventError."""
         prepared: list[PreparedEvent | EventError] = []
         for event in events:
             try:
@@ -322,18 +358,17 @@ class Index:
                 if not return_errors:
                     raise
                 prepared.append(exc)
+        return prepared
+
+    def _matched(self, prepared: list[PreparedEvent | EventError]
+                 ) -> Iterator[tuple[Shard, object, object, int, np.ndarray]]:
+        """(shard, snapshot, its caches, event number, matched sids) of every good event
+        in every shard, each shard read in one snapshot."""
         good = [n for n, event in enumerate(prepared) if not isinstance(event, EventError)]
-        ints: list[list[np.ndarray]] = [[] for _ in prepared]
-        strings: list[list[str]] = [[] for _ in prepared]
         for shard in self._live():
             with shard.matching() as (txn, caches):
                 for n in good:
-                    sids = shard.match_sids(txn, caches, prepared[n])
-                    found_ints, found_strings = shard.ids_of(txn, caches, sids)
-                    ints[n].append(found_ints)
-                    strings[n] += found_strings
-        return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)
-                for i, s, p in zip(ints, strings, prepared, strict=True)]
+                    yield shard, txn, caches, n, shard.match_sids(txn, caches, prepared[n])
 
     def _shard_for(self, sub_id: object) -> tuple[Shard, bytes]:
         shards = self._live()

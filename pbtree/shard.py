@@ -23,7 +23,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from pbtree import staged
+from pbtree import staged, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
@@ -32,21 +32,22 @@ from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, stored, sub_record
+from pbtree.subs import Posting, decoded, sid_key, sid_keys, stored, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
-            "intids", "chunks", "staged", "dead")
+            "intids", "chunks", "staged", "dead", strids.DB)
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
-#: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept
-VERSION = 7
-#: older versions this one reads, and upgrades on opening for writes
-UPGRADES = (2, 3, 4, 5, 6)
+#: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
+#: 8: string ids in a column (``strids``)
+VERSION = 8
+#: older versions this one upgrades on opening for writes (``pbtree upgrade``)
+UPGRADES = (2, 3, 4, 5, 6, 7)
 #: the version that brought each database a shard of an older one lacks
-ADDED = {"staged": 6, "dead": 7}
+ADDED = {"staged": 6, "dead": 7, strids.DB: 8}
 #: pending sids from which a write folds them into a staged run, by default: every
 #: matching process holds the pending ones' postings in its heap
 FOLD_AT = 10_000
@@ -109,6 +110,12 @@ class Shard:
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
+        if version < ADDED[strids.DB] and readonly:
+            self.env.close()
+            raise FormatVersionError(
+                f"{path}: shard format version {version} keeps string ids only in "
+                f"subscription records; upgrade the index once with `pbtree upgrade INDEX` "
+                f"(or open it for writing), then open it read-only")
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
             for name in self.env.missing:
@@ -117,9 +124,14 @@ class Shard:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
+        #: the format version this open upgraded the shard from, if it did
+        self.upgraded_from = version if version != VERSION and not readonly else None
         if version != VERSION and not readonly:  # older readers must not see what is new
-            self.env.write(lambda txn: txn.put(b"version", VERSION.to_bytes(4, "little"),
-                                               db=meta))
+            def upgrade(txn) -> None:
+                if version < ADDED[strids.DB]:
+                    strids.fill(txn, self.dbs)
+                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
+            self.env.write(upgrade)
         self._attr_ids: dict[bytes, int] = {}  # committed attribute ids, as found
         self._named: dict[bytes, int] = {}  # attribute ids a write's fold gave or found
         self._lock = threading.Lock()
@@ -243,6 +255,7 @@ class Shard:
             # Writer.set_sid for the new sids, which are consecutive
             w.needed.set_run(first, list(map(len, lists)))
             w.int_ids.set_run(first, [i if isinstance(i, int) else STRING_ID for i in sub_ids])
+            w.str_ids.set_run(first, [k[1:] if k[:1] == b"s" else b"" for k in idkeys])
             txn.cursor(db=dbs["subs"]).putmulti(
                 list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
@@ -457,7 +470,7 @@ class Shard:
         idkey, _, _ = decoded(sid, raw)  # a record a purge could not read is refused now
         if sid < w.merged:
             txn.put(key, bytes(raw), db=dbs["dead"])
-        w.set_sid(sid, 0, 0)
+        w.free_sid(sid)
         txn.delete(idkey, db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
 
@@ -515,16 +528,18 @@ class Shard:
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
     def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """Ids of sorted sids: int ids as one array, string ids as a list."""
+        """Ids of sorted sids: int ids as one array, string ids as a list (in no set
+        order), both read from per-sid tables (``Snapshot``)."""
         ints = cache.int_ids_all(txn, self.dbs)[sids]
         strings = ints == STRING_ID
         if not strings.any():
             return ints, []
-        keys = [sid_key(s) for s in sids[strings].tolist()]
-        pairs = txn.cursor(db=self.dbs["subs"]).getmulti(keys)
-        if len(pairs) != len(keys):
-            raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
-        return ints[~strings], [decode_id(split_sub(v)[0]) for _, v in pairs]
+        try:
+            found = cache.string_ids(txn, self.dbs).ids(sids[strings])
+        except UnicodeDecodeError:
+            raise CorruptIndexError(f"{self.path}: a matched subscription has no valid "
+                                    f"string id in the {strids.DB} column") from None
+        return ints[~strings], found
 
     def get(self, idkey: bytes) -> list | None:
         with self.read() as txn:

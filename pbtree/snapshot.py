@@ -5,12 +5,13 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree import staged
+from pbtree import staged, strids
 from pbtree.columns import INT_IDS, NEEDED, Column, grown
 from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
+from pbtree.strids import StringIdTable
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
@@ -31,8 +32,8 @@ class Snapshot:
     sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "views", "remaps", "pending",
-                 "staged", "current", "tree_gen")
+    __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "str_ids", "views", "remaps",
+                 "pending", "staged", "current", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
@@ -40,6 +41,7 @@ class Snapshot:
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.counter: Counter | None = None
         self.int_ids: IdTable | None = None
+        self.str_ids: StringIdTable | None = None  # read at the first string id matched
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``current``, else older
@@ -67,6 +69,12 @@ class Snapshot:
         if self.int_ids is None:
             self.int_ids = IdTable.of(self._read(INT_IDS, txn, dbs))
         return self.int_ids
+
+    def string_ids(self, txn: lmdb.Transaction, dbs: dict) -> StringIdTable:
+        """The string ids of all sids (``strids``)."""
+        if self.str_ids is None:
+            self.str_ids = StringIdTable.of(strids.read_views(txn, dbs))
+        return self.str_ids
 
     def _read(self, column: Column, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         table, views = column.read(txn, dbs)
@@ -114,6 +122,9 @@ class Snapshot:
             for number in changed:
                 table = table.assigned(number * INT_IDS.size, views[number])
             new.int_ids, new.views[INT_IDS.db] = table, views
+        if self.str_ids is not None:
+            new.str_ids = _renewed_strings(self.str_ids, txn, dbs,
+                                           None if written is None else written[strids.DB])
         return new
 
     def hot(self) -> dict[bytes, int]:
@@ -132,6 +143,29 @@ class Snapshot:
         old = self.views.get(column.db)
         return None if old is None else \
             column.changed(txn, dbs, old, None if written is None else written[column.db])
+
+
+def _renewed_strings(table: StringIdTable, txn: lmdb.Transaction, dbs: dict,
+                     written: set[int] | None) -> StringIdTable | None:
+    """``table`` for ``txn``, renewed in the chunks the commits since wrote (``written``,
+    when known), else in those whose records are not the ones it read (as
+    ``Column.changed`` tells), or None to be read anew."""
+    if written is None:
+        views = strids.read_views(txn, dbs)
+        old = table.views
+        changed = [n for n, view in views.items()
+                   if n not in old or not np.may_share_memory(view, old[n])]
+        changed += [n for n in old if n not in views]
+    else:
+        views = dict(table.views)
+        for number in written:
+            raw = txn.get(strids.chunk_key(number), db=dbs[strids.DB])
+            if raw is None:
+                views.pop(number, None)
+            else:
+                views[number] = np.frombuffer(raw, np.uint8)
+        changed = sorted(written)
+    return table.renewed(views, changed)
 
 
 def _counts(needed: np.ndarray) -> np.ndarray:

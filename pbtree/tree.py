@@ -26,6 +26,8 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overfl
 from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, TREE, Node, View, appended, node_key
 from pbtree.overflow import Store, inline_max
 from pbtree.packed import Packed, cut_all, limit, splice_all
+from pbtree.strids import DB as STRIDS
+from pbtree.strids import StringIdWriter
 from pbtree.wholetree import Records, TreeBuilder
 from storage import sidset
 from storage.keys import split_key, tree_prefix
@@ -101,6 +103,7 @@ class Writer:
         self.trees_changed = False
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
+        self.str_ids = StringIdWriter(txn, dbs)
         meta = dbs["meta"]
         self.next_sid = read_counter(txn, meta, b"next_sid")
         self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
@@ -135,10 +138,11 @@ class Writer:
         self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
         return aid
 
-    def set_sid(self, sid: int, needed: int, int_id: int) -> None:
-        """Record a sid's predicate count (0 frees it) and its int id (or STRING_ID)."""
-        self.needed.set(sid, needed)
-        self.int_ids.set(sid, int_id)
+    def free_sid(self, sid: int) -> None:
+        """Free a sid: no predicate count (no event matches it) and no id."""
+        self.needed.set(sid, 0)
+        self.int_ids.set(sid, 0)
+        self.str_ids.clear(sid)
 
     # --- records ----------------------------------------------------------------------
     def node(self, node_id: int) -> Node:
@@ -560,7 +564,8 @@ class Writer:
 
     def chunks(self) -> dict[str, set[int]]:
         """The chunks of each per-sid column this writer changed, by column database."""
-        return {writer.column.db: set(writer.dirty) for writer in (self.needed, self.int_ids)}
+        return {**{writer.column.db: set(writer.dirty) for writer in (self.needed, self.int_ids)},
+                STRIDS: set(self.str_ids.dirty)}
 
     def flush(self) -> None:
         self._write_records()
@@ -597,6 +602,7 @@ class Writer:
             txn.delete(node_key(node_id), db=dbs["nodes"])
         self.needed.flush()
         self.int_ids.flush()
+        self.str_ids.flush()
         meta = dbs["meta"]
         txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
         txn.put(b"folded", COUNTER.pack(self.folded), db=meta)

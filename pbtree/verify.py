@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from pbtree import delta, staged
+from pbtree import delta, staged, strids
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
@@ -304,6 +304,7 @@ class _Checker:
         needed = NEEDED.chunks(txn, dbs)
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
+        string_ids: dict[int, bytes] = {}
         live = 0
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
             skey = sid_key(sid)
@@ -321,17 +322,40 @@ class _Checker:
             if chunk is None or chunk[sid % INT_IDS.size] != (
                     sub_id if isinstance(sub_id, int) else STRING_ID):
                 self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")
+            if isinstance(sub_id, str):
+                string_ids[sid] = bytes(idkey[1:])
             live += 1
             if sid >= folded:  # pending: its postings are not in the trees yet
                 continue
             self.places(f"sid {sid}", sid, found, attrs,
                         expected if sid < merged else self.staged)
+        self.string_ids(string_ids)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
             self.fail("predicate counts exist for removed subscriptions")
         self.dead(attrs, needed, merged, expected)
         if txn.stat(dbs["ids"])["entries"] != live:
             self.fail("ids database has a different number of records than subs")
         return expected
+
+    def string_ids(self, want: dict[int, bytes]) -> None:
+        """The string id column holds exactly the string ids of the live sids, and no chunk
+        without one."""
+        stored = {int.from_bytes(k, "big"): bytes(v)
+                  for k, v in self.txn.cursor(db=self.dbs[strids.DB])}
+        for number, raw in stored.items():
+            if len(raw) < strids.SIZE * 4:
+                self.fail(f"string id chunk {number} is truncated")
+            ids = strids.decode_chunk(raw)
+            if not any(ids):
+                self.fail(f"string id chunk {number} holds no id")
+            for at, found in enumerate(ids):
+                sid = number * strids.SIZE + at
+                if found != want.get(sid, b""):
+                    self.fail(f"sid {sid}: string id column holds {found!r}, not "
+                              f"{want.get(sid, b'')!r}")
+        for sid, found in want.items():
+            if found and sid // strids.SIZE not in stored:
+                self.fail(f"sid {sid}: its string id is missing from the string id column")
 
     def dead(self, attrs: dict[bytes, int], needed: dict, merged: int,
              expected: dict[tuple, list[int]]) -> None:

@@ -1,0 +1,230 @@
+"""String ids by sid: a column of chunks on disk, a fixed-width byte table for matching.
+
+On disk (the ``strids`` database) chunk ``c`` holds the ids of sids ``SIZE·c …``: their
+end offsets (``<u4`` each), then their UTF-8 bytes. A sid whose id is an integer, or that
+is free, has an empty id there (as has the id ""), and a chunk of empty ids only is absent.
+
+Matching holds the ids as one table of fixed-width byte strings indexed by sid, so the ids
+of thousands of matched sids are one fancy index, one join and one decode. The width leaves
+out at most a 64th of the ids; those longer, and those holding a NUL or a newline (the
+bytes the join uses), are held apart, sorted by sid, as Python strings.
+"""
+
+from __future__ import annotations
+
+import lmdb
+import numpy as np
+
+from pbtree.columns import grown
+from pbtree.subs import split_sub
+
+DB = "strids"
+#: sids per chunk: its offsets fill one 4 KiB page, and a batch of 1,000 new string ids
+#: rewrites one or two chunks
+SIZE = 1024
+_ENDS = np.dtype("<u4")
+#: the share of the string ids a table's width may leave to be held apart
+APART_SHARE = 1 / 64
+#: the byte that ends each id in the join that decodes them all at once
+_SEP = ord("\n")
+_NO_SIDS = np.zeros(0, np.int64)
+_NO_IDS = np.zeros(0, object)
+
+
+def chunk_key(number: int) -> bytes:
+    return number.to_bytes(4, "big")
+
+
+def encode_chunk(ids: list[bytes]) -> bytes:
+    """A chunk's record: the end offsets of ``SIZE`` ids (``b""`` for none), then their bytes."""
+    ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
+    full = np.zeros(SIZE, _ENDS)
+    full[:len(ids)] = ends
+    if len(ids):
+        full[len(ids):] = ends[-1]
+    return full.tobytes() + b"".join(ids)
+
+
+def decode_chunk(raw: bytes | memoryview) -> list[bytes]:
+    """The ``SIZE`` ids of a chunk's record, as bytes (``b""`` where there is none)."""
+    data = bytes(raw)
+    ends = np.frombuffer(data, _ENDS, SIZE).tolist()
+    body = data[SIZE * _ENDS.itemsize:]
+    return [body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def chunk_records(idkeys: list[bytes]) -> list[tuple[bytes, bytes]]:
+    """The records of sids 0, 1, … whose encoded ids (``pbtree.ids.encode_id``) are
+    ``idkeys``, for a shard written whole."""
+    out = []
+    for number in range(-(-len(idkeys) // SIZE)):
+        ids = [k[1:] if k[:1] == b"s" else b"" for k in idkeys[number * SIZE:(number + 1) * SIZE]]
+        if any(ids):
+            out.append((chunk_key(number), encode_chunk(ids)))
+    return out
+
+
+def fill(txn: lmdb.Transaction, dbs: dict) -> None:
+    """Write the column from the subscription records (``subs``: sid -> id and
+    predicates), upgrading a shard written before the column existed."""
+    ids: dict[int, list[bytes]] = {}
+    for key, raw in txn.cursor(db=dbs["subs"]):
+        idkey, _ = split_sub(raw)
+        if idkey[:1] == b"s":
+            number, at = divmod(int.from_bytes(key, "big"), SIZE)
+            ids.setdefault(number, [b""] * SIZE)[at] = idkey[1:]
+    for number, chunk in ids.items():
+        txn.put(chunk_key(number), encode_chunk(chunk), db=dbs[DB])
+
+
+class StringIdWriter:
+    """Changes to the string id column inside a write transaction, chunk by chunk."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
+        self.txn, self.db = txn, dbs[DB]
+        self.dirty: dict[int, list[bytes]] = {}
+
+    def set_run(self, first: int, ids: list[bytes]) -> None:
+        """Give the sids from ``first`` on the UTF-8 ``ids`` (``b""``: no string id)."""
+        done = 0
+        while done < len(ids):
+            number, at = divmod(first + done, SIZE)
+            n = min(SIZE - at, len(ids) - done)
+            if any(ids[done:done + n]) or number in self.dirty or self._stored(number):
+                self._chunk(number)[at:at + n] = ids[done:done + n]
+            done += n
+
+    def clear(self, sid: int) -> None:
+        """Drop a freed sid's string id, if it has one."""
+        number, at = divmod(sid, SIZE)
+        if number in self.dirty or self._stored(number):
+            self._chunk(number)[at] = b""
+
+    def _stored(self, number: int) -> bool:
+        return self.txn.get(chunk_key(number), db=self.db) is not None
+
+    def _chunk(self, number: int) -> list[bytes]:
+        chunk = self.dirty.get(number)
+        if chunk is None:
+            raw = self.txn.get(chunk_key(number), db=self.db)
+            chunk = self.dirty[number] = [b""] * SIZE if raw is None else decode_chunk(raw)
+        return chunk
+
+    def flush(self) -> None:
+        for number, ids in self.dirty.items():
+            key = chunk_key(number)
+            if any(ids):
+                self.txn.put(key, encode_chunk(ids), db=self.db)
+            else:
+                self.txn.delete(key, db=self.db)
+
+
+def read_views(txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
+    """Every chunk record by number, as a byte view into the map (valid while ``txn`` is)."""
+    return {int.from_bytes(k, "big"): np.frombuffer(v, np.uint8)
+            for k, v in txn.cursor(db=dbs[DB])}
+
+
+def _split(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A chunk record's id starts and lengths (int64), and its bytes."""
+    ends = view[:SIZE * _ENDS.itemsize].view(_ENDS).astype(np.int64)
+    starts = np.concatenate(([0], ends[:-1]))
+    return starts, ends - starts, view[SIZE * _ENDS.itemsize:]
+
+
+class StringIdTable:
+    """The string ids of a shard's sids as matching reads them (``ids``), from one
+    snapshot's chunk ``views``, and renewed chunk by chunk for a later one (``renewed``)."""
+
+    __slots__ = ("table", "width", "apart_sids", "apart_ids", "views")
+
+    def __init__(self, width: int, size: int) -> None:
+        self.width = width
+        self.table = np.zeros(size, f"S{width}")
+        self.apart_sids, self.apart_ids = _NO_SIDS, _NO_IDS
+        self.views: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def of(cls, views: dict[int, np.ndarray]) -> StringIdTable:
+        """The table of every chunk in ``views``, its width chosen from their lengths."""
+        lengths = [_split(view)[1] for view in views.values()]
+        found = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        found = found[found > 0]
+        width = 1 if not found.size else max(1, int(np.quantile(
+            found, 1 - APART_SHARE, method="higher")))
+        out = cls(width, SIZE * (max(views) + 1) if views else 0)
+        out._load(views, list(views))
+        return out
+
+    def renewed(self, views: dict[int, np.ndarray], changed: list[int]) -> StringIdTable | None:
+        """This table, updated in place (or grown) for a snapshot whose chunks are ``views``,
+        of which ``changed`` may differ; None when too many ids would then be held apart
+        (read it anew to choose a new width)."""
+        out = self
+        end = SIZE * (max(views) + 1) if views else 0
+        if end > self.table.size:
+            out = StringIdTable.__new__(StringIdTable)
+            out.width, out.views = self.width, self.views
+            out.apart_sids, out.apart_ids = self.apart_sids, self.apart_ids
+            out.table = grown(self.table, end)
+        out._load(views, changed)
+        if out.apart_sids.size > 2 * APART_SHARE * out.table.size + SIZE:
+            return None
+        return out
+
+    def _load(self, views: dict[int, np.ndarray], numbers: list[int]) -> None:
+        """Copy chunks ``numbers`` of ``views`` (missing ones: no string ids) into the table,
+        and hold apart those of their ids that do not fit it."""
+        width, rows = self.width, self.table.view(np.uint8).reshape(-1, self.width)
+        keep = np.ones(self.apart_sids.size, bool)
+        new_sids, new_ids = [], []
+        for number in numbers:
+            lo = np.searchsorted(self.apart_sids, [number * SIZE, (number + 1) * SIZE])
+            keep[lo[0]:lo[1]] = False
+            view = views.get(number)
+            if view is None:
+                if number * SIZE < self.table.size:
+                    rows[number * SIZE:(number + 1) * SIZE] = 0
+                continue
+            starts, lengths, body = _split(view)
+            bad = np.zeros(SIZE + 1, np.int64)  # ids holding a NUL or a newline
+            np.add.at(bad, np.searchsorted(starts, np.flatnonzero((body == 0) | (body == _SEP)),
+                                           "right"), 1)
+            apart = (lengths > width) | (bad[1:] > 0)
+            column = np.arange(width)
+            inside = column < np.where(apart, 0, lengths)[:, None]
+            padded = np.concatenate((body, np.zeros(width, np.uint8)))
+            rows[number * SIZE:(number + 1) * SIZE] = np.where(
+                inside, padded[np.minimum(starts[:, None] + column, body.size)], 0)
+            for at in np.flatnonzero(apart).tolist():
+                new_sids.append(number * SIZE + at)
+                new_ids.append(bytes(body[starts[at]:starts[at] + lengths[at]]).decode())
+            self.views[number] = view
+        for number in [n for n in numbers if n not in views]:
+            self.views.pop(number, None)
+        if new_sids or not keep.all():
+            sids = np.concatenate((self.apart_sids[keep], np.array(new_sids, np.int64)))
+            ids = np.concatenate((self.apart_ids[keep], np.array(new_ids + [None], object)[:-1]))
+            order = np.argsort(sids, kind="stable")
+            self.apart_sids, self.apart_ids = sids[order], ids[order]
+
+    def ids(self, sids: np.ndarray) -> list[str]:
+        """The string ids of ``sids`` (sorted, each with a string id), in no set order."""
+        found: list[str] = []
+        if self.apart_sids.size:
+            at = np.minimum(np.searchsorted(self.apart_sids, sids), self.apart_sids.size - 1)
+            held = self.apart_sids[at] == sids
+            if held.any():
+                found = self.apart_ids[at[held]].tolist()
+                sids = sids[~held]
+        if sids.size and sids[-1] >= self.table.size:  # in no chunk: empty ids
+            beyond = int(np.count_nonzero(sids >= self.table.size))
+            found, sids = found + [""] * beyond, sids[:sids.size - beyond]
+        if not sids.size:
+            return found
+        joined = np.empty((sids.size, self.width + 1), np.uint8)
+        joined[:, :-1] = self.table[sids].view(np.uint8).reshape(sids.size, self.width)
+        joined[:, -1] = _SEP
+        text = joined.tobytes().translate(None, b"\0").decode("utf-8").split("\n")
+        text.pop()
+        return text + found

@@ -32,7 +32,7 @@ from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, sid_keys, stored, sub_record
+from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, stored, sub_record
 from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
@@ -110,12 +110,6 @@ class Shard:
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
-        if version < ADDED[strids.DB] and readonly:
-            self.env.close()
-            raise FormatVersionError(
-                f"{path}: shard format version {version} keeps string ids only in "
-                f"subscription records; upgrade the index once with `pbtree upgrade INDEX` "
-                f"(or open it for writing), then open it read-only")
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
             for name in self.env.missing:
@@ -534,6 +528,12 @@ class Shard:
         strings = ints == STRING_ID
         if not strings.any():
             return ints, []
+        if self.dbs[strids.DB] is None:  # a shard of version 7 or older, opened read-only
+            keys = [sid_key(s) for s in sids[strings].tolist()]
+            pairs = txn.cursor(db=self.dbs["subs"]).getmulti(keys)
+            if len(pairs) != len(keys):
+                raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
+            return ints[~strings], [decode_id(split_sub(v)[0]) for _, v in pairs]
         try:
             found = cache.string_ids(txn, self.dbs).ids(sids[strings])
         except UnicodeDecodeError:

@@ -102,7 +102,7 @@ class Column:
 ROOM = 1 / 8
 
 
-def grown(table: np.ndarray, size: int, fill: int = 0) -> np.ndarray:
+def grown(table: np.ndarray, size: int, fill: int | bytes = 0) -> np.ndarray:
     """A per-sid table itself, or a copy of at least ``size`` sids and ``ROOM`` more than
     it had, the new ones ``fill``."""
     if size <= table.size:

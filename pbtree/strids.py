@@ -4,8 +4,9 @@ On disk (the ``strids`` database) chunk ``c`` holds the ids of sids ``SIZEÂ·c â€
 end offsets (``<u4`` each), then their UTF-8 bytes. A sid whose id is an integer, or that
 is free, has an empty id there (as has the id ""), and a chunk of empty ids only is absent.
 
-Matching holds the ids as one table of fixed-width byte strings indexed by sid, so the ids
-of thousands of matched sids are one fancy index, one join and one decode. The width leaves
+Matching holds the ids as one table of fixed-width byte strings indexed by sid, each a
+newline then the id, so the ids of thousands of matched sids are one fancy index, one
+decode and one split. The width leaves
 out at most a 64th of the ids; those longer, and those holding a NUL or a newline (the
 bytes the join uses), are held apart, sorted by sid, as Python strings.
 """
@@ -27,6 +28,7 @@ _ENDS = np.dtype("<u4")
 APART_SHARE = 1 / 64
 #: the byte that ends each id in the join that decodes them all at once
 _SEP = ord("\n")
+_SEP_BYTE = b"\n"
 _NO_SIDS = np.zeros(0, np.int64)
 _NO_IDS = np.zeros(0, object)
 
@@ -139,8 +141,8 @@ class StringIdTable:
     __slots__ = ("table", "width", "apart_sids", "apart_ids", "views")
 
     def __init__(self, width: int, size: int) -> None:
-        self.width = width
-        self.table = np.zeros(size, f"S{width}")
+        self.width = width  # of the ids; the table's rows take the newline too
+        self.table = np.full(size, _SEP_BYTE, f"S{width + 1}")
         self.apart_sids, self.apart_ids = _NO_SIDS, _NO_IDS
         self.views: dict[int, np.ndarray] = {}
 
@@ -166,7 +168,7 @@ class StringIdTable:
             out = StringIdTable.__new__(StringIdTable)
             out.width, out.views = self.width, self.views
             out.apart_sids, out.apart_ids = self.apart_sids, self.apart_ids
-            out.table = grown(self.table, end)
+            out.table = grown(self.table, end, _SEP_BYTE)
         out._load(views, changed)
         if out.apart_sids.size > 2 * APART_SHARE * out.table.size + SIZE:
             return None
@@ -175,7 +177,8 @@ class StringIdTable:
     def _load(self, views: dict[int, np.ndarray], numbers: list[int]) -> None:
         """Copy chunks ``numbers`` of ``views`` (missing ones: no string ids) into the table,
         and hold apart those of their ids that do not fit it."""
-        width, rows = self.width, self.table.view(np.uint8).reshape(-1, self.width)
+        width = self.width
+        rows = self.table.view(np.uint8).reshape(-1, width + 1)[:, 1:]  # past the newlines
         keep = np.ones(self.apart_sids.size, bool)
         new_sids, new_ids = [], []
         for number in numbers:
@@ -222,9 +225,6 @@ class StringIdTable:
             found, sids = found + [""] * beyond, sids[:sids.size - beyond]
         if not sids.size:
             return found
-        joined = np.empty((sids.size, self.width + 1), np.uint8)
-        joined[:, :-1] = self.table[sids].view(np.uint8).reshape(sids.size, self.width)
-        joined[:, -1] = _SEP
-        text = joined.tobytes().translate(None, b"\0").decode("utf-8").split("\n")
-        text.pop()
+        text = self.table[sids].tobytes().translate(None, b"\0").decode("utf-8").split("\n")
+        del text[0]  # before the first newline
         return text + found

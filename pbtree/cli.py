@@ -13,6 +13,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -26,6 +27,7 @@ from pbtree.ids import encode_id
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
+from pbtree.staging import as_created
 
 PROG = "pbtree"
 SUB_BATCH = 10_000
@@ -133,6 +135,64 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"OK {args.index}: {plural(report.get('subscriptions', 0), 'subscription')} in "
               f"{plural(report.get('shards', 1), 'shard')}; every invariant holds")
     return 0
+
+
+_DUMP_SUFFIXES = (".jsonl", ".parquet")
+
+
+def cmd_dump(args: argparse.Namespace) -> int:
+    target = args.output
+    suffix = os.path.splitext(target)[1].lower() if target != "-" else ".jsonl"
+    if suffix not in _DUMP_SUFFIXES:
+        what = suffix or "a file without an extension"
+        raise UsageError(f"--output {target}: pbtree dumps to {' or '.join(_DUMP_SUFFIXES)} "
+                         f"files (or - for JSON Lines on standard output), not {what}")
+    with pbtree.open(args.index, readonly=True) as index:
+        if target == "-":
+            count = _dump_jsonl(index.items(), sys.stdout)
+        else:
+            directory = os.path.dirname(os.path.abspath(target))
+            fd, tmp = tempfile.mkstemp(prefix=".dump-", dir=directory)
+            as_created(fd, 0o666)
+            os.close(fd)
+            try:
+                if suffix == ".jsonl":
+                    with open(tmp, "w", encoding="utf-8") as out:
+                        count = _dump_jsonl(index.items(), out)
+                else:
+                    count = _dump_parquet(list(index.items()), tmp, target)
+                os.replace(tmp, target)  # nothing half-written at the user's path
+            except BaseException:
+                os.unlink(tmp)
+                raise
+    note(args, f"{args.index}: dumped {plural(count, 'subscription')} to "
+               f"{'standard output' if target == '-' else target}")
+    return 0
+
+
+def _dump_jsonl(items: Iterator[tuple], out: Any) -> int:
+    count = 0
+    for sub_id, expr in items:
+        out.write(json.dumps({"id": sub_id, "expr": expr}, ensure_ascii=False) + "\n")
+        count += 1
+    return count
+
+
+def _dump_parquet(items: list[tuple], path: str, shown_as: str) -> int:
+    """The expression layout (id, expr); ids must all be integers or all strings, as
+    Parquet takes one type a column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [i for i, _ in items]
+    kinds = {type(i) for i in ids}
+    if len(kinds) > 1:
+        raise CliError(f"{shown_as}: the index mixes integer and string ids, and a Parquet "
+                       f"column takes one type; dump to a .jsonl file instead")
+    id_type = pa.string() if kinds == {str} else pa.int64()
+    pq.write_table(pa.table({"id": pa.array(ids, id_type),
+                             "expr": pa.array([e for _, e in items], pa.string())}), path)
+    return len(ids)
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
@@ -571,6 +631,15 @@ def build_parser() -> Parser:
                  "pbtree verify alerts.pbt")
     p.add_argument("index", metavar="INDEX")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = _command(sub, "dump", cmd_dump,
+                 "write every subscription out in the expression layout (id, expr), to "
+                 "rebuild, diff or move an index: `pbtree build` or `pbtree subscribe --file` "
+                 "of a dump gives an index with the same matches",
+                 "pbtree dump alerts.pbt -o alerts.jsonl   # or alerts.parquet, or - ")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("-o", "--output", metavar="FILE", default="-",
+                   help="a .jsonl or .parquet file (default -: JSON Lines on standard output)")
 
     p = _command(sub, "upgrade", cmd_upgrade,
                  "rewrite an index written by an older pbtree in this one's format (in place; "

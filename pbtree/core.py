@@ -30,11 +30,12 @@ from pbtree.errors import (
     PbtreeError,
     shown,
 )
-from pbtree.ids import encode_id, encode_ids, shard_of
+from pbtree.ids import decode_id, encode_id, encode_ids, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
+from pbtree.subs import decoded
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
 
@@ -175,6 +176,12 @@ def prepare_event(event: Mapping) -> PreparedEvent:
         if 0 < len(name) <= MAX_ATTR_BYTES:  # no subscription can name any other attribute
             out.append((name, family, payload, exact))
     return out
+
+
+def _expression(preds: list) -> str:
+    """The text of stored core predicates (MessagePack gives ``in`` values as a list)."""
+    return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
+                                          for a, o, v in preds])
 
 
 class Index:
@@ -381,8 +388,16 @@ class Index:
         preds = shard.get(idkey)
         if preds is None:
             raise KeyError(sub_id)
-        return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
-                                              for a, o, v in preds])
+        return _expression(preds)
+
+    def items(self) -> Iterator[tuple[int | str, str]]:
+        """Every subscription's id and normalised expression (as ``get`` gives it), shard
+        after shard, each shard's read in one snapshot: what an export needs to rebuild,
+        diff or move an index."""
+        for shard in self._live():
+            for sid, raw in shard.records():
+                idkey, preds, _ = decoded(sid, raw)
+                yield decode_id(idkey), _expression(preds)
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._live())

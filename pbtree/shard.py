@@ -549,6 +549,12 @@ class Shard:
             raw = txn.get(bytes(sid), db=self.dbs["subs"])
             return None if raw is None else decoded(int.from_bytes(sid, "big"), raw)[1]
 
+    def records(self) -> list[tuple[int, bytes]]:
+        """Every subscription record, (sid, ``subs`` value), copied in one snapshot."""
+        with self.read() as txn:
+            return [(int.from_bytes(k, "big"), bytes(v))
+                    for k, v in txn.cursor(db=self.dbs["subs"])]
+
     def __len__(self) -> int:
         with self.read() as txn:
             return txn.stat(self.dbs["ids"])["entries"]

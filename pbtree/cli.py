@@ -195,6 +195,30 @@ def _dump_parquet(items: list[tuple], path: str, shown_as: str) -> int:
     return len(ids)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    sub_id = parse_id(args.id, args.string_id)
+    try:
+        event = decode_json(args.event)
+    except ValueError as exc:
+        raise UsageError(f"--event {shown(args.event)}: not valid JSON ({exc})") from None
+    with pbtree.open(args.index, readonly=True) as index:
+        try:
+            report = index.explain(sub_id, event)
+        except KeyError:
+            raise CliError(f"{args.index}: no subscription with id {sub_id!r}") from None
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return 0
+    for conjunction in report["conjunctions"]:
+        for row in conjunction["predicates"]:
+            seen = "absent" if row["value"] is None else json.dumps(row["value"],
+                                                                   ensure_ascii=False)
+            print(f"{'holds' if row['holds'] else 'fails'}  {row['predicate']}  "
+                  f"(event: {seen})")
+    print(f"{sub_id!r} {'matches' if report['matches'] else 'does not match'} the event")
+    return 0
+
+
 def cmd_upgrade(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         old = sorted({s.upgraded_from for s in index.shards} - {None})
@@ -640,6 +664,17 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX")
     p.add_argument("-o", "--output", metavar="FILE", default="-",
                    help="a .jsonl or .parquet file (default -: JSON Lines on standard output)")
+
+    p = _command(sub, "explain", cmd_explain,
+                 "show why a subscription matches an event or not: each predicate, the event "
+                 "value it saw and whether it holds",
+                 "pbtree explain alerts.pbt 1 --event '{\"price\": 42, \"brand\": \"acme\"}'")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("id", metavar="ID", help="subscription id")
+    p.add_argument("--event", required=True, metavar="JSON", help="the event, as JSON")
+    p.add_argument("--string-id", action="store_true",
+                   help="take ID as a string even if it looks like an integer")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = _command(sub, "upgrade", cmd_upgrade,
                  "rewrite an index written by an older pbtree in this one's format (in place; "

@@ -30,6 +30,7 @@ from pbtree.errors import (
     PbtreeError,
     shown,
 )
+from pbtree.explain import explain as explain_subscription
 from pbtree.ids import decode_id, encode_id, encode_ids, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
@@ -389,6 +390,16 @@ class Index:
         if preds is None:
             raise KeyError(sub_id)
         return _expression(preds)
+
+    def explain(self, sub_id: int | str, event: Mapping) -> dict:
+        """Why a subscription matches ``event`` or not: ``matches``, and per conjunction
+        each predicate (as ``get`` writes it) with the event value it saw (None when absent
+        or of no comparable type) and whether it holds. KeyError when the id is unknown."""
+        shard, idkey = self._shard_for(sub_id)
+        preds = shard.get(idkey)
+        if preds is None:
+            raise KeyError(sub_id)
+        return explain_subscription(sub_id, preds, event, prepare_event(event))
 
     def items(self) -> Iterator[tuple[int | str, str]]:
         """Every subscription's id and normalised expression (as ``get`` gives it), shard

@@ -197,6 +197,7 @@ class Index:
 
     # --- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
+        """Close every shard; the index can be opened again, in this process or another."""
         for shard in self.shards:
             shard.close()
         self.shards = []

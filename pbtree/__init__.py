@@ -9,6 +9,8 @@ from pbtree.errors import (
     FormatVersionError,
     IdError,
     IndexExistsError,
+    IndexReplacedWarning,
+    LocklessReadWarning,
     NotAnIndexError,
     PbtreeError,
     ReadOnlyError,
@@ -18,6 +20,7 @@ from pbtree.errors import (
 __version__ = "0.1.0"
 __all__ = [
     "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
-    "FormatVersionError", "IdError", "Index", "IndexExistsError", "NotAnIndexError",
+    "FormatVersionError", "IdError", "Index", "IndexExistsError", "IndexReplacedWarning",
+    "LocklessReadWarning", "NotAnIndexError",
     "PbtreeError", "ReadOnlyError", "StorageError", "create", "open",
 ]

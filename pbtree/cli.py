@@ -109,7 +109,7 @@ def stats_table(path: str, stats: dict) -> str:
     labels = dict(_STAT_ROWS)
     rows = [("index", path)]
     rows += [(labels[k], f"{stats[k]:,}") for k, _ in _STAT_ROWS if k in stats]
-    rows += [(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else str(v))
+    rows += [(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else "-" if v is None else str(v))
              for k, v in stats.items() if k not in labels and k not in ("bytes", "ok")]
     if "bytes" in stats:
         rows.append(("size on disk", _size(stats["bytes"])))

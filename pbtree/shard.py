@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -23,7 +24,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from pbtree import staged
+from pbtree import idle, staged
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
@@ -129,12 +130,15 @@ class Shard:
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
+        self._used = time.monotonic()  # when a match last used the pinned snapshot
+        idle.watch(self)
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
         self.env.sync()
 
     def close(self) -> None:
+        idle.forget(self)
         with self._lock:
             self._release()
         self.env.close()
@@ -167,6 +171,26 @@ class Shard:
                 self._release(keep=False)
                 self._locate(exc)
                 raise
+            finally:
+                self._used = time.monotonic()
+
+    def release_idle(self, now: float, idle: float, behind: int) -> bool:
+        """Release the pinned snapshot if no match is running and ``behind`` commits have
+        followed it, or any have and no match used it for ``idle`` seconds
+        (``pbtree.idle``): LMDB reuses no page it may still see. The next match reads
+        the tables anew. Returns whether it released it."""
+        if self._snapshot is None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._snapshot is None:
+                return False
+            lag = self.env.env.info()["last_txnid"] - self._snapshot.id()
+            if lag >= behind or lag > 0 and now - self._used >= idle:
+                self._release()
+                return True
+            return False
+        finally:
+            self._lock.release()
 
     def _stale(self, commits: int = 0) -> bool:
         """Whether no snapshot is pinned or more than ``commits`` commits followed the
@@ -178,8 +202,12 @@ class Shard:
         """Pin a snapshot of the last commit, its caches renewed from the pinned one's.
 
         The new snapshot begins before the old one ends, so no page the old one reaches
-        can be written while ``Snapshot.renewed`` compares the two (``Column.changed``).
+        can be written while ``Snapshot.renewed`` compares the two (``Column.changed``);
+        without a reader table (``Environment.lockless``) nothing protects the old one's
+        pages, so it is released first and the tables read anew.
         """
+        if self.env.lockless:
+            self._release()
         txn = self.env.begin_read(self._release)  # a remap needs no transaction open
         try:
             cache = self._cache.renewed(txn, self.dbs, self.env.remaps, self._chunks_since(txn))

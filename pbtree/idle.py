@@ -3,9 +3,10 @@
 A shard keeps its last read snapshot between matches (``Shard.matching``), and LMDB
 reuses no page freed after the oldest snapshot open in any process: a reader left idle
 would make every writer's file grow. One daemon thread per process looks at the shards
-every TICK seconds and releases a snapshot that commits have followed once it has been
-idle IDLE_SECONDS, or at once when RELEASE_BEHIND commits have followed it; the next
-match then reads the shard's tables anew.
+every TICK seconds and releases a snapshot no match (nor write of this process) has used
+for IDLE_SECONDS once any commit followed it, or for BEHIND_IDLE_SECONDS once
+RELEASE_BEHIND commits of other processes did (this process's own writes keep it for
+KEEP_PINNED commits, ``Shard._write``); the next match then reads the shard's tables anew.
 """
 
 from __future__ import annotations
@@ -16,16 +17,25 @@ import time
 import weakref
 from typing import Protocol
 
-#: seconds a snapshot that commits have followed may stay pinned with no match
+#: seconds a snapshot that commits have followed may stay pinned unused
 IDLE_SECONDS = 2.0
-#: commits that may follow a snapshot pinned with no match running before it is released
-RELEASE_BEHIND = 32
+#: commits of other processes after which an unused snapshot is released sooner ...
+RELEASE_BEHIND = 4
+#: ... once unused this many seconds (a reader between two matches is not idle)
+BEHIND_IDLE_SECONDS = 0.1
 #: seconds between two looks at the shards
-TICK = 0.25
+TICK = 0.05
+
+
+def due(behind: int, foreign: int, unused: float) -> bool:
+    """Whether a snapshot ``behind`` commits old, ``foreign`` of them by other processes (or
+    Index objects), unused for ``unused`` seconds, is to be released."""
+    return behind > 0 and unused >= IDLE_SECONDS or \
+        foreign >= RELEASE_BEHIND and unused >= BEHIND_IDLE_SECONDS
 
 
 class Releasing(Protocol):
-    def release_idle(self, now: float, idle: float, behind: int) -> bool: ...
+    def release_idle(self, now: float) -> bool: ...
 
 
 _shards: weakref.WeakSet = weakref.WeakSet()
@@ -61,5 +71,5 @@ def _watch() -> None:
                 return
         now = time.monotonic()
         for shard in shards:
-            shard.release_idle(now, IDLE_SECONDS, RELEASE_BEHIND)
+            shard.release_idle(now)
         del shards

@@ -130,7 +130,7 @@ class Shard:
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
-        self._used = time.monotonic()  # when a match last used the pinned snapshot
+        self._used = time.monotonic()  # when a match or write last used the pinned snapshot
         idle.watch(self)
 
     def sync(self) -> None:
@@ -174,21 +174,22 @@ class Shard:
             finally:
                 self._used = time.monotonic()
 
-    def release_idle(self, now: float, idle: float, behind: int) -> bool:
-        """Release the pinned snapshot if no match is running and ``behind`` commits have
-        followed it, or any have and no match used it for ``idle`` seconds
-        (``pbtree.idle``): LMDB reuses no page it may still see. The next match reads
-        the tables anew. Returns whether it released it."""
+    def release_idle(self, now: float) -> bool:
+        """Release the pinned snapshot if no match is running and ``idle.due`` says so
+        for the commits that followed it: LMDB reuses no page it may still see. The next
+        match reads the tables anew. Returns whether it released it."""
         if self._snapshot is None or not self._lock.acquire(blocking=False):
             return False
         try:
             if self._snapshot is None:
                 return False
-            lag = self.env.env.info()["last_txnid"] - self._snapshot.id()
-            if lag >= behind or lag > 0 and now - self._used >= idle:
-                self._release()
-                return True
-            return False
+            first = self._snapshot.id()
+            behind = self.env.env.info()["last_txnid"] - first
+            foreign = behind - sum(1 for tid in self._chunks if tid > first)
+            if not idle.due(behind, foreign, now - self._used):
+                return False
+            self._release()
+            return True
         finally:
             self._lock.release()
 
@@ -411,6 +412,7 @@ class Shard:
                 self._locate(exc)
                 raise
             self._note_chunks()
+            self._used = time.monotonic()  # the snapshot it keeps counts as used
             self._attr_ids.update(self._named)
             committed()
             return result

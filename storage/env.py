@@ -36,7 +36,7 @@ MAX_DBS = 16
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 #: seconds between two clearings of dead processes' reader slots while a process writes
-READER_CHECK_SECONDS = 1.0
+READER_CHECK_SECONDS = 0.1
 
 
 def _mappable(size: int) -> bool:

@@ -83,7 +83,7 @@ def run(base: int, churn: int, batch: int, reader_kind: str, workdir: str) -> di
     shutil.rmtree(path)
     return {"reader": reader_kind, "base": base, "churn": churn, "batch": batch,
             "before_mib": round(before / MIB, 1), "after_mib": round(after / MIB, 1),
-            "growth_mib": round((after - before) / MIB, 1),
+            "growth_mib": round((after - before) / MIB, 1), "growth_bytes": after - before,
             "seconds": round(time.monotonic() - start, 1),
             "oldest_snapshot_behind": stats.get("oldest_snapshot_behind")}
 

@@ -406,7 +406,10 @@ class Index:
             yield from shard.ids()
 
     def stats(self) -> dict:
-        """Counts of subscriptions, predicates, attributes, leaf items, nodes and items."""
+        """Counts of subscriptions, predicates, attributes, leaf items, nodes and items;
+        and the oldest read snapshot open on the index in any process, which keeps the
+        pages the commits after it freed from reuse: ``oldest_snapshot_behind`` (commits
+        since) and ``oldest_snapshot_pid`` (None when there is none)."""
         from pbtree.verify import shard_stats
 
         total: dict = {}

@@ -66,7 +66,7 @@ def _readable_only(path: str) -> None:
             os.chmod(os.path.join(directory, name), 0o444)
 
 
-def test_a_reader_without_write_permission_on_lock_mdb_matches(tmp_path):
+def test_a_reader_without_write_permission_on_lock_mdb_matches():
     """With read permission only (one shard's lock.mdb there but not writable, the other's
     missing and its directory not writable), a read-only open reads without lock.mdb,
     warns once that writers cannot see it, and matches; a writable open is refused,

@@ -31,6 +31,8 @@ from pbtree.errors import (
     FormatVersionError,
     IdError,
     IndexExistsError,
+    IndexReplacedWarning,
+    LocklessReadWarning,
     NotAnIndexError,
     PbtreeError,
     ReadOnlyError,
@@ -40,6 +42,7 @@ from pbtree.errors import (
 __version__ = "0.1.0"
 __all__ = [
     "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
-    "FormatVersionError", "IdError", "Index", "IndexExistsError", "NotAnIndexError",
+    "FormatVersionError", "IdError", "Index", "IndexExistsError", "IndexReplacedWarning",
+    "LocklessReadWarning", "NotAnIndexError",
     "PbtreeError", "ReadOnlyError", "StorageError", "create", "open",
 ]

@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from typing import Any
@@ -111,7 +112,7 @@ def stats_table(path: str, stats: dict) -> str:
     labels = dict(_STAT_ROWS)
     rows = [("index", path)]
     rows += [(labels[k], f"{stats[k]:,}") for k, _ in _STAT_ROWS if k in stats]
-    rows += [(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else str(v))
+    rows += [(k.replace("_", " "), f"{v:,}" if isinstance(v, int) else "-" if v is None else str(v))
              for k, v in stats.items() if k not in labels and k not in ("bytes", "ok")]
     if "bytes" in stats:
         rows.append(("size on disk", _size(stats["bytes"])))
@@ -430,7 +431,11 @@ def cmd_match(args: argparse.Namespace) -> int:
             for batch in batches(records, args.batch):
                 numbers = [n for n, _ in batch]
                 events = [e for _, e in batch]
+                reopened = index.reopened
                 results = _match_batch(index, events, where, numbers, args.skip_bad, args)
+                if index.reopened != reopened:
+                    note(args, f"{args.index} was replaced: matching against the new index "
+                               f"from {where(numbers[0])}")
                 kept = [(n, e, r) for n, e, r in zip(numbers, events, results, strict=True)
                         if r is not None]
                 skipped += len(results) - len(kept)
@@ -752,8 +757,14 @@ def _message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _show_warning(message: Warning | str, *_: object, **__: object) -> None:
+    """A warning as one line on standard error, as errors are shown."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the pbtree command; returns the exit status."""
+    warnings.showwarning = _show_warning
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if not hasattr(args, "func"):

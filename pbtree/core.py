@@ -2,7 +2,8 @@
 
 ``INDEX/manifest.json`` is written last, atomically; each ``shard-NNNN/`` is
 one LMDB environment. A subscription lives in the shard of a stable hash of
-its id; matching asks every shard.
+its id; matching asks every shard. An Index follows its path: when another directory has
+been put there (``pbtree build --force``), it opens that one between two calls.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import builtins
 import json
 import os
 import tempfile
+import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -26,6 +29,8 @@ from pbtree.errors import (
     FormatVersionError,
     IdError,
     IndexExistsError,
+    IndexReplacedWarning,
+    LocklessReadWarning,
     NotAnIndexError,
     PbtreeError,
     shown,
@@ -47,6 +52,8 @@ MAX_ATTR_BYTES = 400
 #: one below the count that marks a free sid in the counter (snapshot.FREE), which the
 #: stale pending postings of a removed subscription must never reach
 MAX_PREDICATES = 65534
+#: seconds between two looks at whether the index directory was replaced (``Index._follow``)
+REPLACED_CHECK_SECONDS = 1.0
 #: the smallest batch normalised in array steps (``batch.normalize_many``): their fixed
 #: cost (~0.6 ms on a slow machine) outweighs one by one below ~120 subscriptions
 BATCH_AT = 128
@@ -188,12 +195,19 @@ def _expression(preds: list) -> str:
 class Index:
     """A pbtree index directory. Use ``pbtree.create`` / ``pbtree.open`` to get one."""
 
-    def __init__(self, path: str, shards: list[Shard], manifest: dict, readonly: bool) -> None:
+    def __init__(self, path: str, shards: list[Shard], manifest: dict, readonly: bool,
+                 identity: tuple[int, int] | None = None, options: dict | None = None
+                 ) -> None:
         self.path = path
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
         self._names = Names()  # the attribute names of its batches, checked and numbered
+        self.reopened = 0  # times it opened the directory put at its path since (``_follow``)
+        self._identity = identity  # (device, inode) of the directory its shards are in
+        self._options = options or {}  # the options it was opened with, to reopen
+        self._look_at = time.monotonic() + REPLACED_CHECK_SECONDS
+        self._refused: tuple[int, int] | None = None  # a replacement it could not open
 
     # --- lifecycle ------------------------------------------------------------------
     def close(self) -> None:
@@ -214,9 +228,37 @@ class Index:
         self.close()
 
     def _live(self) -> list[Shard]:
+        """The open shards (of the directory now at the path, ``_follow``)."""
         if not self.shards:
             raise PbtreeError(f"{self.path}: the index is closed")
+        now = time.monotonic()
+        if now >= self._look_at and self._identity is not None:
+            self._look_at = now + REPLACED_CHECK_SECONDS
+            self._follow()
         return self.shards
+
+    def _follow(self) -> None:
+        """Open the index directory now at the path if it is another one than this
+        Index's (replaced, e.g. by ``pbtree build --force``), and close the old one's
+        shards; one that cannot be opened is warned of once (IndexReplacedWarning) and
+        the old one kept. No directory at the path (between the two renames of a
+        replacement) keeps the old one too."""
+        identity = _identity(self.path)
+        if identity is None or identity in (self._identity, self._refused):
+            return
+        try:
+            new = open(self.path, self.readonly, **self._options)
+        except PbtreeError as exc:
+            self._refused = identity
+            warnings.warn(f"{self.path}: the index directory was replaced, but the new one "
+                          f"cannot be opened ({exc}); still using the one opened before",
+                          IndexReplacedWarning, stacklevel=4)
+            return
+        old, self.shards, new.shards = self.shards, new.shards, []
+        self.manifest, self._identity, self._names = new.manifest, new._identity, Names()
+        for shard in old:
+            shard.close()
+        self.reopened += 1
 
     # --- writes ---------------------------------------------------------------------
     def _prepare(self, pairs: Iterable[tuple[object, Expr]]
@@ -426,7 +468,10 @@ class Index:
             yield from shard.ids()
 
     def stats(self) -> dict:
-        """Counts of subscriptions, predicates, attributes, leaf items, nodes and items."""
+        """Counts of subscriptions, predicates, attributes, leaf items, nodes and items;
+        and the oldest read snapshot open on the index in any process, which keeps the
+        pages the commits after it freed from reuse: ``oldest_snapshot_behind`` (commits
+        since) and ``oldest_snapshot_pid`` (None when there is none)."""
         from pbtree.verify import shard_stats
 
         total: dict = {}
@@ -441,18 +486,37 @@ class Index:
         total["node_bytes"] = self.manifest["node_bytes"]
         total["bytes"] = sum(os.path.getsize(os.path.join(d, f))
                              for d, _, files in os.walk(self.path) for f in files)
+        total.update(_oldest_snapshot(self.shards))
         return total
 
     def verify(self) -> dict:
         """Check every invariant of DESIGN §3; CorruptIndexError names the first violation."""
         from pbtree.verify import verify_shard
 
-        shards = self._live()
         report = self.stats()
+        shards = self._live()
         for n, shard in enumerate(shards):
             verify_shard(shard, n, len(shards))
         report["ok"] = True
         return report
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``path``; None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _oldest_snapshot(shards: list[Shard]) -> dict:
+    """The read snapshot that keeps the most commits' freed pages from reuse, in any
+    process, over all shards: how many commits followed it and its process id (None and
+    None when no snapshot is open or the index is read without lock.mdb)."""
+    found = [oldest for shard in shards if (oldest := shard.env.oldest_reader()) is not None]
+    behind, pid = max(found) if found else (None, None)
+    return {"oldest_snapshot_behind": behind, "oldest_snapshot_pid": pid}
 
 
 def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTES, *,
@@ -483,7 +547,8 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     manifest = new_manifest(shards, node_bytes, created_by="api")
     write_manifest(path, manifest)
     fsync_dir(os.path.dirname(os.path.abspath(path)))  # the index directory itself
-    return Index(path, opened, manifest, readonly=False)
+    return Index(path, opened, manifest, readonly=False, identity=_identity(path),
+                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at})
 
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
@@ -491,10 +556,13 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
          fold_at: int | None = None) -> Index:
     """Open an existing index; readonly opens allow many reader processes.
 
-    ``durable`` and ``fold_at`` as for ``create``.
+    ``durable`` and ``fold_at`` as for ``create``. Without write permission on a shard's
+    lock.mdb a read-only open reads without it, with a LocklessReadWarning: writers then
+    cannot see the reader, so its answers are only sure while nobody writes the index.
     """
     path = os.fspath(path)
     check_options(fold_at, map_size)
+    identity = _identity(path)
     manifest = read_manifest(path)
     extra = shard_dir(path, manifest["shards"])
     if os.path.exists(extra):  # answers would silently miss the shards left out
@@ -514,7 +582,14 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
         for shard in opened:
             shard.close()
         raise
-    return Index(path, opened, manifest, readonly=readonly)
+    if any(shard.env.lockless for shard in opened):
+        warnings.warn(f"{path}: no write permission on the shards' lock.mdb, so reading "
+                      f"without it: writers cannot see this reader, and answers are only "
+                      f"sure while nobody writes the index (give readers write permission "
+                      f"on lock.mdb to share it with writers)", LocklessReadWarning,
+                      stacklevel=2)
+    return Index(path, opened, manifest, readonly=readonly, identity=identity,
+                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at})
 
 
 __all__ = ["Index", "create", "open"]

@@ -1,4 +1,5 @@
-"""Exception hierarchy: every error pbtree raises on purpose derives from PbtreeError."""
+"""Exception hierarchy: every error pbtree raises on purpose derives from PbtreeError;
+and the warnings it gives."""
 
 #: a user's value longer than this is cut in error messages
 SHOWN = 60
@@ -61,3 +62,13 @@ class StorageError(PbtreeError):
 
 class IndexExistsError(PbtreeError, FileExistsError):
     """create() was pointed at a path that already holds files."""
+
+
+class LocklessReadWarning(UserWarning):
+    """A read-only open without write permission on lock.mdb reads without LMDB's reader
+    table: safe only while nobody writes the index."""
+
+
+class IndexReplacedWarning(UserWarning):
+    """The index directory was replaced under an open Index, and the new one could not be
+    opened: the Index goes on using the old one."""

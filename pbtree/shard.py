@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -23,7 +24,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from pbtree import staged, strids
+from pbtree import idle, staged, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
@@ -135,12 +136,15 @@ class Shard:
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
+        self._used = time.monotonic()  # when a match or write last used the pinned snapshot
+        idle.watch(self)
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
         self.env.sync()
 
     def close(self) -> None:
+        idle.forget(self)
         with self._lock:
             self._release()
         self.env.close()
@@ -173,6 +177,27 @@ class Shard:
                 self._release(keep=False)
                 self._locate(exc)
                 raise
+            finally:
+                self._used = time.monotonic()
+
+    def release_idle(self, now: float) -> bool:
+        """Release the pinned snapshot if no match is running and ``idle.due`` says so
+        for the commits that followed it: LMDB reuses no page it may still see. The next
+        match reads the tables anew. Returns whether it released it."""
+        if self._snapshot is None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._snapshot is None:
+                return False
+            first = self._snapshot.id()
+            behind = self.env.env.info()["last_txnid"] - first
+            foreign = behind - sum(1 for tid in self._chunks if tid > first)
+            if not idle.due(behind, foreign, now - self._used):
+                return False
+            self._release()
+            return True
+        finally:
+            self._lock.release()
 
     def _stale(self, commits: int = 0) -> bool:
         """Whether no snapshot is pinned or more than ``commits`` commits followed the
@@ -184,8 +209,12 @@ class Shard:
         """Pin a snapshot of the last commit, its caches renewed from the pinned one's.
 
         The new snapshot begins before the old one ends, so no page the old one reaches
-        can be written while ``Snapshot.renewed`` compares the two (``Column.changed``).
+        can be written while ``Snapshot.renewed`` compares the two (``Column.changed``);
+        without a reader table (``Environment.lockless``) nothing protects the old one's
+        pages, so it is released first and the tables read anew.
         """
+        if self.env.lockless:
+            self._release()
         txn = self.env.begin_read(self._release)  # a remap needs no transaction open
         try:
             cache = self._cache.renewed(txn, self.dbs, self.env.remaps, self._chunks_since(txn))
@@ -390,6 +419,7 @@ class Shard:
                 self._locate(exc)
                 raise
             self._note_chunks()
+            self._used = time.monotonic()  # the snapshot it keeps counts as used
             self._attr_ids.update(self._named)
             committed()
             return result

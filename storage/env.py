@@ -6,12 +6,19 @@ so callers never see MapFullError and a failed write changes nothing. A map whos
 file has reached GROW_AT of it is doubled before the next write begins (when the
 address space allows), so that a big write (a fold rewrites every small tree of a
 shard) seldom fills it midway and is made twice.
+
+A read-only open that may not open or create ``lock.mdb`` opens the environment without
+it (``lockless``): writers then cannot see this reader, and may reuse pages it still
+reads, so it is safe only while nobody writes the index. A writer clears the reader slots
+of dead processes (``reader_check``) on opening and every READER_CHECK_SECONDS while it
+writes, so that a killed reader stops pinning pages.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -27,6 +34,9 @@ DEFAULT_MAP_SIZE = 64 << 20
 GROW_AT = 3 / 4
 MAX_DBS = 16
 DATA_FILE = "data.mdb"
+LOCK_FILE = "lock.mdb"
+#: seconds between two clearings of dead processes' reader slots while a process writes
+READER_CHECK_SECONDS = 0.1
 
 
 def _mappable(size: int) -> bool:
@@ -44,6 +54,9 @@ def _storage_error(path: str, exc: lmdb.Error) -> Exception:
     """Translate an LMDB error into the pbtree exception a user can act on."""
     text = f"{path}: {exc}"
     if isinstance(exc, lmdb.ReadonlyError):
+        if "Permission denied" in text:
+            return ReadOnlyError(f"{path}: no write permission on {LOCK_FILE} or {DATA_FILE}; "
+                                 f"open the index with readonly=True")
         return ReadOnlyError(f"{path}: the index is open read-only")
     if isinstance(exc, lmdb.InvalidError | lmdb.VersionMismatchError | lmdb.CorruptedError):
         return CorruptIndexError(f"{path}: not a valid LMDB data file or damaged ({exc})")
@@ -77,19 +90,13 @@ class Environment:
             raise CorruptIndexError(f"{path}: {DATA_FILE} is empty (truncated)")
         if not readonly and not create and not os.access(path, os.W_OK):
             raise ReadOnlyError(f"{path}: no write permission; open the index with readonly=True")
+        self.lockless = False  # opened without lock.mdb: invisible to writers
+        self._checked = time.monotonic()  # when reader_check last ran
         try:
-            self.env = lmdb.open(
-                path,
-                map_size=map_size,
-                max_dbs=MAX_DBS,
-                readonly=readonly,
-                create=create,
-                sync=sync,
-                lock=True,
-                readahead=False,
-                max_readers=512,
-            )
+            self.env = self._open(map_size, readonly, create, sync)
             self._check_size()
+            if not readonly:
+                self.env.reader_check()
             while True:
                 try:
                     self._open_dbs(db_names, create, readonly)
@@ -100,6 +107,28 @@ class Environment:
             raise ReadOnlyError(f"{path}: {exc.strerror}") from None
         except lmdb.Error as exc:
             raise _storage_error(path, exc) from None
+
+    def _open(self, map_size: int, readonly: bool, create: bool, sync: bool
+              ) -> lmdb.Environment:
+        """The LMDB environment; read-only without lock.mdb when the lock file may not be
+        opened or created for lack of permission (``lockless``)."""
+        def environment(lock: bool) -> lmdb.Environment:
+            return lmdb.open(self.path, map_size=map_size, max_dbs=MAX_DBS,
+                             readonly=readonly, create=create, sync=sync, lock=lock,
+                             readahead=False, max_readers=512)
+
+        try:
+            return environment(True)
+        except (lmdb.ReadonlyError, PermissionError) as exc:
+            denied = isinstance(exc, PermissionError) or "Permission denied" in str(exc)
+            if not (readonly and denied):
+                raise
+        try:
+            env = environment(False)
+        except (lmdb.ReadonlyError, PermissionError):
+            raise ReadOnlyError(f"{self.path}: no read permission on {DATA_FILE}") from None
+        self.lockless = True
+        return env
 
     def _open_dbs(self, db_names: tuple[str, ...], create: bool, readonly: bool) -> None:
         """Open the named databases; an existing environment is never given new ones
@@ -196,6 +225,7 @@ class Environment:
         if self.readonly:
             raise ReadOnlyError(f"{self.path}: the index is open read-only")
         self._check_usable()
+        self._check_readers()
         info = self.env.info()
         if (info["last_pgno"] + 1) * self.env.stat()["psize"] > GROW_AT * info["map_size"] \
                 and _mappable(info["map_size"] * 2):
@@ -222,6 +252,34 @@ class Environment:
             except BaseException:
                 txn.abort()
                 raise
+
+    def _check_readers(self) -> None:
+        """Clear the reader slots of processes that died holding a snapshot (their pages
+        would stay pinned), at most every READER_CHECK_SECONDS."""
+        now = time.monotonic()
+        if now - self._checked >= READER_CHECK_SECONDS:
+            self._checked = now
+            try:
+                self.env.reader_check()
+            except lmdb.Error as exc:
+                raise _storage_error(self.path, exc) from None
+
+    def oldest_reader(self) -> tuple[int, int] | None:
+        """(commits behind the last one, pid) of the oldest read snapshot open on this
+        environment in any process, or None when there is none (or no reader table: a
+        lockless open)."""
+        if self.lockless:
+            return None
+        oldest = None
+        for line in self.env.readers().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) == 3 and fields[2].isdigit():
+                txnid, pid = int(fields[2]), int(fields[0])
+                if oldest is None or txnid < oldest[0]:
+                    oldest = (txnid, pid)
+        if oldest is None:
+            return None
+        return self.env.info()["last_txnid"] - oldest[0], oldest[1]
 
     def sync(self) -> None:
         """Force committed transactions to disk; nothing to do when open read-only."""

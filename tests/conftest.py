@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from pbtree import delta, packed
+from pbtree import delta, idle, packed
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -25,3 +25,12 @@ def pbtrees(monkeypatch):
     delta kept): for tests of leaf items and lists."""
     monkeypatch.setattr(packed, "PACKED_NODES", 0)
     monkeypatch.setattr(delta, "DELTA_NODES", 0)
+
+
+@pytest.fixture
+def kept_snapshots(monkeypatch):
+    """The idle-snapshot watcher (``pbtree.idle``) releases no snapshot: for tests of how
+    pinned snapshots are kept and renewed across steps that a loaded machine may make
+    take seconds."""
+    monkeypatch.setattr(idle, "IDLE_SECONDS", float("inf"))
+    monkeypatch.setattr(idle, "BEHIND_IDLE_SECONDS", float("inf"))

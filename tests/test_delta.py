@@ -274,6 +274,7 @@ def test_a_tree_of_an_unnamed_attribute_is_named_by_stats(tmp_path, no_packing):
             ix.stats()
 
 
+@pytest.mark.usefixtures("kept_snapshots")
 def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeypatch):
     """A fold that only fills deltas changes no PB+tree: readers keep their flattened trees
     (and search the deltas beside them); one that merges a delta into its tree drops them."""

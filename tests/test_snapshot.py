@@ -31,6 +31,7 @@ from pbtree.shard import KEEP_PINNED
 from pbtree.snapshot import FREE, Snapshot
 from pbtree.subs import postings
 
+pytestmark = pytest.mark.usefixtures("kept_snapshots")  # steps of any length keep them
 ATTRS = ["a", "b", "c"]
 DOMAIN = 20
 #: ids of every kind: small ints, strings, beyond int32 both ways

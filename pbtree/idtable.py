@@ -1,8 +1,9 @@
 """The integer id of every sid, as matching holds it: 4 bytes a sid where ids allow.
 
-The ``intids`` column stores 8 bytes a sid. Most tables fit int32; a few ids beyond it (or
-string ids) would double the matcher's largest table, so those are held apart, their sids
-sorted beside their 64-bit ids, and the table takes 8 bytes a sid only when they are many.
+The ``intids`` column stores 8 bytes a sid. Most tables fit int32, with string ids marked
+by one value (``STRING``); a few ids beyond int32 would double the matcher's largest table,
+so those are held apart, their sids sorted beside their 64-bit ids, and the table takes 8
+bytes a sid only when they are many.
 """
 
 from __future__ import annotations
@@ -10,9 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from pbtree import columns
+from pbtree.columns import STRING_ID
 
 #: what the narrow table holds for a sid whose id is held apart
 APART = np.iinfo(np.int32).min
+#: ... and for a sid whose id is a string (``columns.STRING_ID``), so that an index of
+#: string ids keeps the narrow table
+STRING = APART + 1
 #: held apart, an id costs 16 bytes (its mark, sid and id): beyond this share of the sids,
 #: a table of 8 bytes a sid is smaller
 MAX_APART = 1 / 4
@@ -43,6 +48,7 @@ class IdTable:
         """The ids of ``sids``, as int64."""
         out = self.table[sids].astype(np.int64, copy=False)
         if self.table.dtype == np.int32:
+            out[out == STRING] = STRING_ID
             apart = np.flatnonzero(out == APART)
             if apart.size:
                 out[apart] = self.ids[np.searchsorted(self.sids, sids[apart])]
@@ -63,15 +69,18 @@ class IdTable:
         if table.dtype == np.int64:
             table[start:end] = ids
             return self if table is self.table else IdTable(table)
-        wide = np.flatnonzero((ids <= APART) | (ids > np.iinfo(np.int32).max))
+        strings = ids == STRING_ID
+        wide = np.flatnonzero(((ids <= STRING) | (ids > np.iinfo(np.int32).max)) & ~strings)
         lo, hi = np.searchsorted(self.sids, (start, end)).tolist()  # those apart now
         if self.sids.size - (hi - lo) + wide.size > MAX_APART * table.size:
             table = table.astype(np.int64)
+            table[table == STRING] = STRING_ID  # the value marks strings only (held apart else)
             table[self.sids] = self.ids
             table[start:end] = ids
             return IdTable(table)
         table[start:end] = ids  # ``wide`` ones wrap, and are marked next
         table[wide + start] = APART
+        table[np.flatnonzero(strings) + start] = STRING
         if hi - lo == wide.size and np.array_equal(self.sids[lo:hi], wide + start):
             if wide.size:  # the same sids apart: their ids in place
                 self.ids[lo:hi] = ids[wide]

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pbtree.columns import STRING_ID
-from pbtree.idtable import APART, MAX_APART, IdTable
+from pbtree.idtable import APART, MAX_APART, STRING, IdTable
 
 #: ids at and around the int32 bounds, the mark and STRING_ID, and some of every range
 EDGES = [0, 1, -1, 2**31 - 1, 2**31, APART, APART + 1, APART - 1, 2**40, -2**40,
@@ -28,7 +28,7 @@ def check(table: IdTable, model: np.ndarray) -> None:
         assert np.array_equal(table.sids, np.sort(table.sids))
         assert table.sids.size <= MAX_APART * table.size
         assert np.array_equal(table.sids, np.flatnonzero(
-            (model <= APART) | (model > 2**31 - 1)))
+            ((model <= STRING) | (model > 2**31 - 1)) & (model != STRING_ID)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -47,11 +47,19 @@ def test_reads_equal_the_ids_assigned(first, writes):
         check(table, model)
 
 
+def test_string_ids_keep_the_table_narrow():
+    ids = np.full(1000, STRING_ID, np.int64)
+    ids[[3, 7]] = STRING, APART  # ids that are the marks themselves are held apart
+    table = IdTable.of(ids)
+    assert table.table.dtype == np.int32 and table.sids.tolist() == [3, 7]
+    assert table[np.arange(1000)].tolist() == ids.tolist()
+
+
 def test_few_wide_ids_keep_the_table_narrow_and_many_widen_it():
     ids = np.arange(1000, dtype=np.int64)
     ids[[5, 500]] = 2**40, STRING_ID
     table = IdTable.of(ids)
-    assert table.table.dtype == np.int32 and table.sids.tolist() == [5, 500]
+    assert table.table.dtype == np.int32 and table.sids.tolist() == [5]  # strings marked
     assert table[np.array([4, 5, 500, 999])].tolist() == [4, 2**40, STRING_ID, 999]
     wider = table.assigned(0, np.full(300, -2**50, np.int64))
     assert wider.table.dtype == np.int64

@@ -34,7 +34,7 @@ from pbtree.ids import encode_id, encode_ids, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
-from pbtree.staging import as_created, fsync_dir
+from pbtree.staging import as_created, fsync_dir, recover
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
 
@@ -433,6 +433,7 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     """
     path = os.fspath(path)
     check_options(fold_at, map_size)
+    recover(path)  # an old index a killed ``build --force`` set aside, where it left none
     manifest = read_manifest(path)
     extra = shard_dir(path, manifest["shards"])
     if os.path.exists(extra):  # answers would silently miss the shards left out

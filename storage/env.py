@@ -26,7 +26,11 @@ DEFAULT_MAP_SIZE = 64 << 20
 #: the share of the map the file's pages may reach before a write doubles it first
 GROW_AT = 3 / 4
 MAX_DBS = 16
+MAX_READERS = 512
 DATA_FILE = "data.mdb"
+LOCK_FILE = "lock.mdb"
+#: the size LMDB gives the lock file: a header and one 64-byte slot per reader (measured)
+LOCK_BYTES = 128 + 64 * MAX_READERS
 
 
 def _mappable(size: int) -> bool:
@@ -54,6 +58,27 @@ def _storage_error(path: str, exc: lmdb.Error) -> Exception:
     return StorageError(text)
 
 
+def _reserve_lock_file(path: str) -> None:
+    """Write a new environment's lock file in full before LMDB maps it.
+
+    LMDB sizes the file with ftruncate, which leaves it sparse, and writes it through its
+    map: on a full disk that write kills the process with SIGBUS. Written with ``write``,
+    its blocks exist, and a full disk is an ENOSPC error naming the file instead.
+    """
+    os.makedirs(path, exist_ok=True)
+    lock = os.path.join(path, LOCK_FILE)
+    try:
+        if os.path.exists(lock) and os.path.getsize(lock) >= LOCK_BYTES:
+            return
+        with open(lock, "wb") as out:
+            out.write(bytes(LOCK_BYTES))
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise StorageError(f"{lock}: cannot be written ({exc.strerror}); nothing was "
+                           f"created") from None
+
+
 class Environment:
     """One LMDB environment (a directory holding data.mdb and lock.mdb)."""
 
@@ -77,6 +102,8 @@ class Environment:
             raise CorruptIndexError(f"{path}: {DATA_FILE} is empty (truncated)")
         if not readonly and not create and not os.access(path, os.W_OK):
             raise ReadOnlyError(f"{path}: no write permission; open the index with readonly=True")
+        if create:
+            _reserve_lock_file(path)
         try:
             self.env = lmdb.open(
                 path,
@@ -87,7 +114,7 @@ class Environment:
                 sync=sync,
                 lock=True,
                 readahead=False,
-                max_readers=512,
+                max_readers=MAX_READERS,
             )
             self._check_size()
             while True:

@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from typing import Any
 
-import numpy as np
-
 import pbtree
 from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, open_output
 from pbtree.core import normalize
@@ -30,6 +28,7 @@ from pbtree.interrupts import SIGNALS, Interrupted, Stops
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
+from pbtree.subscribing import Item, Saved
 
 PROG = "pbtree"
 SUB_BATCH = 10_000
@@ -173,10 +172,6 @@ def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
     return _file_id(where, row["id"]), row["expr"]
 
 
-#: one input record of subscribe --file: (number or None, where, id, expression)
-Item = tuple[int | None, str, Any, Any]
-
-
 def _subscription_batches(source: Source, size: int) -> Iterator[list[Item]]:
     """(number, where, id, expression) of the input, in batches of ``size``; the number is
     the line (JSON Lines) or row (Parquet), None for the predicate layout.
@@ -190,64 +185,8 @@ def _subscription_batches(source: Source, size: int) -> Iterator[list[Item]]:
             for batch in batches(source.records(), size))
 
 
-class Written:
-    """What subscribe --file has written so far, for its messages: how many records, up to
-    which line, and each id's line (a 64-bit hash per id, 16 bytes each), which tells an id
-    repeated in the input from one stored before."""
-
-    def __init__(self, source: Source) -> None:
-        self.source = source
-        self.records = self.skipped = 0
-        self.last: int | None = None  # number of the last record of the last batch written
-        self._hashes: list[np.ndarray] = []
-        self._numbers: list[np.ndarray] = []
-
-    def add(self, items: list[Item], batch: list[Item]) -> None:
-        """Note a batch written: ``items`` of its records (the rest were already stored)."""
-        self.records += len(batch)
-        self.skipped += len(batch) - len(items)
-        self.last = batch[-1][0] if batch else self.last
-        self._hashes.append(np.array([hash(encode_id(i)) for _, _, i, _ in items], np.int64))
-        self._numbers.append(np.array([-1 if n is None else n for n, _, _, _ in items],
-                                      np.int64))
-
-    def lines_of(self, keys: list[bytes]) -> list[int | None]:
-        """For each id in ``keys``: the number of the record that wrote it (-1 when records
-        have none), or None when this command has not written it."""
-        if not self._hashes or not keys:
-            return [None] * len(keys)
-        hashes, numbers = np.concatenate(self._hashes), np.concatenate(self._numbers)
-        order = np.argsort(hashes, kind="stable")  # equal hashes: the first record first
-        hashes, numbers = hashes[order], numbers[order]
-        wanted = np.array([hash(key) for key in keys], np.int64)
-        at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
-        return [int(line) if hit else None
-                for line, hit in zip(numbers[at].tolist(), (hashes[at] == wanted).tolist(),
-                                     strict=True)]
-
-    def distinct(self) -> int:
-        """How many different ids the records written hold."""
-        return len(np.unique(np.concatenate(self._hashes))) if self._hashes else 0
-
-    def repeated(self, where: str, sub_id: object, first: int | None, again: int | None) -> str:
-        """The message for an id given twice in the input (at records ``first``, ``again``)."""
-        at = f"{where}: " if where else ""
-        if first is None or first < 0 or again is None:
-            return f"{at}id {shown(sub_id)} is repeated in the input"
-        unit = "rows" if self.source.parquet else "lines"
-        return f"{at}id {shown(sub_id)} is repeated in the input ({unit} {first} and {again})"
-
-    def resume(self) -> str:
-        """Where a stopped subscribe --file goes on from."""
-        if self.last is None or not self.records:
-            return "rerun the same command (--skip-existing skips ids already stored)"
-        unit = "row" if self.source.parquet else "line"
-        return (f"resume from {unit} {self.last + 1:,} of {self.source.name}, or rerun with "
-                f"--skip-existing")
-
-
 def _explain(index: pbtree.Index, batch: list[Item], replace: bool, exc: PbtreeError,
-             written: Written | None = None) -> str:
+             written: Saved | None = None) -> str:
     """Which input record made a subscribe batch fail, and why."""
     seen: dict[bytes, int | None] = {}
     for n, where, sub_id, expr in batch:
@@ -269,7 +208,7 @@ def _explain(index: pbtree.Index, batch: list[Item], replace: bool, exc: PbtreeE
     return _message(exc)
 
 
-def _skip_stored(index: pbtree.Index, items: list[Item], written: Written) -> list[Item]:
+def _skip_stored(index: pbtree.Index, items: list[Item], written: Saved) -> list[Item]:
     """The items whose id is not in the index yet; an id this command stored itself is a
     repeat in the input, not one to skip."""
     try:
@@ -286,7 +225,7 @@ def _skip_stored(index: pbtree.Index, items: list[Item], written: Written) -> li
     return [item for item in items if encode_id(item[2]) in missing]
 
 
-def _summary(written: Written, replace: bool, before: int, after: int) -> str:
+def _summary(written: Saved, replace: bool, before: int, after: int) -> str:
     """The last line of subscribe --file: how many subscriptions it saved, and, with
     --replace, how many of those the index held already and how many ids came twice."""
     kept = written.distinct() if replace else written.records - written.skipped
@@ -325,7 +264,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     if args.id is not None:
         raise UsageError("give either ID EXPR or --file FILE, not both")
     source = Source(args.file)
-    written = Written(source)
+    written = Saved(source)
     start = time.monotonic()
     with pbtree.open(args.index) as index, Stops() as stops:
         before = len(index)
@@ -354,7 +293,7 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _resumable(written: Written) -> Iterator[None]:
+def _resumable(written: Saved) -> Iterator[None]:
     """A stopped subscribe --file says what it saved and where to go on from."""
     try:
         yield

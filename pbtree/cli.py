@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -25,10 +26,12 @@ from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, op
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
+from pbtree.interrupts import SIGNALS, Interrupted, Stops
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
 from pbtree.staging import as_created
+from pbtree.subscribing import Item, Saved
 
 PROG = "pbtree"
 SUB_BATCH = 10_000
@@ -264,82 +267,146 @@ def subscription_of(where: str, row: object) -> tuple[int | str, Any]:
     return _file_id(where, row["id"]), row["expr"]
 
 
-def _subscription_batches(source: Source, size: int) -> Iterator[list[tuple[str, Any, Any]]]:
-    """(where, id, expression) of the input, in batches of ``size``.
+def _subscription_batches(source: Source, size: int) -> Iterator[list[Item]]:
+    """(number, where, id, expression) of the input, in batches of ``size``; the number is
+    the line (JSON Lines) or row (Parquet), None for the predicate layout.
 
     Predicate-layout Parquet is read whole first (it sets ``source.total``); the rest streams.
     """
     if source.predicate_layout():
-        subs = source.predicate_subscriptions()
+        subs = [(None, *sub) for sub in source.predicate_subscriptions()]
         return (subs[start:start + size] for start in range(0, len(subs), size))
-    return ([(source.where(n), *subscription_of(source.where(n), row)) for n, row in batch]
+    return ([(n, source.where(n), *subscription_of(source.where(n), row)) for n, row in batch]
             for batch in batches(source.records(), size))
 
 
-def _explain(index: pbtree.Index, batch: list[tuple[str, Any, Any]], replace: bool,
-             exc: PbtreeError) -> str:
+def _explain(index: pbtree.Index, batch: list[Item], replace: bool, exc: PbtreeError,
+             written: Saved | None = None) -> str:
     """Which input record made a subscribe batch fail, and why."""
-    seen: set[bytes] = set()
-    for where, sub_id, expr in batch:
+    seen: dict[bytes, int | None] = {}
+    for n, where, sub_id, expr in batch:
         at = f"{where}: " if where else ""
         try:
             key = encode_id(sub_id)
             normalize(expr)
         except PbtreeError as bad:
             return f"{at}subscription {sub_id!r}: {bad}"
+        if not replace and key in seen and written is not None:
+            return written.repeated(where, sub_id, seen[key], n)
         if not replace and (key in seen or sub_id in index):
-            return f"{at}subscription id {sub_id!r} already exists (use --replace)"
-        seen.add(key)
+            first = written.lines_of([key])[0] if written is not None else None
+            if first is not None and written is not None:
+                return written.repeated(where, sub_id, first, n)
+            return (f"{at}subscription id {sub_id!r} already exists (use --replace, or "
+                    f"--skip-existing to keep the stored one)")
+        seen[key] = n
     return _message(exc)
 
 
+def _skip_stored(index: pbtree.Index, items: list[Item], written: Saved) -> list[Item]:
+    """The items whose id is not in the index yet; an id this command stored itself is a
+    repeat in the input, not one to skip."""
+    try:
+        missing = {encode_id(i) for i in index.missing([i for _, _, i, _ in items])}
+    except PbtreeError as exc:
+        raise CliError(_explain(index, items, False, exc, written)) from None
+    stored = [(item, encode_id(item[2])) for item in items]
+    stored = [(item, key) for item, key in stored if key not in missing]
+    for (n, where, sub_id, _), first in zip([item for item, _ in stored],
+                                            written.lines_of([key for _, key in stored]),
+                                            strict=True):
+        if first is not None:
+            raise CliError(written.repeated(where, sub_id, first, n))
+    return [item for item in items if encode_id(item[2]) in missing]
+
+
+def _summary(written: Saved, replace: bool, before: int, after: int) -> str:
+    """The last line of subscribe --file: how many subscriptions it saved, and, with
+    --replace, how many of those the index held already and how many ids came twice."""
+    kept = written.distinct() if replace else written.records - written.skipped
+    line = f"subscribed {plural(kept, 'subscription')} from {written.source.name}"
+    notes = []
+    if replace and kept > after - before:
+        notes.append(f"{kept - (after - before):,} replaced a stored one")
+    if replace and written.records > kept:
+        notes.append(f"{written.records - kept:,} records repeated an earlier id of the input "
+                     f"and replaced it")
+    if written.skipped:
+        notes.append(f"skipped {plural(written.skipped, 'id')} already in the index")
+    if notes:
+        line += f" ({'; '.join(notes)})"
+    return line + f"; the index holds {plural(after, 'subscription')}"
+
+
 def cmd_subscribe(args: argparse.Namespace) -> int:
+    if args.replace and args.skip_existing:
+        raise UsageError("give --replace or --skip-existing, not both")
     if args.file is None:
         if args.id is None or args.expr is None:
             raise UsageError("give ID and EXPR, or --file FILE")
         sub_id = parse_id(args.id, args.string_id)
         with pbtree.open(args.index) as index:
+            if args.skip_existing and sub_id in index:
+                note(args, f"skipped {sub_id!r}: already in the index")
+                return 0
             try:
                 index.subscribe(sub_id, args.expr, replace=args.replace)
             except PbtreeError as exc:
-                raise CliError(_explain(index, [("", sub_id, args.expr)], args.replace,
+                raise CliError(_explain(index, [(None, "", sub_id, args.expr)], args.replace,
                                         exc)) from None
         note(args, f"subscribed {sub_id!r}")
         return 0
     if args.id is not None:
         raise UsageError("give either ID EXPR or --file FILE, not both")
     source = Source(args.file)
-    done = 0
+    written = Saved(source)
     start = time.monotonic()
-    with pbtree.open(args.index) as index:
+    with pbtree.open(args.index) as index, Stops() as stops:
+        before = len(index)
         predicate = source.predicate_layout()
         todo = _subscription_batches(source, args.batch)
         with (closing(Progress("subscribe", "subscriptions", source.total, args.quiet)) as bar,
-              _stopped_after(lambda: done, "saved")):
+              _stopped_after(lambda: written.records - written.skipped, "saved"),
+              _resumable(written)):
             for items in todo:
                 if predicate:
-                    source.done = done + len(items)
-                try:
-                    index.subscribe_many([(i, e) for _, i, e in items], replace=args.replace)
-                except PbtreeError as exc:
-                    raise CliError(_explain(index, items, args.replace, exc)) from None
-                done += len(items)
-                bar.update(done, source.done)
-    note(args, f"subscribed {plural(done, 'subscription')} from {source.name} "
-               f"in {time.monotonic() - start:.2f} s")
+                    source.done = written.records + len(items)
+                kept = _skip_stored(index, items, written) if args.skip_existing else items
+                with stops.batch():
+                    try:
+                        index.subscribe_many([(i, e) for _, _, i, e in kept],
+                                             replace=args.replace)
+                    except PbtreeError as exc:
+                        raise CliError(_explain(index, kept, args.replace, exc,
+                                                written)) from None
+                    written.add(kept, items)
+                bar.update(written.records, source.done)
+        after = len(index)
+    note(args, f"{_summary(written, args.replace, before, after)} "
+               f"(in {time.monotonic() - start:.2f} s)")
     return 0
+
+
+@contextmanager
+def _resumable(written: Saved) -> Iterator[None]:
+    """A stopped subscribe --file says what it saved and where to go on from."""
+    try:
+        yield
+    except Interrupted as stop:
+        saved = written.records - written.skipped
+        raise Interrupted(stop.signum, f"{plural(saved, 'subscription')} saved, every batch "
+                                       f"whole; {written.resume()}") from None
 
 
 @contextmanager
 def _stopped_after(done: Callable[[], int], what: str) -> Iterator[None]:
     """A bad record that stops a command names what earlier batches had already
-    committed: ``done()`` subscriptions ``what`` (saved, removed)."""
+    committed: ``done()`` subscriptions ``what`` (saved, removed), none included."""
     try:
         yield
     except CliError as exc:
-        if done():
-            raise CliError(f"{exc} ({done():,} subscriptions before it were {what})") from None
-        raise
+        raise CliError(f"{exc} ({plural(done(), 'subscription')} before it "
+                       f"{'was' if done() == 1 else 'were'} {what})") from None
 
 
 def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterator[list]:
@@ -613,6 +680,9 @@ def build_parser() -> Parser:
     p.set_defaults(late=("id", "expr"))
     _add_file_options(p, 'JSON Lines {"id": ..., "expr": ...} or Parquet (columns id, expr)',
                       "--replace", "replace subscriptions whose id exists", "subscriptions")
+    p.add_argument("--skip-existing", action="store_true",
+                   help="keep subscriptions whose id exists and skip those records (to resume "
+                        "a stopped --file)")
 
     p = _command(sub, "unsubscribe", cmd_unsubscribe, "remove subscriptions",
                  "pbtree unsubscribe alerts.pbt 1 2 wish-7\n"
@@ -777,9 +847,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{command}: error: {exc} (see '{command} --help')", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        if args.debug:
+            raise
+        for signum in SIGNALS:  # the command ends: a second stop must not cut its message
+            signal.signal(signum, signal.SIG_IGN)
+        said = f": {exc}" if isinstance(exc, Interrupted) and str(exc) else ""
+        print(f"{PROG}: interrupted{said}", file=sys.stderr)
+        return exc.status if isinstance(exc, Interrupted) else 130
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1

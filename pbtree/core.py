@@ -11,6 +11,8 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import resource
+import shutil
 import tempfile
 import time
 import warnings
@@ -33,6 +35,7 @@ from pbtree.errors import (
     LocklessReadWarning,
     NotAnIndexError,
     PbtreeError,
+    StorageError,
     shown,
 )
 from pbtree.explain import explain as explain_subscription
@@ -40,7 +43,7 @@ from pbtree.ids import decode_id, encode_id, encode_ids, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
-from pbtree.staging import as_created, fsync_dir
+from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
 from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import ValueRejected, check_string, event_payload
@@ -49,6 +52,10 @@ MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
 FORMAT_VERSION = 1
 MAX_ATTR_BYTES = 400
+#: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
+FILES_PER_SHARD = 3
+#: open files kept free beside the shards', for the input and output files of a command
+FILES_SPARE = 16
 #: one below the count that marks a free sid in the counter (snapshot.FREE), which the
 #: stale pending postings of a removed subscription must never reach
 MAX_PREDICATES = 65534
@@ -133,6 +140,24 @@ def _first_duplicate(items: list, stored: set[bytes]) -> None:
         if idkey in seen or idkey in stored:
             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
         seen.add(idkey)
+
+
+def check_open_files(path: str, shards: int, per_shard: int) -> None:
+    """Refuse to open or create more shards than the open-file limit allows: LMDB would
+    fail part-way, with shards already open (or made)."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        used = 0
+    need = shards * per_shard + FILES_SPARE
+    if used + need > limit:
+        raise PbtreeError(
+            f"{path}: {shards:,} shards need about {need:,} open files, but this process may "
+            f"open {limit:,} and has {used:,} open (ulimit -n); raise the limit or use "
+            f"fewer shards")
 
 
 def check_options(fold_at: int | None, map_size: int) -> None:
@@ -540,15 +565,37 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     check_options(fold_at, map_size)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
+    check_open_files(path, shards, FILES_PER_SHARD)
+    made = not os.path.exists(path)
     os.makedirs(path, exist_ok=True)
-    opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size,
-                    durable=durable, fold_at=fold_at)
-              for n in range(shards)]
-    manifest = new_manifest(shards, node_bytes, created_by="api")
-    write_manifest(path, manifest)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))  # the index directory itself
+    opened: list[Shard] = []
+    try:
+        for n in range(shards):
+            opened.append(Shard(shard_dir(path, n), create=True, node_bytes=node_bytes,
+                                map_size=map_size, durable=durable, fold_at=fold_at))
+        manifest = new_manifest(shards, node_bytes, created_by="api")
+        write_manifest(path, manifest)
+        fsync_dir(os.path.dirname(os.path.abspath(path)))  # the index directory itself
+    except BaseException as exc:
+        for shard in opened:
+            shard.close()
+        _remove_created(path, made)
+        if isinstance(exc, OSError):
+            raise StorageError(f"{path}: the index could not be created "
+                               f"({exc.strerror or exc}); nothing was left there") from None
+        raise
     return Index(path, opened, manifest, readonly=False, identity=_identity(path),
                  options={"map_size": map_size, "durable": durable, "fold_at": fold_at})
+
+
+def _remove_created(path: str, made: bool) -> None:
+    """Undo a ``create`` that failed part-way: the directory if it made it, else what it
+    put in the empty directory it was given."""
+    if made:
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for name in os.listdir(path):
+        shutil.rmtree(os.path.join(path, name), ignore_errors=True)
 
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
@@ -562,6 +609,7 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     """
     path = os.fspath(path)
     check_options(fold_at, map_size)
+    recover(path)  # an old index a killed ``build --force`` set aside, where it left none
     identity = _identity(path)
     manifest = read_manifest(path)
     extra = shard_dir(path, manifest["shards"])
@@ -569,6 +617,7 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
         raise CorruptIndexError(f"{path}: {MANIFEST} says {manifest['shards']} shards, but "
                                 f"{os.path.basename(extra)} exists too: the shard count is "
                                 f"damaged")
+    check_open_files(path, manifest["shards"], FILES_PER_SHARD - readonly)
     opened: list[Shard] = []
     try:
         for n in range(manifest["shards"]):

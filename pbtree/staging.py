@@ -1,8 +1,19 @@
-"""Outputs that appear only when complete: build in a hidden directory, then rename into place."""
+"""Outputs that appear only when complete: build in a hidden directory, then rename into place.
+
+Hidden directories carry the pid of the process that made them (``.NAME.staging-PID-XXXX``,
+``.NAME.old-PID-XXXX``, ``.NAME.scratch-PID-XXXX``): a process killed before it removed
+them leaves them behind, and the next job in that directory sweeps those whose process is
+gone. An old target is replaced in one atomic exchange of names (Linux ``renameat2``);
+where the system has none, in two renames, and a kill between them leaves the old target
+set aside, which ``recover`` (run by the next job and by ``pbtree.open``) puts back.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import re
 import shutil
 import tempfile
 
@@ -27,6 +38,90 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+#: a hidden directory of a job: its target's name, its kind and the pid of its process
+_HIDDEN = re.compile(r"^\.(?P<name>.+)\.(?P<kind>staging|old|scratch)-(?P<pid>[0-9]+)-[^.-]+$")
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def hidden_dir(target: str, kind: str) -> str:
+    """A new hidden directory of ``kind`` beside ``target``, named with this process's pid."""
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.{kind}-{os.getpid()}-",
+                            dir=os.path.dirname(target))
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _orphans(parent: str) -> list[tuple[str, str, str]]:
+    """(path, kind, target name) of the hidden job directories in ``parent`` whose process
+    is gone."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    found = [(name, _HIDDEN.match(name)) for name in names]
+    return [(os.path.join(parent, name), match["kind"], match["name"]) for name, match in found
+            if match is not None and not alive(int(match["pid"]))]
+
+
+def recover(target: str) -> bool:
+    """Put back an old ``target`` that a killed job set aside and never replaced (a kill
+    between the two renames where no atomic exchange exists); True if it did."""
+    target = os.path.abspath(target)
+    if os.path.lexists(target):
+        return False
+    for path, kind, name in _orphans(os.path.dirname(target)):
+        previous = os.path.join(path, "previous")
+        if kind == "old" and name == os.path.basename(target) and os.path.isdir(previous):
+            os.rename(previous, target)
+            fsync_dir(os.path.dirname(target))
+            shutil.rmtree(path, ignore_errors=True)
+            return True
+    return False
+
+
+def sweep(parent: str) -> None:
+    """Remove the hidden directories that killed jobs left in ``parent`` (old targets they
+    set aside go back first where their target is missing), and only those."""
+    for path, kind, name in _orphans(parent):
+        if kind == "old":
+            recover(os.path.join(parent, name))
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _libc_renameat2():
+    try:
+        return ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+
+
+_renameat2 = _libc_renameat2()
+
+
+def exchange(first: str, second: str) -> bool:
+    """Swap the names of two existing paths in one atomic step; False where the system
+    (kernel, C library or file system) cannot, and nothing moved."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second),
+                  _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), second)
+
+
 def check_target(path: str, force: bool) -> None:
     """Refuse to start a job whose output exists, unless it may be replaced."""
     if os.path.lexists(path) and not force:
@@ -42,8 +137,8 @@ class Staging:
         check_target(self.target, force)
         parent = os.path.dirname(self.target)
         os.makedirs(parent, exist_ok=True)
-        name = os.path.basename(self.target)
-        self.path = tempfile.mkdtemp(prefix=f".{name}.staging-", dir=parent)
+        sweep(parent)
+        self.path = hidden_dir(self.target, "staging")
         self.old: str | None = None  # the old target set aside by ``swap``
         as_created(self.path, 0o777)
 
@@ -57,9 +152,12 @@ class Staging:
         drops it, ``undo`` puts it back (so two outputs can be committed together)."""
         check_target(self.target, self.force)
         self.old = None
+        if os.path.lexists(self.target) and exchange(self.path, self.target):
+            self.old = self.path  # the staging directory's name now holds the old target
+            fsync_dir(os.path.dirname(self.target))
+            return
         if os.path.lexists(self.target):
-            aside = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.old-",
-                                     dir=os.path.dirname(self.target))
+            aside = hidden_dir(self.target, "old")
             try:
                 os.rename(self.target, os.path.join(aside, "previous"))
             except BaseException:
@@ -75,6 +173,11 @@ class Staging:
 
     def undo(self) -> None:
         """After ``swap``: drop what it moved to the target and put the old target back."""
+        if self.old == self.path:
+            exchange(self.path, self.target)
+            shutil.rmtree(self.path, ignore_errors=True)  # the new output, swapped back
+            self.old = None
+            return
         if not os.path.lexists(self.path) and os.path.lexists(self.target):
             shutil.rmtree(self.target)
         if self.old is not None:
@@ -84,7 +187,10 @@ class Staging:
 
     def finish(self) -> None:
         """After ``swap``: drop the old target set aside."""
-        if self.old is not None:
+        if self.old == self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.old = None
+        elif self.old is not None:
             shutil.rmtree(os.path.dirname(self.old), ignore_errors=True)
             self.old = None
 

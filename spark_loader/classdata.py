@@ -4,8 +4,10 @@ Spark's driver JVM loads ~15,000 classes before its first job; mapping them from
 archive (JDK 13+, ``-XX:SharedArchiveFile``) instead of parsing jars cuts ~1.5 s off start-up
 and ~2 s off the first read and job on a 2-core machine. The first run writes the archive
 as its JVM exits; the archive is keyed by the Java and PySpark installations, so an upgrade
-writes a new one. A missing, stale or unreadable archive only costs the speed-up: the JVM
-falls back to loading classes from jars (``-Xshare:auto``), with its CDS messages silenced.
+writes a new one, and adopting it removes the one it replaces: the cache keeps one archive
+per pair of Java and PySpark installation paths. A missing, stale or unreadable archive
+only costs the speed-up: the JVM falls back to loading classes from jars
+(``-Xshare:auto``), with its CDS messages silenced.
 """
 
 from __future__ import annotations
@@ -41,16 +43,34 @@ def _java() -> str | None:
 
 
 def archive_path() -> str | None:
-    """The archive for this Java and PySpark (existing or not), or None when caching is off."""
+    """The archive for this Java and PySpark (existing or not), or None when caching is off.
+
+    Named ``spark-PAIR-VERSION.jsa``: PAIR hashes the two installations' paths, VERSION their
+    files' identity, so a new Java or PySpark in the same place gets a new archive.
+    """
     import pyspark
 
     directory, java = cache_dir(), _java()
     if directory is None or java is None:
         return None
     stat = os.stat(java)
-    key = f"{java}|{stat.st_mtime_ns}|{stat.st_size}|{pyspark.__file__}|{pyspark.__version__}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return os.path.join(directory, f"spark-{digest}.jsa")
+    pair = _digest(f"{java}|{pyspark.__file__}")
+    version = _digest(f"{stat.st_mtime_ns}|{stat.st_size}|{pyspark.__version__}")
+    return os.path.join(directory, f"spark-{pair}-{version}.jsa")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _replaced(archive: str) -> list[str]:
+    """The older archives ``archive`` replaces: of the same pair of installations, and those
+    named before archives named their pair (``spark-HEX.jsa``)."""
+    directory, name = os.path.split(archive)
+    pair = name.split("-")[1]
+    same = glob.glob(os.path.join(glob.escape(directory), f"spark-{pair}-*.jsa"))
+    unpaired = glob.glob(os.path.join(glob.escape(directory), "spark-" + "[0-9a-f]" * 16 + ".jsa"))
+    return [path for path in same + unpaired if path != archive]
 
 
 def options(archive: str | None, dump: bool) -> str:
@@ -80,6 +100,8 @@ def adopt(archive: str) -> None:
     try:
         if os.path.getsize(tmp) > 0:
             os.replace(tmp, archive)
+            for old in _replaced(archive):
+                _remove(old)
             return
     except OSError:
         pass

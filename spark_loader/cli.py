@@ -7,6 +7,7 @@ them on their own. PySpark is imported only when a command runs.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -70,6 +71,13 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
     match.set_defaults(func=match_command)
 
 
+def _quiet_logging(args: argparse.Namespace) -> None:
+    """Without --debug, keep py4j's tracebacks of a call cut by Ctrl-C or by a JVM that
+    died off the terminal: the command's one-line error says what happened."""
+    if not args.debug:
+        logging.getLogger().addHandler(logging.NullHandler())
+
+
 def build_command(args: argparse.Namespace) -> int:
     """Run ``pbtree build``; prints the summary line; returns the exit code."""
     from spark_loader import build, session
@@ -80,7 +88,9 @@ def build_command(args: argparse.Namespace) -> int:
     build.check(opts)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings(progress=not args.quiet)
-    with session.running(args.master, conf, "pbtree build", timings) as spark:
+    _quiet_logging(args)
+    with session.scratch_beside(args.output) as scratch, \
+            session.running(args.master, conf, "pbtree build", timings, scratch) as spark:
         result = build.run(spark, opts, timings)
     note(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
                    f"{result.summary()}")
@@ -95,7 +105,9 @@ def match_command(args: argparse.Namespace) -> int:
     match.check(args.index, args.events, args.output, args.rejects, args.force)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings(progress=not args.quiet)
-    with session.running(args.master, conf, "pbtree match-batch", timings) as spark:
+    _quiet_logging(args)
+    with session.scratch_beside(args.output) as scratch, \
+            session.running(args.master, conf, "pbtree match-batch", timings, scratch) as spark:
         result = match.run(spark, args.index, args.events, args.output,
                            event_id=args.event_id, rejects=args.rejects, force=args.force,
                            timings=timings)

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pbtree.errors import PbtreeError
+from pbtree.staging import hidden_dir, sweep
 from spark_loader import classdata
 from spark_loader.progress import Timings
 
@@ -53,6 +58,30 @@ class TaskError(PbtreeError):
     """A Spark task failed with a pbtree error; the message is that error's."""
 
 
+class SparkError(PbtreeError):
+    """Spark could not start or run a job: no usable Java, a bad master URL, a Python
+    worker or the JVM that died; the message names the cause in one line."""
+
+
+#: the oldest Java the installed Spark (4.x) runs on
+JAVA_MIN = 17
+#: master URLs Spark knows: local[...], local-cluster[...], yarn, and SCHEME://...
+_MASTER = re.compile(r"^(local(\[[^\]]+\])?|local-cluster\[[^\]]+\]|yarn|[a-z][a-z0-9+.-]*://.+)$")
+#: the line of a failed job's Java exception that says why, by the first pattern found
+_CAUSES = (
+    re.compile(r"(Python worker exited unexpectedly \(crashed\)[^\n]*)"),
+    re.compile(r"(Python worker failed to connect back[^\n]*)"),
+    re.compile(r"(java\.lang\.OutOfMemoryError[^\n]*)"),
+    re.compile(r"Caused by: ([^\n]+)"),
+)
+#: seconds a lost connection to the JVM waits for the JVM to be seen to have exited
+EXIT_WAIT = 5
+#: the JVM's standard output and error, in the scratch directory
+JVM_LOG = "jvm.log"
+#: the gateway process ``start`` launched (until SparkContext holds it)
+_LAUNCHED: dict[str, subprocess.Popen] = {}
+
+
 #: the column of a rejects file saying why its row was rejected
 REASON = "reason"
 _TASK_ERROR = re.compile(r"^(?:pbtree|spark_loader|storage)\.[\w.]*?(\w+Error): (.*)$", re.M)
@@ -90,24 +119,130 @@ def _log_config() -> str:
 
 
 @contextmanager
-def running(master: str | None, conf: dict[str, str], app: str, timings: Timings) -> Iterator:
-    """A SparkSession for the block: the active one if any, else a new one stopped after."""
+def running(master: str | None, conf: dict[str, str], app: str, timings: Timings,
+            scratch: str | None = None) -> Iterator:
+    """A SparkSession for the block: the active one if any, else a new one stopped after,
+    whose JVM has exited by the end of the block. ``scratch`` is a directory for the JVM's
+    output and Spark's own scratch files (``spark-*``, ``blockmgr-*``). Failures of Spark
+    itself come out as one-line SparkErrors."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     archive = None if active else classdata.archive_path()
     dumping = archive is not None and not os.path.exists(archive)
-    with timings.stage("spark start"):
-        spark = active or start(master, conf, app, dump_classes=True)
+    with timings.stage("spark start"), spark_failures(scratch):
+        spark = active or start(master, conf, app, dump_classes=True, scratch=scratch)
+    failed = True
     try:
-        yield spark
+        with spark_failures(scratch), _stop_once():
+            yield spark
+        failed = False
     finally:
         if active is None:
-            spark.stop()
-        if dumping:
-            with timings.stage("class archive"):
+            _stop(spark, failed)
+            with timings.stage("class archive") if dumping else nullcontext():
                 _exit_jvm()
+            if dumping:
                 classdata.adopt(archive)
+
+
+def _stop(spark, failed: bool) -> None:
+    """Stop a session this process started; after a failure (Ctrl-C, a JVM that died),
+    stopping is best effort and must not hide the failure."""
+    try:
+        spark.stop()
+    except Exception:
+        if not failed:
+            raise
+
+
+@contextmanager
+def _stop_once() -> Iterator[None]:
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt once, and are ignored after it while the
+    job is torn down (PySpark's own handler calls into the JVM from inside the call it
+    interrupts, which fails and prints tracebacks)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def stop(signum, frame) -> None:
+        for number in signals:
+            signal.signal(number, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, stop) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
+def spark_failures(scratch: str | None) -> Iterator[None]:
+    """Turn a failure of Spark itself into a SparkError naming its cause in one line: the
+    JVM that exited (and the last error it printed), a job that failed for a reason
+    outside pbtree's code (a Python worker that crashed)."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        yield
+    except Py4JJavaError as exc:
+        raise SparkError(_job_cause(str(exc.java_exception))) from None
+    except (Py4JError, ConnectionError, PySparkRuntimeError):
+        exited = _jvm_exit()
+        if exited is None:
+            raise
+        said = _jvm_said(scratch)
+        raise SparkError(f"the Spark JVM {exited}{': ' + said if said else ''}") from None
+
+
+def _job_cause(text: str) -> str:
+    """One line saying why a Spark call failed, from its Java exception's text."""
+    for pattern in _CAUSES:
+        found = pattern.search(text)
+        if found:
+            return f"Spark job failed: {found.group(1).strip()}"
+    lines = text.strip().splitlines()
+    first = lines[0] if lines else "unknown cause"
+    return "Spark failed: " + re.sub(r"^(?:[a-z0-9_]+[.])+(?=[A-Z])", "", first)
+
+
+def _jvm_exit() -> str | None:
+    """How the session's JVM ended (``died (killed by SIGKILL)``, ``exited with status
+    1``), or None while it runs. A JVM that dies closes its connections a moment before
+    it can be seen to have exited: it is given that moment."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None) or _LAUNCHED.get("proc")
+    if proc is None:
+        return None
+    try:
+        code = proc.wait(timeout=EXIT_WAIT)
+    except subprocess.TimeoutExpired:
+        return None
+    if code < 0:
+        try:
+            return f"died (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return f"died (killed by signal {-code})"
+    return f"exited with status {code}"
+
+
+def _jvm_said(scratch: str | None) -> str:
+    """The last error line the JVM printed to its log in ``scratch``, if any."""
+    if scratch is None:
+        return ""
+    try:
+        with open(os.path.join(scratch, JVM_LOG), errors="replace") as log:
+            lines = [line.strip() for line in log if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if re.search(r"Error|Exception|error:", line)
+              and not line.startswith("at ")]
+    return errors[-1][:300] if errors else ""
 
 
 def _exit_jvm() -> None:
@@ -122,16 +257,75 @@ def _exit_jvm() -> None:
     proc.wait(timeout=300)
     gateway.close()
     SparkContext._gateway = SparkContext._jvm = None
+    _LAUNCHED.clear()
 
 
-def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool = False):
+def java_command() -> str:
+    """The java command Spark will run, checked: JAVA_HOME's if set, else the PATH's, of
+    Java ``JAVA_MIN`` or newer; a SparkError names what is wrong."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = os.path.join(home, "bin", "java")
+        if not os.access(java, os.X_OK):
+            raise SparkError(f"JAVA_HOME is {home}, which holds no bin/java: set it to a Java "
+                             f"{JAVA_MIN}+ installation, or unset it to use the java on the PATH")
+    else:
+        found = shutil.which("java")
+        if found is None:
+            raise SparkError(f"no Java found: Spark needs Java {JAVA_MIN} or newer; install "
+                             f"it, or set JAVA_HOME to its directory")
+        java = found
+    version = _java_version(java)
+    if version is not None and version < JAVA_MIN:
+        raise SparkError(f"Java {version} ({os.path.realpath(java)}) is too old: Spark needs "
+                         f"Java {JAVA_MIN} or newer (set JAVA_HOME to one)")
+    return java
+
+
+def _java_version(java: str) -> int | None:
+    """The major version of ``java``: from its installation's ``release`` file, else from
+    ``java -version``; None when neither says."""
+    release = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(java))), "release")
+    try:
+        with open(release, errors="replace") as src:
+            text = src.read()
+    except OSError:
+        try:
+            text = subprocess.run([java, "-version"], capture_output=True, text=True,
+                                  timeout=60).stderr
+        except (OSError, subprocess.SubprocessError):
+            return None
+    found = re.search(r'(?:JAVA_VERSION=|version )"(\d+)(?:\.(\d+))?', text)
+    if not found:
+        return None
+    major = int(found.group(1))
+    return int(found.group(2) or 0) if major == 1 else major  # 1.8 is Java 8
+
+
+def check_master(master: str | None) -> None:
+    """Refuse a --master that is no Spark master URL before starting the JVM."""
+    if master is not None and not _MASTER.match(master):
+        raise SparkError(f"--master {master!r} is not a Spark master URL (local[*], local[N], "
+                         f"spark://HOST:PORT, yarn, k8s://https://HOST:PORT)")
+
+
+def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool = False,
+          scratch: str | None = None):
     """Start a SparkSession; ``conf`` overrides pbtree's defaults.
 
     The driver maps the machine's class-data archive (``classdata``); ``dump_classes`` lets
     it write that archive when there is none, which the caller adopts after the JVM exits.
+    With ``scratch``, the JVM's output goes to a log there instead of the terminal, and
+    Spark's scratch files under it.
     """
     warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas")
+    from pyspark import SparkConf, SparkContext
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
+
+    check_master(master)
+    java_command()
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -143,6 +337,9 @@ def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool
     if (master or "local[*]").startswith("local"):
         log += " -XX:+UseSerialGC -XX:-UsePerfData"
     classes = classdata.options(classdata.archive_path(), dump_classes)
+    if scratch is not None:
+        os.makedirs(os.path.join(scratch, "tmp"), exist_ok=True)
+        log += f" -Djava.io.tmpdir={os.path.join(scratch, 'tmp')}"
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -151,13 +348,41 @@ def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool
         "spark.executor.extraJavaOptions": log,
         "spark.sql.shuffle.partitions": str(max(2, os.cpu_count() or 2)),
         "spark.sql.execution.pyspark.udf.faulthandler.enabled": "true",
-    } | conf
+    }
+    if scratch is not None:
+        settings["spark.local.dir"] = scratch
+    settings |= conf
+    if scratch is not None and SparkContext._gateway is None:
+        launch = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+        launch.setMaster(master or "local[*]").setAppName(app)
+        with open(os.path.join(scratch, JVM_LOG), "ab") as log_file:
+            try:
+                gateway = launch_gateway(launch, {"stdout": log_file, "stderr": log_file})
+            except PySparkRuntimeError:
+                said = _jvm_said(scratch) or "it printed no error"
+                raise SparkError(f"the Spark JVM exited while starting: {said}") from None
+        _LAUNCHED["proc"] = gateway.proc
+        SparkContext._ensure_initialized(gateway=gateway)
     builder = SparkSession.builder.master(master or "local[*]").appName(app)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def scratch_beside(output: str) -> Iterator[str]:
+    """A scratch directory for a job's JVM beside its ``output`` (swept, like staging
+    directories, by the next job when a killed one left it), removed after the block."""
+    target = os.path.abspath(output)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    sweep(os.path.dirname(target))
+    path = hidden_dir(target, "scratch")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def read_parquet(spark, path: str):

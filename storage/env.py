@@ -33,10 +33,13 @@ DEFAULT_MAP_SIZE = 64 << 20
 #: the share of the map the file's pages may reach before a write doubles it first
 GROW_AT = 3 / 4
 MAX_DBS = 16
+MAX_READERS = 512
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 #: seconds between two clearings of dead processes' reader slots while a process writes
 READER_CHECK_SECONDS = 0.1
+#: the size LMDB gives the lock file: a header and one 64-byte slot per reader (measured)
+LOCK_BYTES = 128 + 64 * MAX_READERS
 
 
 def _mappable(size: int) -> bool:
@@ -67,6 +70,27 @@ def _storage_error(path: str, exc: lmdb.Error) -> Exception:
     return StorageError(text)
 
 
+def _reserve_lock_file(path: str) -> None:
+    """Write a new environment's lock file in full before LMDB maps it.
+
+    LMDB sizes the file with ftruncate, which leaves it sparse, and writes it through its
+    map: on a full disk that write kills the process with SIGBUS. Written with ``write``,
+    its blocks exist, and a full disk is an ENOSPC error naming the file instead.
+    """
+    os.makedirs(path, exist_ok=True)
+    lock = os.path.join(path, LOCK_FILE)
+    try:
+        if os.path.exists(lock) and os.path.getsize(lock) >= LOCK_BYTES:
+            return
+        with open(lock, "wb") as out:
+            out.write(bytes(LOCK_BYTES))
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        raise StorageError(f"{lock}: cannot be written ({exc.strerror}); nothing was "
+                           f"created") from None
+
+
 class Environment:
     """One LMDB environment (a directory holding data.mdb and lock.mdb)."""
 
@@ -92,6 +116,8 @@ class Environment:
             raise ReadOnlyError(f"{path}: no write permission; open the index with readonly=True")
         self.lockless = False  # opened without lock.mdb: invisible to writers
         self._checked = time.monotonic()  # when reader_check last ran
+        if create:
+            _reserve_lock_file(path)
         try:
             self.env = self._open(map_size, readonly, create, sync)
             self._check_size()
@@ -115,7 +141,7 @@ class Environment:
         def environment(lock: bool) -> lmdb.Environment:
             return lmdb.open(self.path, map_size=map_size, max_dbs=MAX_DBS,
                              readonly=readonly, create=create, sync=sync, lock=lock,
-                             readahead=False, max_readers=512)
+                             readahead=False, max_readers=MAX_READERS)
 
         try:
             return environment(True)

@@ -48,6 +48,23 @@ def test_adopt_moves_a_written_archive_and_drops_an_empty_one(tmp_path) -> None:
     assert os.listdir(tmp_path) == ["spark-test.jsa"]
 
 
+def test_a_new_archive_replaces_the_older_ones_of_its_pair(tmp_path, monkeypatch) -> None:
+    """An upgrade of Java or PySpark writes a new archive; adopting it removes the one of
+    the same installations before it (and any of the older unpaired naming), not others."""
+    monkeypatch.setenv("PBTREE_CACHE_DIR", str(tmp_path))
+    archive = classdata.archive_path()
+    assert archive is not None
+    pair = os.path.basename(archive).split("-")[1]
+    older = tmp_path / f"spark-{pair}-0123456789ab.jsa"
+    other = tmp_path / "spark-ba9876543210-0123456789ab.jsa"
+    unpaired = tmp_path / "spark-0123456789abcdef.jsa"
+    for path in (older, other, unpaired):
+        path.write_bytes(b"classes")
+    Path(classdata.pending(archive)).write_bytes(b"new classes")
+    classdata.adopt(archive)
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(archive), other.name])
+
+
 def test_orphans_of_dead_processes_are_removed_when_dumping(tmp_path) -> None:
     archive = str(tmp_path / "spark-test.jsa")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

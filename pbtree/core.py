@@ -35,8 +35,8 @@ from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir
+from pbtree.values import searched
 from storage.env import DEFAULT_MAP_SIZE
-from storage.keys import ValueRejected, check_string, event_payload
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
@@ -151,28 +151,31 @@ def normalize(expr: Expr) -> list:
     return preds
 
 
-_PLAIN = frozenset((str, int, float, bool))
-
-
 def prepare_event(event: Mapping) -> PreparedEvent:
-    """Validate an event and encode each value for search; None values are absent."""
+    """Encode each value of an event for search (``pbtree.values``).
+
+    Only an event that is not a mapping is an error. A value no predicate can compare (None,
+    a nested object, a list, bytes, NaN, ...) is absent: every predicate on its attribute is
+    false, ``!=`` included. An attribute no subscription can name (not a string, not valid
+    Unicode, longer than the limit) is ignored whatever its value.
+    """
     if not isinstance(event, Mapping):
         raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
     out = []
     for attr, value in event.items():
-        if not isinstance(attr, str):
-            raise EventError(f"event attribute names must be strings, not {shown(attr)}")
-        if value is None:
+        found = searched(value)
+        if found is None:
             continue
+        if type(attr) is not str:
+            if not isinstance(attr, str):
+                continue
+            attr = str(attr)
         try:
-            if type(value) not in _PLAIN:  # numpy scalars, Decimal, Fraction: as constants are
-                value = expressions.canonical(value)
-            name = check_string(attr)
-            family, payload, exact = event_payload(value)
-        except (ValueRejected, ExpressionError) as exc:
-            raise EventError(f"event attribute {attr!r}: {exc}") from None
-        if 0 < len(name) <= MAX_ATTR_BYTES:  # no subscription can name any other attribute
-            out.append((name, family, payload, exact))
+            name = attr.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        if 0 < len(name) <= MAX_ATTR_BYTES:
+            out.append((name, *found))
     return out
 
 

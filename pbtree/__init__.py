@@ -13,11 +13,12 @@ from pbtree.errors import (
     PbtreeError,
     ReadOnlyError,
     StorageError,
+    UnknownIdError,
 )
 
 __version__ = "0.1.0"
 __all__ = [
     "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
     "FormatVersionError", "IdError", "Index", "IndexExistsError", "NotAnIndexError",
-    "PbtreeError", "ReadOnlyError", "StorageError", "create", "open",
+    "PbtreeError", "ReadOnlyError", "StorageError", "UnknownIdError", "create", "open",
 ]

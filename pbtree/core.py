@@ -28,9 +28,10 @@ from pbtree.errors import (
     IndexExistsError,
     NotAnIndexError,
     PbtreeError,
+    UnknownIdError,
     shown,
 )
-from pbtree.ids import encode_id, encode_ids, shard_of
+from pbtree.ids import encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
@@ -48,6 +49,9 @@ MAX_PREDICATES = 65534
 #: the smallest batch normalised in array steps (``batch.normalize_many``): their fixed
 #: cost (~0.6 ms on a slow machine) outweighs one by one below ~120 subscriptions
 BATCH_AT = 128
+
+#: the types of ids kept as given (``plain_id``)
+_PLAIN_IDS = frozenset((int, str))
 
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]
@@ -73,6 +77,8 @@ def write_manifest(path: str, manifest: dict) -> None:
 def read_manifest(path: str) -> dict:
     """The manifest of an index directory, or a clear error why there is none."""
     if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise NotAnIndexError(f"{path}: is a file, not an index directory")
         raise NotAnIndexError(f"{path}: no such index directory")
     try:
         with builtins.open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
@@ -227,6 +233,8 @@ class Index:
                                           for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES,
                                          self._names)
         ids = [p[0] for p in pairs] if None not in fast else []
+        if not set(map(type, ids)) <= _PLAIN_IDS:
+            ids = list(map(plain_id, ids))
         idkeys = encode_ids(ids) if ids else None
         if idkeys is not None:  # all checked: no item to report
             items = zip(ids, idkeys, fast, range(len(ids)), strict=True)
@@ -241,6 +249,7 @@ class Index:
             except (TypeError, ValueError):
                 raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
             try:
+                sub_id = plain_id(sub_id)
                 idkey = encode_id(sub_id)
                 position = n
                 if preds is None:
@@ -344,11 +353,12 @@ class Index:
         return shards[shard_of(idkey, len(shards))], idkey
 
     def get(self, sub_id: int | str) -> str:
-        """The normalised expression of a subscription; KeyError when unknown."""
+        """The normalised expression of a subscription; UnknownIdError (a KeyError) when
+        unknown."""
         shard, idkey = self._shard_for(sub_id)
         preds = shard.get(idkey)
         if preds is None:
-            raise KeyError(sub_id)
+            raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
         return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
                                               for a, o, v in preds])
 
@@ -415,7 +425,9 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     path = os.fspath(path)
     check_layout(shards, node_bytes)
     check_options(fold_at, map_size)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise IndexExistsError(f"{path}: is a file, not an index directory; give a new path")
+    if os.path.exists(path) and os.listdir(path):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     os.makedirs(path, exist_ok=True)
     opened = [Shard(shard_dir(path, n), create=True, node_bytes=node_bytes, map_size=map_size,

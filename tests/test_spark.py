@@ -463,3 +463,11 @@ def test_parse_conf_and_timings():
     with timings.stage("one"):
         pass
     assert timings.line().startswith("one 0.0 s, total")
+
+
+def test_a_build_input_of_no_layout_is_named(spark, tmp_path):
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "odd.parquet")
+    with pytest.raises(pbtree.PbtreeError,
+                       match=f"^{tmp_path / 'odd.parquet'}: input columns \\['x'\\] fit neither"):
+        _build(spark, tmp_path / "odd.parquet", tmp_path / "ix")
+    assert not os.path.exists(tmp_path / "ix")

@@ -241,3 +241,23 @@ def test_parquet_events_mean_what_python_values_do(tmp_path):
         ix.subscribe_many(TYPED_SUBS)
         rows = pq.read_table(tmp_path / "events.parquet").to_pylist()
         assert {row["id"]: ix.match(row) for row in rows} == TYPED_EXPECTED
+
+
+def test_event_labels_of_any_column_type_are_written_as_json(tmp_path):
+    """--event-id of a decimal, timestamp or date column: JSON has no such types."""
+    pq.write_table(pa.table({
+        "dec": pa.array([Decimal(2**70), Decimal("1.25")], pa.decimal128(38, 2)),
+        "at": pa.array([datetime.datetime(2026, 1, 1, 12, 30)] * 2, pa.timestamp("us")),
+        "day": pa.array([datetime.date(2026, 1, 2)] * 2, pa.date32()),
+        "price": [1, 1], "brand": ["acme", "x"]}), tmp_path / "ev.parquet")
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many(SUBS)
+    labels = {}
+    for field in ("dec", "at", "day"):
+        proc = subprocess.run([PBTREE, "match", str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
+                               "--event-id", field], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        labels[field] = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert labels["dec"] == [{"event": 2**70, "matches": [1]}, {"event": 1.25, "matches": []}]
+    assert labels["at"][0] == {"event": "2026-01-01T12:30:00", "matches": [1]}
+    assert labels["day"][1] == {"event": "2026-01-02", "matches": []}

@@ -89,7 +89,7 @@ def _seconds(nanoseconds: list) -> list:
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, rejects_dir: str | None, nanos: frozenset[str]):
+                events_seen, rejects_dir: str | None, nanos: frozenset[str] = frozenset()):
     """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
     ``events_seen`` is the accumulator counting the events matched. Bad events go to
     ``_reject``. ``nanos`` are the columns of nanosecond timestamps, which Spark gives as

@@ -210,10 +210,22 @@ def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
 
 def test_a_value_type_no_family_accepts_is_rejected(spark, tmp_path):
     table = pa.table({"id": ["d1", "d2"], "attr": ["day", "day"], "op": ["=", ">"],
+                      "value": pa.array([b"\x01"] * 2, pa.binary())})
+    pq.write_table(table, tmp_path / "bytes.parquet")
+    with pytest.raises(build.BadRowsError, match=r"2 of 2 input rows.*'d1'.*bytes"):
+        _build(spark, tmp_path / "bytes.parquet", tmp_path / "ix", shards=1)
+
+
+def test_dates_in_the_predicate_layout_are_seconds_since_the_epoch(spark, tmp_path):
+    """As a date is in an event (``pbtree.values``) and in a tuple-form subscription."""
+    table = pa.table({"id": ["d1", "d2"], "attr": ["day", "day"], "op": ["=", ">"],
                       "value": pa.array([datetime.date(2024, 1, 2)] * 2, pa.date32())})
     pq.write_table(table, tmp_path / "dates.parquet")
-    with pytest.raises(build.BadRowsError, match=r"2 of 2 input rows.*'d1'.*date"):
-        _build(spark, tmp_path / "dates.parquet", tmp_path / "ix", shards=1)
+    _build(spark, tmp_path / "dates.parquet", tmp_path / "ix", shards=1)
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert ix.get("d1") == "day = 1704153600"
+        assert ix.match({"day": datetime.date(2024, 1, 2)}) == ["d1"]
+        assert ix.match({"day": datetime.datetime(2024, 1, 2, 0, 0, 1)}) == ["d2"]
 
 
 def test_failed_build_leaves_the_old_index(spark, tmp_path):

@@ -37,12 +37,13 @@ from pbtree.errors import (
     PbtreeError,
     ReadOnlyError,
     StorageError,
+    UnknownIdError,
 )
 
 __version__ = "0.1.0"
 __all__ = [
     "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
     "FormatVersionError", "IdError", "Index", "IndexExistsError", "IndexReplacedWarning",
-    "LocklessReadWarning", "NotAnIndexError",
-    "PbtreeError", "ReadOnlyError", "StorageError", "create", "open",
+    "LocklessReadWarning", "NotAnIndexError", "PbtreeError", "ReadOnlyError", "StorageError",
+    "UnknownIdError", "create", "open",
 ]

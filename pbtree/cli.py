@@ -22,7 +22,16 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 import pbtree
-from pbtree.cliio import Bad, CliError, Record, Source, batches, decode_json, open_output
+from pbtree.cliio import (
+    Bad,
+    CliError,
+    Record,
+    Source,
+    batches,
+    check_output,
+    decode_json,
+    open_output,
+)
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
@@ -426,6 +435,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     if bool(args.ids) == (args.file is not None):
         raise UsageError("give the ids to remove, or --file FILE (not both)")
     source = Source(args.file) if args.file is not None else None
+    if source is not None:
+        source.require("id")
     removed = asked = 0
     missing: list = []
     seen: set = set()  # an id given again, in a later batch, is not missing
@@ -458,7 +469,7 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
 def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
     for n, text in enumerate(texts, 1):
         try:
-            yield n, decode_json(text)
+            yield n, decode_json(text, event=True)
         except ValueError as exc:
             raise UsageError(f"--event {shown(text)}: not valid JSON ({exc})") from None
 
@@ -484,7 +495,7 @@ def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
 def cmd_match(args: argparse.Namespace) -> int:
     if args.event and args.events is not None:
         raise UsageError("give an EVENTS file or --event, not both")
-    source = None if args.event else Source(args.events)
+    source = None if args.event else Source(args.events, events=True)
     if source is not None and source.stdin and sys.stdin.isatty():
         note(args, "reading events as JSON Lines from the terminal; end with Ctrl-D")
     records = _inline_events(args.event) if source is None else source.records()
@@ -552,6 +563,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if args.output is None and args.events is None:
         raise UsageError("give -o SUBSCRIPTIONS and/or --events EVENTS")
+    for path in (args.output, args.events):
+        if path is not None:
+            check_output(path)
     knobs = {field: getattr(args, flag) for flag, field, _, _ in _KNOBS
              if getattr(args, flag) is not None}
     if args.profile == "ecommerce":

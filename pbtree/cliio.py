@@ -6,6 +6,7 @@ Out: match results as JSON Lines or Parquet.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import IO, Any
 
 import pbtree
@@ -43,12 +45,24 @@ def _json_float(text: str) -> float:
     return value
 
 
-def decode_json(text: str | bytes) -> Any:
+def _event_int(text: str) -> int | Decimal:
+    return Decimal(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
+
+
+def _event_float(text: str) -> float | Decimal:
+    value = float(text)
+    return Decimal(text) if math.isinf(value) else value
+
+
+def decode_json(text: str | bytes, event: bool = False) -> Any:
     """A JSON value, or ValueError saying why the text is not one: bad syntax or encoding,
     nesting too deep, or a number out of range (a finite literal that would become ±inf,
     an integer of more than MAX_INT_DIGITS digits), as the expression language refuses
-    them."""
+    them. In an ``event`` such a number is a Decimal, compared exactly as any number beyond
+    the doubles is (``pbtree.values``)."""
     try:
+        if event:
+            return json.loads(text, parse_int=_event_int, parse_float=_event_float)
         return json.loads(text, parse_int=_json_int, parse_float=_json_float)
     except json.JSONDecodeError as exc:
         raise ValueError(exc.msg) from None
@@ -101,7 +115,8 @@ def _is_parquet(path: str) -> bool:
 class Source:
     """Records of a JSON Lines file, a Parquet file or standard input (path None or ``-``)."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, events: bool = False) -> None:
+        self.events = events  # JSON decoded as events (``decode_json``)
         self.stdin = path in (None, "-")
         self.name = "<stdin>" if self.stdin else str(path)
         self.parquet = not self.stdin and _is_parquet(self.name)
@@ -114,7 +129,11 @@ class Source:
             # Measured: with the default mimalloc pool and reader threads, peak memory grows with
             # the file; the system allocator, one thread and a buffered stream keep it nearly flat.
             pa.set_memory_pool(pa.system_memory_pool())
-            self.file = pq.ParquetFile(self.name, buffer_size=1 << 20, pre_buffer=False)
+            try:
+                self.file = pq.ParquetFile(self.name, buffer_size=1 << 20, pre_buffer=False)
+            except (pa.ArrowException, OSError) as exc:
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise CliError(f"{self.name}: not a readable Parquet file ({reason})") from None
             self.total = self.file.metadata.num_rows
         elif not self.stdin:
             self.total = os.path.getsize(self.name)
@@ -146,7 +165,7 @@ class Source:
             if not line.strip():
                 continue
             try:
-                yield n, decode_json(line)
+                yield n, decode_json(line, self.events)
             except ValueError as exc:
                 yield n, Bad(f"not valid JSON ({exc})")
 
@@ -162,9 +181,18 @@ class Source:
         """Whether this is Parquet in the predicate layout (id, attr, op, value)."""
         if not self.parquet:
             return False
-        from spark_loader.layouts import PREDICATE, detect
+        from spark_loader.layouts import PREDICATE, LayoutError, detect
 
-        return detect(self.file.schema_arrow) == PREDICATE
+        try:
+            return detect(self.file.schema_arrow) == PREDICATE
+        except LayoutError as exc:
+            raise LayoutError(f"{self.name}: {exc}") from None
+
+    def require(self, column: str) -> None:
+        """CliError naming the file when it is Parquet without ``column``."""
+        names = self.file.schema_arrow.names if self.parquet else [column]
+        if column not in names:
+            raise CliError(f"{self.name}: no column {column!r} (the columns are {names})")
 
     def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
         """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
@@ -198,25 +226,49 @@ def batches(records: Iterable[Record | None], size: int) -> Iterator[list[Record
 # output
 
 
+def _json_label(value: object) -> object:
+    """A label JSON has no type for: a Decimal as the number, a time in ISO 8601, other
+    values as their text."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
+
+
 class JsonOut:
     """Results as JSON Lines, flushed after every batch."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
+    def __init__(self, stream: IO[str], shown_as: str | None = None) -> None:
+        self.stream, self.shown_as = stream, shown_as
 
     def write(self, labels: list, results: list, count: bool) -> None:
         """One line per event: its label and its match ids, or (``count``) their number."""
         key = "count" if count else "matches"
-        self.stream.write("".join(
-            json.dumps({"event": label, key: r}, ensure_ascii=False) + "\n"
-            for label, r in zip(labels, results, strict=True)))
-        self.stream.flush()
+        text = "".join(
+            json.dumps({"event": label, key: r}, ensure_ascii=False,
+                       default=_json_label) + "\n"
+            for label, r in zip(labels, results, strict=True))
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except OSError as exc:
+            if self.shown_as is None:  # standard output: a closed pipe is the reader's end
+                raise
+            raise output_error(self.shown_as, exc) from None
 
     def close(self) -> None:
         if self.stream is not sys.stdout:
-            self.stream.close()
+            with suppress(OSError):  # what could not be written was reported
+                self.stream.close()
 
-    finish = close  # every line is written as it comes
+    def finish(self) -> None:
+        """Close the file; an error flushing its last bytes names the output."""
+        if self.stream is not sys.stdout:
+            try:
+                self.stream.close()
+            except OSError as exc:
+                raise output_error(self.shown_as or self.stream.name, exc) from None
 
 
 class ParquetOut:
@@ -253,6 +305,8 @@ class ParquetOut:
             raise CliError(f"{self.shown_as}: a batch does not fit the columns written so far "
                            f"({exc}): its event labels changed type, or the index gained "
                            f"string ids while matching; write JSON Lines instead") from None
+        except OSError as exc:
+            raise output_error(self.shown_as, exc, self.path) from None
 
     def _column(self, results: list, count: bool) -> Any:
         import pyarrow as pa
@@ -268,32 +322,77 @@ class ParquetOut:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self.writer is None:
-            name = "count" if self.count else "matches"
-            pq.write_table(pa.table({"event": pa.array([], pa.int64()),
-                                     name: self._column([], self.count)}), self.path)
-        self.close()
+        try:
+            if self.writer is None:
+                name = "count" if self.count else "matches"
+                pq.write_table(pa.table({"event": pa.array([], pa.int64()),
+                                         name: self._column([], self.count)}), self.path)
+            if self.writer is not None:
+                self.writer.close()
+        except OSError as exc:
+            raise output_error(self.shown_as, exc, self.path) from None
+        finally:
+            self.writer = None
 
     def close(self) -> None:
         if self.writer is not None:
-            self.writer.close()
+            with suppress(OSError):  # what could not be written was reported
+                self.writer.close()
             self.writer = None
+
+
+#: suffixes of the JSON Lines files results are written to (none: a plain name, a device)
+JSON_SUFFIXES = ("", ".jsonl", ".ndjson", ".jsonlines")
+
+
+def output_error(path: str, exc: OSError, hidden: str | None = None) -> CliError:
+    """The error of writing the output ``path``, naming it, never the ``hidden`` file it is
+    written under until it is whole."""
+    reason = exc.strerror or str(exc)
+    if hidden is not None:
+        reason = reason.replace(hidden, path)
+    return CliError(f"{path}: cannot write the results ({reason})")
+
+
+def check_output(path: str) -> bool:
+    """Whether results go to ``path`` as Parquet (else JSON Lines); CliError when its suffix
+    names a format pbtree cannot write, or it is a directory."""
+    if os.path.isdir(path):
+        raise CliError(f"{path}: is a directory; give a file name for the results")
+    if is_parquet_path(path):
+        return True
+    suffix = os.path.splitext(path)[1]
+    if suffix.lower() in JSON_SUFFIXES or (os.path.exists(path) and not os.path.isfile(path)):
+        return False
+    raise CliError(f"{path}: pbtree writes JSON Lines (.jsonl, .ndjson) or Parquet (.parquet, "
+                   f".pq), not {suffix} files; name the output with one of those suffixes")
+
+
+@contextmanager
+def _naming(path: str, hidden: str) -> Iterator[None]:
+    """OSErrors raised inside as ``output_error`` of ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        raise output_error(path, exc, hidden) from None
 
 
 @contextmanager
 def open_output(path: str | None, index: pbtree.Index, source: Source | None,
                 count: bool) -> Iterator[JsonOut | ParquetOut]:
-    """Where match results go: standard output (None or ``-``), Parquet by suffix, else JSON.
+    """Where match results go: standard output (None or ``-``), Parquet by suffix, JSON Lines
+    for the suffixes ``JSON_SUFFIXES``; any other suffix is refused.
 
     A new or regular file is written under a hidden name beside it and renamed into place
     when the command succeeds: a failed command leaves no partial output, and an existing
     file is replaced only then (a device, pipe or link is written in place). Writing over
-    the input is refused.
+    the input is refused. Errors writing name ``path``, not the hidden file.
     """
     if path is None or path == "-":
         out = JsonOut(sys.stdout)
         yield out
         return
+    parquet = check_output(path)
     if source is not None and not source.stdin and os.path.exists(path) \
             and os.path.samefile(path, source.name):
         raise CliError(f"{path}: is the input file; write the results elsewhere")
@@ -302,21 +401,25 @@ def open_output(path: str | None, index: pbtree.Index, source: Source | None,
     if in_place:  # a device, pipe or link: written as the user pointed at it
         target = path
     else:
-        fd, target = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
-                                      dir=os.path.dirname(os.path.abspath(path)))
+        with _naming(path, path):
+            fd, target = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
+                                          suffix=".partial",
+                                          dir=os.path.dirname(os.path.abspath(path)))
         os.close(fd)
     out: JsonOut | ParquetOut | None = None
     try:
-        if not in_place:
-            as_created(target, 0o666)
-        if is_parquet_path(path):
-            out = ParquetOut(target, path, index, count)
-        else:
-            out = JsonOut(open(target, "w", encoding="utf-8"))  # noqa: SIM115
+        with _naming(path, target):
+            if not in_place:
+                as_created(target, 0o666)
+            if parquet:
+                out = ParquetOut(target, path, index, count)
+            else:
+                out = JsonOut(open(target, "w", encoding="utf-8"), path)  # noqa: SIM115
         yield out
         out.finish()
         if not in_place:
-            os.replace(target, path)
+            with _naming(path, target):
+                os.replace(target, path)
     except BaseException:
         if out is not None:
             out.close()

@@ -36,17 +36,18 @@ from pbtree.errors import (
     NotAnIndexError,
     PbtreeError,
     StorageError,
+    UnknownIdError,
     shown,
 )
 from pbtree.explain import explain as explain_subscription
-from pbtree.ids import decode_id, encode_id, encode_ids, shard_of
+from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
+from pbtree.values import searched
 from storage.env import DEFAULT_MAP_SIZE
-from storage.keys import ValueRejected, check_string, event_payload
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
@@ -64,6 +65,9 @@ REPLACED_CHECK_SECONDS = 1.0
 #: the smallest batch normalised in array steps (``batch.normalize_many``): their fixed
 #: cost (~0.6 ms on a slow machine) outweighs one by one below ~120 subscriptions
 BATCH_AT = 128
+
+#: the types of ids kept as given (``plain_id``)
+_PLAIN_IDS = frozenset((int, str))
 
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]
@@ -90,6 +94,8 @@ def write_manifest(path: str, manifest: dict) -> None:
 def read_manifest(path: str) -> dict:
     """The manifest of an index directory, or a clear error why there is none."""
     if not os.path.isdir(path):
+        if os.path.exists(path):
+            raise NotAnIndexError(f"{path}: is a file, not an index directory")
         raise NotAnIndexError(f"{path}: no such index directory")
     try:
         with builtins.open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
@@ -186,28 +192,31 @@ def normalize(expr: Expr) -> list:
     return preds
 
 
-_PLAIN = frozenset((str, int, float, bool))
-
-
 def prepare_event(event: Mapping) -> PreparedEvent:
-    """Validate an event and encode each value for search; None values are absent."""
+    """Encode each value of an event for search (``pbtree.values``).
+
+    Only an event that is not a mapping is an error. A value no predicate can compare (None,
+    a nested object, a list, bytes, NaN, ...) is absent: every predicate on its attribute is
+    false, ``!=`` included. An attribute no subscription can name (not a string, not valid
+    Unicode, longer than the limit) is ignored whatever its value.
+    """
     if not isinstance(event, Mapping):
         raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
     out = []
     for attr, value in event.items():
-        if not isinstance(attr, str):
-            raise EventError(f"event attribute names must be strings, not {shown(attr)}")
-        if value is None:
+        found = searched(value)
+        if found is None:
             continue
+        if type(attr) is not str:
+            if not isinstance(attr, str):
+                continue
+            attr = str(attr)
         try:
-            if type(value) not in _PLAIN:  # numpy scalars, Decimal, Fraction: as constants are
-                value = expressions.canonical(value)
-            name = check_string(attr)
-            family, payload, exact = event_payload(value)
-        except (ValueRejected, ExpressionError) as exc:
-            raise EventError(f"event attribute {attr!r}: {exc}") from None
-        if 0 < len(name) <= MAX_ATTR_BYTES:  # no subscription can name any other attribute
-            out.append((name, family, payload, exact))
+            name = attr.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        if 0 < len(name) <= MAX_ATTR_BYTES:
+            out.append((name, *found))
     return out
 
 
@@ -301,6 +310,8 @@ class Index:
                                           for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES,
                                          self._names)
         ids = [p[0] for p in pairs] if None not in fast else []
+        if not set(map(type, ids)) <= _PLAIN_IDS:
+            ids = list(map(plain_id, ids))
         idkeys = encode_ids(ids) if ids else None
         if idkeys is not None:  # all checked: no item to report
             items = zip(ids, idkeys, fast, range(len(ids)), strict=True)
@@ -315,6 +326,7 @@ class Index:
             except (TypeError, ValueError):
                 raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
             try:
+                sub_id = plain_id(sub_id)
                 idkey = encode_id(sub_id)
                 position = n
                 if preds is None:
@@ -452,21 +464,23 @@ class Index:
         return shards[shard_of(idkey, len(shards))], idkey
 
     def get(self, sub_id: int | str) -> str:
-        """The normalised expression of a subscription; KeyError when unknown."""
+        """The normalised expression of a subscription; UnknownIdError (a KeyError) when
+        unknown."""
         shard, idkey = self._shard_for(sub_id)
         preds = shard.get(idkey)
         if preds is None:
-            raise KeyError(sub_id)
+            raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
         return _expression(preds)
 
     def explain(self, sub_id: int | str, event: Mapping) -> dict:
         """Why a subscription matches ``event`` or not: ``matches``, and per conjunction
         each predicate (as ``get`` writes it) with the event value it saw (None when absent
-        or of no comparable type) and whether it holds. KeyError when the id is unknown."""
+        or of no comparable type) and whether it holds. UnknownIdError (a KeyError) when
+        the id is unknown."""
         shard, idkey = self._shard_for(sub_id)
         preds = shard.get(idkey)
         if preds is None:
-            raise KeyError(sub_id)
+            raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
         return explain_subscription(sub_id, preds, event, prepare_event(event))
 
     def items(self) -> Iterator[tuple[int | str, str]]:
@@ -563,7 +577,9 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     path = os.fspath(path)
     check_layout(shards, node_bytes)
     check_options(fold_at, map_size)
-    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise IndexExistsError(f"{path}: is a file, not an index directory; give a new path")
+    if os.path.exists(path) and os.listdir(path):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     check_open_files(path, shards, FILES_PER_SHARD)
     made = not os.path.exists(path)

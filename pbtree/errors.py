@@ -40,6 +40,13 @@ class DuplicateIdError(PbtreeError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class UnknownIdError(PbtreeError, KeyError):
+    """get() was given an id that is not in the index."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class NotAnIndexError(PbtreeError):
     """The path does not hold a pbtree index (no manifest, foreign files)."""
 

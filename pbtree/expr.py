@@ -6,6 +6,7 @@ index stores; ``format_predicates`` prints any predicate list so that it parses 
 
 from __future__ import annotations
 
+import datetime
 import math
 import numbers
 import re
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pbtree.errors import ExpressionError, shown
+from pbtree.values import epoch_seconds
 from storage.keys import (
     BOOL,
     MAX_CONST_BYTES,
@@ -93,6 +95,8 @@ def _canon(value: object) -> object:
         return _canon(int(value))
     if isinstance(value, numbers.Real):
         return _canon(float(value))
+    if isinstance(value, datetime.date):  # as in an event: seconds since the epoch
+        return _canon(epoch_seconds(value))
     raise ValueRejected(f"value of type {type(value).__name__} is not a number, string or bool")
 
 
@@ -113,7 +117,8 @@ def _constant(value: object) -> object:
 def canonical(value: object) -> object:
     """Canonical constant: integral numbers within ±2^53 become int (1.0 -> 1, -0.0 -> 0).
 
-    Bools stay bool, strings str, other floats float; NaN, ints beyond ±2^53 and other types
+    Bools stay bool, strings str, other floats float, a datetime or date its seconds since
+    the Unix epoch (``pbtree.values.epoch_seconds``); NaN, ints beyond ±2^53 and other types
     raise ExpressionError.
     """
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import zlib
 
 import numpy as np
@@ -15,8 +16,19 @@ _INT_TYPE = {int}
 _TAGGED = np.dtype([("tag", "S1"), ("value", ">i8")])  # an int id's bytes
 
 
+def plain_id(sub_id: object) -> object:
+    """An id as pbtree keeps it: another integer type's (numpy's) as an int, any other value
+    as given."""
+    if isinstance(sub_id, numbers.Integral) and not isinstance(sub_id, int):
+        return int(sub_id)
+    return sub_id
+
+
 def encode_id(sub_id: object) -> bytes:
-    """Tagged bytes of an id: ``i`` + 8-byte signed int, or ``s`` + UTF-8."""
+    """Tagged bytes of an id: ``i`` + 8-byte signed int, or ``s`` + UTF-8. Integers of any
+    type (numpy's too) are ints; bools are not ids."""
+    if type(sub_id) is not int and type(sub_id) is not str:
+        sub_id = plain_id(sub_id)
     if isinstance(sub_id, int) and not isinstance(sub_id, bool):
         if not -(2**63) < sub_id < 2**63:
             raise IdError(f"integer id {shown(sub_id)} is outside -(2^63 - 1) .. 2^63 - 1")

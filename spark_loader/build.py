@@ -229,7 +229,10 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         with timings.stage("read"):
             df = read_parquet(spark, opts.input)
             schema = to_arrow_schema(df.schema)
-            layout = layouts.detect(schema)
+            try:
+                layout = layouts.detect(schema)
+            except layouts.LayoutError as exc:
+                raise layouts.LayoutError(f"{opts.input}: {exc}") from None
         shards = opts.shards or spark.sparkContext.defaultParallelism
         check_layout(shards, opts.node_bytes)
         result = BuildResult(layout, shards, timings=timings)

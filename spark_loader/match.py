@@ -30,6 +30,8 @@ from spark_loader.session import (
 )
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
+#: without it Spark refuses a Parquet file with a nanosecond timestamp column
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
 ROW_NUMBER = "__pbtree_row"
 #: per worker process: index path -> (its manifest's identity, the index opened read-only)
 _OPEN: dict[str, tuple[tuple[int, int], pbtree.Index]] = {}
@@ -81,18 +83,25 @@ def subscription_id_type(index: pbtree.Index) -> pa.DataType:
     return pa.int64()
 
 
+def _seconds(nanoseconds: list) -> list:
+    """Nanoseconds since the epoch as seconds, each the double nearest to it."""
+    return [None if n is None else n / 1_000_000_000 for n in nanoseconds]
+
+
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, rejects_dir: str | None):
+                events_seen, rejects_dir: str | None, nanos: frozenset[str] = frozenset()):
     """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
     ``events_seen`` is the accumulator counting the events matched. Bad events go to
-    ``_reject``."""
+    ``_reject``. ``nanos`` are the columns of nanosecond timestamps, which Spark gives as
+    integers."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = _open(index_path)
         for number, batch in enumerate(batches):
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
             attrs = [name for name in names if name != ROW_NUMBER]  # the label is matched too
-            columns = [batch.column(name).to_pylist() for name in attrs]
+            columns = [_seconds(batch.column(name).to_pylist()) if name in nanos
+                       else batch.column(name).to_pylist() for name in attrs]
             events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
                       for values in zip(*columns, strict=True)] if attrs else \
                 [{} for _ in range(batch.num_rows)]
@@ -137,6 +146,17 @@ def _reject(bad: list[int], found: list, event_ids: pa.Array, event_col: str,
                f".{task.taskAttemptId()}.tmp")
 
 
+def _nanosecond_columns(df) -> frozenset[str]:
+    """The columns of ``df`` that hold nanosecond timestamps in its first input file: Spark
+    has no type for them and reads them as the integer count (``NANOS_AS_LONG``)."""
+    files = df.inputFiles()
+    if not files:
+        return frozenset()
+    schema = pq.read_schema(files[0])
+    return frozenset(f.name for f in schema
+                     if pa.types.is_timestamp(f.type) and f.type.unit == "ns")
+
+
 def _rows(directory: str) -> int:
     """Rows in the Parquet parts of a job's output directory."""
     return sum(pq.read_metadata(f).num_rows
@@ -178,7 +198,9 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
     staging, rejects_out = stage_outputs(output, rejects, force)
     try:
         with result.timings.stage("read"):
+            spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, events_path)
+            nanos = _nanosecond_columns(df)
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")
@@ -189,7 +211,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
         seen = spark.sparkContext.accumulator(0)
         task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
-                           rejects_out.path if rejects_out else None)
+                           rejects_out.path if rejects_out else None, nanos)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
                 task_errors():

@@ -112,20 +112,6 @@ def const_payload(value: object) -> tuple[int, bytes]:
     return family, data
 
 
-def event_payload(value: object) -> tuple[int, bytes, bool]:
-    """(family, search payload, exact) of an event value.
-
-    Event strings of any length are accepted: a longer one is cut to
-    MAX_CONST_BYTES and marked inexact. No constant can equal it, and a key is
-    below it exactly when the key is at most the cut payload.
-    """
-    family = family_of(value)
-    data = payload(family, value)
-    if len(data) > MAX_CONST_BYTES:
-        return family, data[:MAX_CONST_BYTES], False
-    return family, data, True
-
-
 def decode_payload(family: int, data: bytes) -> object:
     """Inverse of payload()."""
     if family == NUMBER:

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Mapping
 
 from pbtree.expr import parse
 
-_EXACT = 2**53
 _COMPARE = {
     "=": operator.eq,
     "!=": operator.ne,
@@ -22,28 +21,18 @@ _COMPARE = {
 }
 
 
-def family(value: object) -> str:
-    """Type bracket of a scalar: 'number' (int/float, not bool), 'string' or 'bool'."""
+def family(value: object) -> str | None:
+    """Type bracket of a scalar: 'number' (int of any size or float, not bool), 'string' or
+    'bool'; None for a value no predicate can compare (NaN, any other type): it is absent."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
-        if -_EXACT <= value <= _EXACT:
-            return "number"
-        raise ValueError(f"integer {value} is beyond ±2^53")
-    if isinstance(value, float):
-        if math.isnan(value):
-            raise ValueError("NaN cannot be matched")
         return "number"
+    if isinstance(value, float):
+        return None if math.isnan(value) else "number"
     if isinstance(value, str):
         return "string"
-    raise ValueError(f"unsupported value type {type(value).__name__}")
-
-
-def check_event(event: Mapping[str, object]) -> None:
-    """Raise ValueError if the event holds a value the index must reject."""
-    for value in event.values():
-        if value is not None:
-            family(value)
+    return None
 
 
 def _holds(op: str, const: object, value: object) -> bool:
@@ -64,7 +53,8 @@ def _holds(op: str, const: object, value: object) -> bool:
 
 
 def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mapping) -> bool:
-    """True when every predicate holds (strong semantics: absent or None attribute -> false).
+    """True when every predicate holds (strong semantics: an attribute absent, None or of a
+    value no predicate can compare makes its predicates false). Numbers compare exactly.
 
     ``source_preds`` is parse() output (ops as in OPS_SOURCE) or an expression string.
     """
@@ -72,7 +62,7 @@ def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mappin
         source_preds = parse(source_preds)
     for attr, op, const in source_preds:
         value = event.get(attr)
-        if value is None or not _holds(op, const, value):
+        if family(value) is None or not _holds(op, const, value):
             return False
     return True
 
@@ -83,5 +73,4 @@ def _id_key(sub_id: object) -> tuple[int, object]:
 
 def oracle_match(subs: Mapping[object, object], event: Mapping) -> list:
     """Ids of the subscriptions the event matches, ints first then strs, each ascending."""
-    check_event(event)
     return sorted((i for i, preds in subs.items() if matches(preds, event)), key=_id_key)

@@ -1,0 +1,132 @@
+"""Event values as the matcher searches them: (family, payload, exact), or None for absent.
+
+Semantics (DESIGN §1 and §8.3): a value no predicate can compare (a nested object, a list,
+bytes, NaN, None, any other type) is absent, so every predicate on its attribute is false,
+``!=`` included; it never makes the event fail. Numbers compare as doubles, as the
+constants of a subscription do: a non-integer number (a float, Decimal, Fraction, numpy
+float) is taken as the double nearest to it, as a literal in an expression is. Integers are
+compared exactly, whatever their size: one no double holds equals no constant, and a constant
+is below it exactly when it is at most the largest double below it (the payload searched,
+marked inexact). Times are numbers of seconds since the Unix epoch (1970-01-01T00:00:00Z): a
+``datetime`` as a float, a naive one taken as UTC, a ``date`` as its midnight UTC. Strings
+compare by code point, unpaired surrogates included.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import numbers
+from decimal import Decimal
+
+import numpy as np
+
+from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_payload
+
+Searched = tuple[int, bytes, bool]
+
+_TRUE, _FALSE = (BOOL, b"\x01", True), (BOOL, b"\x00", True)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_EPOCH_DAY = _EPOCH.date().toordinal()
+#: an integer beyond every double (the largest is below 2^1024)
+_BEYOND = 2**1024
+#: a Decimal whose adjusted exponent is at least this is beyond every double
+_DECIMAL_BEYOND = 309
+
+
+def searched(value: object) -> Searched | None:
+    """(family, search payload, exact) of an event value, None when it is absent.
+
+    Runs for every value of every event: the plain types take the first branches, anything
+    else the slower ``_foreign``.
+    """
+    t = type(value)
+    if t is str:
+        data = value.encode("utf-8", "surrogatepass")  # type: ignore[attr-defined]
+        if len(data) > MAX_CONST_BYTES:  # no constant equals it; keys at most the cut are below
+            return STRING, data[:MAX_CONST_BYTES], False
+        return STRING, data, True
+    if t is int:
+        if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[operator]
+            return NUMBER, number_payload(value), True  # type: ignore[arg-type]
+        return _integer(value)  # type: ignore[arg-type]
+    if t is float:
+        if value != value:
+            return None
+        return NUMBER, number_payload(value), True  # type: ignore[arg-type]
+    if t is bool:
+        return _TRUE if value else _FALSE
+    return None if value is None else _foreign(value)
+
+
+def _integer(value: int) -> Searched:
+    """An integer compared exactly: when no double holds it, the largest double below it,
+    inexact (beyond the largest double, that one; below the lowest, minus infinity)."""
+    try:
+        near = float(value)
+    except OverflowError:
+        near = math.inf if value > 0 else -math.inf
+    if near == value:
+        return NUMBER, number_payload(near), True
+    if near > value:
+        near = math.nextafter(near, -math.inf)
+    return NUMBER, number_payload(near), False
+
+
+def _real(value: numbers.Real) -> Searched | None:
+    """A non-integer number as the double nearest to it; one beyond every double is compared
+    as an integer beyond them is (above the largest, below the lowest)."""
+    try:
+        near = float(value)
+    except OverflowError:
+        return _integer(_BEYOND if value > 0 else -_BEYOND)
+    if near != near:
+        return None
+    if math.isinf(near) and value != near:
+        return _integer(_BEYOND if near > 0 else -_BEYOND)
+    return NUMBER, number_payload(near), True
+
+
+def _decimal(value: Decimal) -> Searched | None:
+    if value.is_nan():
+        return None
+    if value.is_infinite():
+        return NUMBER, number_payload(float(value)), True
+    if value.adjusted() >= _DECIMAL_BEYOND:  # so huge an exponent is never expanded
+        return _integer(_BEYOND if value > 0 else -_BEYOND)
+    if value == value.to_integral_value():
+        return _integer(int(value))
+    return _real(value)  # type: ignore[arg-type]
+
+
+def epoch_seconds(value: datetime.date) -> int | float:
+    """Seconds since the Unix epoch: a datetime's as a float (a naive one taken as UTC), a
+    date's midnight UTC as an int."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        return value.timestamp()
+    return (value.toordinal() - _EPOCH_DAY) * 86400
+
+
+def _foreign(value: object) -> Searched | None:
+    """Subclasses of the plain types, numpy scalars, Decimals, Fractions, times; None for
+    every other type."""
+    if isinstance(value, bool | np.bool_):
+        return _TRUE if value else _FALSE
+    if isinstance(value, str):
+        return searched(str(value))
+    if isinstance(value, numbers.Integral):
+        return _integer(int(value))
+    if isinstance(value, numbers.Rational) and value.denominator == 1:
+        return _integer(int(value))
+    if isinstance(value, Decimal):
+        return _decimal(value)
+    if isinstance(value, numbers.Real):
+        return _real(value)
+    if isinstance(value, datetime.date):
+        try:
+            return searched(epoch_seconds(value))
+        except ValueError:  # a time that is none (pandas' NaT)
+            return None
+    return None

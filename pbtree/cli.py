@@ -31,6 +31,7 @@ from pbtree.cliio import (
     check_output,
     decode_json,
     open_output,
+    output_error,
 )
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
@@ -164,8 +165,13 @@ def cmd_dump(args: argparse.Namespace) -> int:
         if target == "-":
             count = _dump_jsonl(index.items(), sys.stdout)
         else:
-            directory = os.path.dirname(os.path.abspath(target))
-            fd, tmp = tempfile.mkstemp(prefix=".dump-", dir=directory)
+            if os.path.isdir(target):
+                raise CliError(f"{target}: is a directory; give a file to dump to")
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=".dump-",
+                                           dir=os.path.dirname(os.path.abspath(target)))
+            except OSError as exc:
+                raise output_error(target, exc) from None
             as_created(fd, 0o666)
             os.close(fd)
             try:
@@ -175,6 +181,9 @@ def cmd_dump(args: argparse.Namespace) -> int:
                 else:
                     count = _dump_parquet(list(index.items()), tmp, target)
                 os.replace(tmp, target)  # nothing half-written at the user's path
+            except OSError as exc:
+                os.unlink(tmp)
+                raise output_error(target, exc, tmp) from None
             except BaseException:
                 os.unlink(tmp)
                 raise
@@ -211,7 +220,7 @@ def _dump_parquet(items: list[tuple], path: str, shown_as: str) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     sub_id = parse_id(args.id, args.string_id)
     try:
-        event = decode_json(args.event)
+        event = decode_json(args.event, event=True)
     except ValueError as exc:
         raise UsageError(f"--event {shown(args.event)}: not valid JSON ({exc})") from None
     with pbtree.open(args.index, readonly=True) as index:
@@ -220,22 +229,22 @@ def cmd_explain(args: argparse.Namespace) -> int:
         except KeyError:
             raise CliError(f"{args.index}: no subscription with id {sub_id!r}") from None
     if args.json:
-        print(json.dumps(report, ensure_ascii=False))
+        print(json.dumps(report, ensure_ascii=False, default=str))
         return 0
     for conjunction in report["conjunctions"]:
         for row in conjunction["predicates"]:
-            seen = "absent" if row["value"] is None else json.dumps(row["value"],
-                                                                   ensure_ascii=False)
+            seen = "absent" if row["value"] is None else json.dumps(
+                row["value"], ensure_ascii=False, default=str)
             print(f"{'holds' if row['holds'] else 'fails'}  {row['predicate']}  "
                   f"(event: {seen})")
-    print(f"{sub_id!r} {'matches' if report['matches'] else 'does not match'} the event")
+    print(f"{shown(sub_id)} {'matches' if report['matches'] else 'does not match'} the event")
     return 0
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         old = sorted({s.upgraded_from for s in index.shards} - {None})
-        shards = len(index.shards)
+        shards = sum(s.upgraded_from is not None for s in index.shards)
     done = (f"upgraded {plural(shards, 'shard')} from format version "
             f"{', '.join(map(str, old))}" if old else "already in this pbtree's format")
     note(args, f"{args.index}: {done}")

@@ -170,6 +170,6 @@ class ColumnWriter:
 CHUNK_BYTES = 8176
 #: predicates per subscription (0 for a free sid)
 NEEDED = Column("needed", "<u2", CHUNK_BYTES // 2)
-#: integer id per sid, or STRING_ID when the id is a string (then in its subs record)
+#: integer id per sid, or STRING_ID when the id is a string (then in ``strids``)
 INT_IDS = Column("intids", "<i8", CHUNK_BYTES // 8)
 STRING_ID = -(2**63)

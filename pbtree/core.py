@@ -410,12 +410,13 @@ class Index:
         strings: list[list[str]] = [[] for _ in prepared]
         for shard, txn, caches, n, sids in self._matched(prepared):
             found_ints, found_strings = shard.ids_of(txn, caches, sids)
-            if as_arrays and found_strings:
-                raise IdError(f"event {n} matches string ids (such as "
-                              f"{shown(found_strings[0])}); as_arrays takes integer ids only")
             ints[n].append(found_ints)
             strings[n] += found_strings
         if as_arrays:
+            for n, found in enumerate(strings):  # raised here, not while a shard is read
+                if found:
+                    raise IdError(f"event {n} matches string ids (such as {shown(found[0])}); "
+                                  f"as_arrays takes integer ids only")
             return [p if isinstance(p, EventError) else np.sort(np.concatenate(i or [_NO_IDS]))
                     for i, p in zip(ints, prepared, strict=True)]
         return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)

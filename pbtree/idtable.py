@@ -26,8 +26,8 @@ _NO_SIDS = np.zeros(0, np.int64)
 
 class IdTable:
     """Integer id (or ``columns.STRING_ID``) of sids ``0 .. size - 1``: ``table`` holds
-    them all as int64, or as int32 with ``APART`` where the id is ``ids[searchsorted(sids,
-    sid)]``."""
+    them all as int64, or as int32 with ``STRING`` for a string id and ``APART`` where the
+    id is ``ids[searchsorted(sids, sid)]``."""
 
     __slots__ = ("table", "sids", "ids")
 

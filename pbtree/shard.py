@@ -275,10 +275,10 @@ class Shard:
             first = w.new_sids(len(items))
             keys = sid_keys(first, len(items))
             pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
-            # Writer.set_sid for the new sids, which are consecutive
+            # the per-sid columns of the new sids, which are consecutive
             w.needed.set_run(first, list(map(len, lists)))
             w.int_ids.set_run(first, [i if isinstance(i, int) else STRING_ID for i in sub_ids])
-            w.str_ids.set_run(first, [k[1:] if k[:1] == b"s" else b"" for k in idkeys])
+            w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
             txn.cursor(db=dbs["subs"]).putmulti(
                 list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
             txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))

@@ -28,8 +28,9 @@ class Snapshot:
     Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
     sid with the counter's copy and ids that fit int32, ``IdTable``; up to an eighth more
     once a renewal grows them, ``columns.ROOM``), so counting and id lookup are
-    vectorised; and each column's chunks as views into the map (about 0.4 bytes per
-    sid), by which a renewal tells the chunks that changed.
+    vectorised; the string ids, once one is matched, in a ``StringIdTable`` (about one
+    byte a sid more than the longest common id); and each column's chunks as views into the
+    map (about 0.4 bytes per sid), by which a renewal tells the chunks that changed.
     """
 
     __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "str_ids", "views", "remaps",

@@ -6,9 +6,10 @@ is free, has an empty id there (as has the id ""), and a chunk of empty ids only
 
 Matching holds the ids as one table of fixed-width byte strings indexed by sid, each a
 newline then the id, so the ids of thousands of matched sids are one fancy index, one
-decode and one split. The width leaves
-out at most a 64th of the ids; those longer, and those holding a NUL or a newline (the
-bytes the join uses), are held apart, sorted by sid, as Python strings.
+decode and one split. The width leaves out at most a 64th of the ids; those longer, and
+those holding a NUL or a newline, are held apart, sorted by sid, as Python strings. So are
+all of them where a row for every sid would take more (few string ids among many
+integer ones).
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ SIZE = 1024
 _ENDS = np.dtype("<u4")
 #: the share of the string ids a table's width may leave to be held apart
 APART_SHARE = 1 / 64
-#: the byte that ends each id in the join that decodes them all at once
-_SEP = ord("\n")
-_SEP_BYTE = b"\n"
+#: bytes an id held apart takes besides its own: a Python string, its sid and pointer
+APART_BYTES = 96
+#: the byte that begins each row of the table, so that the rows' bytes are the ids joined
+_SEP = b"\n"
 _NO_SIDS = np.zeros(0, np.int64)
 _NO_IDS = np.zeros(0, object)
+
+
+def string_of(idkey: bytes) -> bytes:
+    """The UTF-8 bytes of an encoded id (``pbtree.ids.encode_id``) that is a string, else
+    ``b""``: what the column holds for its sid."""
+    return idkey[1:] if idkey[:1] == b"s" else b""
 
 
 def chunk_key(number: int) -> bytes:
@@ -60,7 +68,7 @@ def chunk_records(idkeys: list[bytes]) -> list[tuple[bytes, bytes]]:
     ``idkeys``, for a shard written whole."""
     out = []
     for number in range(-(-len(idkeys) // SIZE)):
-        ids = [k[1:] if k[:1] == b"s" else b"" for k in idkeys[number * SIZE:(number + 1) * SIZE]]
+        ids = list(map(string_of, idkeys[number * SIZE:(number + 1) * SIZE]))
         if any(ids):
             out.append((chunk_key(number), encode_chunk(ids)))
     return out
@@ -71,10 +79,10 @@ def fill(txn: lmdb.Transaction, dbs: dict) -> None:
     predicates), upgrading a shard written before the column existed."""
     ids: dict[int, list[bytes]] = {}
     for key, raw in txn.cursor(db=dbs["subs"]):
-        idkey, _ = split_sub(raw)
-        if idkey[:1] == b"s":
+        found = string_of(split_sub(raw)[0])
+        if found:
             number, at = divmod(int.from_bytes(key, "big"), SIZE)
-            ids.setdefault(number, [b""] * SIZE)[at] = idkey[1:]
+            ids.setdefault(number, [b""] * SIZE)[at] = found
     for number, chunk in ids.items():
         txn.put(chunk_key(number), encode_chunk(chunk), db=dbs[DB])
 
@@ -138,41 +146,46 @@ class StringIdTable:
     """The string ids of a shard's sids as matching reads them (``ids``), from one
     snapshot's chunk ``views``, and renewed chunk by chunk for a later one (``renewed``)."""
 
-    __slots__ = ("table", "width", "apart_sids", "apart_ids", "views")
+    __slots__ = ("table", "width", "apart_sids", "apart_ids", "views", "most_apart")
 
     def __init__(self, width: int, size: int) -> None:
-        self.width = width  # of the ids; the table's rows take the newline too
-        self.table = np.full(size, _SEP_BYTE, f"S{width + 1}")
+        self.width = width  # of the ids (0: no table, every id held apart)
+        self.table = np.full(size if width else 0, _SEP, f"S{width + 1}")
         self.apart_sids, self.apart_ids = _NO_SIDS, _NO_IDS
         self.views: dict[int, np.ndarray] = {}
+        self.most_apart = 0  # held apart beyond this, the table is read anew (``renewed``)
 
     @classmethod
     def of(cls, views: dict[int, np.ndarray]) -> StringIdTable:
-        """The table of every chunk in ``views``, its width chosen from their lengths."""
+        """The table of every chunk in ``views``: its width leaves out at most APART_SHARE
+        of the ids, unless the table (a row for every sid, string id or not) would take
+        more than holding them all apart (few string ids among many integer ones)."""
         lengths = [_split(view)[1] for view in views.values()]
         found = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         found = found[found > 0]
-        width = 1 if not found.size else max(1, int(np.quantile(
+        size = SIZE * (max(views) + 1) if views else 0
+        width = 0 if not found.size else max(1, int(np.quantile(
             found, 1 - APART_SHARE, method="higher")))
-        out = cls(width, SIZE * (max(views) + 1) if views else 0)
+        if size * (width + 1) > found.size * APART_BYTES + int(found.sum()):
+            width = 0
+        out = cls(width, size)
         out._load(views, list(views))
+        out.most_apart = max(SIZE, 2 * out.apart_sids.size)
         return out
 
     def renewed(self, views: dict[int, np.ndarray], changed: list[int]) -> StringIdTable | None:
         """This table, updated in place (or grown) for a snapshot whose chunks are ``views``,
-        of which ``changed`` may differ; None when too many ids would then be held apart
-        (read it anew to choose a new width)."""
+        of which ``changed`` may differ; None when the ids held apart grew past
+        ``most_apart`` (read it anew to choose a new width)."""
         out = self
         end = SIZE * (max(views) + 1) if views else 0
-        if end > self.table.size:
+        if self.width and end > self.table.size:
             out = StringIdTable.__new__(StringIdTable)
-            out.width, out.views = self.width, self.views
+            out.width, out.views, out.most_apart = self.width, self.views, self.most_apart
             out.apart_sids, out.apart_ids = self.apart_sids, self.apart_ids
-            out.table = grown(self.table, end, _SEP_BYTE)
+            out.table = grown(self.table, end, _SEP)
         out._load(views, changed)
-        if out.apart_sids.size > 2 * APART_SHARE * out.table.size + SIZE:
-            return None
-        return out
+        return None if out.apart_sids.size > out.most_apart else out
 
     def _load(self, views: dict[int, np.ndarray], numbers: list[int]) -> None:
         """Copy chunks ``numbers`` of ``views`` (missing ones: no string ids) into the table,
@@ -185,20 +198,22 @@ class StringIdTable:
             lo = np.searchsorted(self.apart_sids, [number * SIZE, (number + 1) * SIZE])
             keep[lo[0]:lo[1]] = False
             view = views.get(number)
+            inside_table = number * SIZE < self.table.size
             if view is None:
-                if number * SIZE < self.table.size:
+                if inside_table:
                     rows[number * SIZE:(number + 1) * SIZE] = 0
                 continue
             starts, lengths, body = _split(view)
             bad = np.zeros(SIZE + 1, np.int64)  # ids holding a NUL or a newline
-            np.add.at(bad, np.searchsorted(starts, np.flatnonzero((body == 0) | (body == _SEP)),
+            np.add.at(bad, np.searchsorted(starts, np.flatnonzero((body == 0) | (body == _SEP[0])),
                                            "right"), 1)
             apart = (lengths > width) | (bad[1:] > 0)
             column = np.arange(width)
             inside = column < np.where(apart, 0, lengths)[:, None]
             padded = np.concatenate((body, np.zeros(width, np.uint8)))
-            rows[number * SIZE:(number + 1) * SIZE] = np.where(
-                inside, padded[np.minimum(starts[:, None] + column, body.size)], 0)
+            if inside_table:
+                rows[number * SIZE:(number + 1) * SIZE] = np.where(
+                    inside, padded[np.minimum(starts[:, None] + column, body.size)], 0)
             for at in np.flatnonzero(apart).tolist():
                 new_sids.append(number * SIZE + at)
                 new_ids.append(bytes(body[starts[at]:starts[at] + lengths[at]]).decode())

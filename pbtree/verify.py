@@ -345,8 +345,11 @@ class _Checker:
         stored = {int.from_bytes(k, "big"): bytes(v)
                   for k, v in self.txn.cursor(db=self.dbs[strids.DB])}
         for number, raw in stored.items():
-            if len(raw) < strids.SIZE * 4:
-                self.fail(f"string id chunk {number} is truncated")
+            ends = np.frombuffer(raw[:strids.SIZE * 4], "<u4") if len(raw) >= strids.SIZE * 4 \
+                else None
+            if ends is None or (np.diff(ends.astype(np.int64)) < 0).any() or \
+                    int(ends[-1]) != len(raw) - strids.SIZE * 4:
+                self.fail(f"string id chunk {number}: its end offsets do not cut its bytes")
             ids = strids.decode_chunk(raw)
             if not any(ids):
                 self.fail(f"string id chunk {number} holds no id")

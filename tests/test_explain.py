@@ -54,6 +54,10 @@ def test_explain_command_shows_each_predicate(tmp_path):
     proc = subprocess.run([PBTREE, "explain", tmp_path / "ix", "7", "--event", event],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "no subscription with id 7" in proc.stderr
+    huge = '{"price": 1e400, "brand": "acme"}'  # as pbtree match takes it: beyond the doubles
+    proc = subprocess.run([PBTREE, "explain", tmp_path / "ix", "7", "--string-id",
+                           "--event", huge], capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines()[1] == "fails  price < 100  (event: \"1E+400\")"
 
 
 def test_an_event_string_longer_than_a_key_against_its_own_cut(tmp_path):

@@ -102,6 +102,22 @@ def test_ids_held_apart_and_renewed(tmp_path):
         ix.verify()
 
 
+def test_few_string_ids_among_many_integer_ones_are_all_held_apart(tmp_path):
+    """A table would take a row for every sid: for one long string id among 5,000 integer
+    ones it is not made; once string ids are many, it is."""
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(n, _sub(1)) for n in range(5000)] + [("x" * 500, _sub(1))])
+        assert ix.match({"a": 0}) == [*range(5000), "x" * 500]
+        table = ix.shards[0]._cache.str_ids
+        assert table.width == 0 and table.table.size == 0
+        more = [f"id-{n}" for n in range(3000)]
+        ix.subscribe_many([(i, _sub(1)) for i in more])
+        assert ix.match({"a": 0}) == [*range(5000), *sorted([*more, "x" * 500])]
+        table = ix.shards[0]._cache.str_ids
+        assert table.width == len("id-2999") and table.apart_ids.tolist() == ["x" * 500]
+        ix.verify()
+
+
 def test_other_process_writes_renew_the_table(tmp_path):
     """A reader's table follows writes another process commits (no notes of the chunks they
     wrote, so the changed chunks are told by their records), new chunks included."""
@@ -127,11 +143,14 @@ def test_as_arrays_and_counts(tmp_path):
         assert all(a.dtype == np.int64 for a in arrays)
         assert [a.tolist() for a in arrays] == ix.match_many(events)
         assert ix.count_many(events) == [len(a) for a in arrays]
-        bad = ix.count_many([{"a": 1}, {1: 2}], return_errors=True)
+        bad = ix.count_many([{"a": 1}, ["not", "a", "mapping"]], return_errors=True)
         assert bad[0] == len(arrays[0]) and isinstance(bad[1], pbtree.EventError)
         ix.subscribe("str", _sub(3))
+        shard = ix.shards[pbtree.core.shard_of(pbtree.ids.encode_id("str"), 2)]
         with pytest.raises(pbtree.IdError, match="'str'"):
             ix.match_many([{"a": 1}], as_arrays=True)
+        assert shard._snapshot is not None  # the error kept the snapshot and its tables
+        assert shard._cache.int_ids is not None
         assert ix.match_many([{"a": 3}], as_arrays=True)[0].size == 0  # no string matched
 
 
@@ -154,6 +173,9 @@ def test_upgrade_from_version_7(tmp_path):
         want = ix.match({"a": 1})
     for n in range(2):
         _as_version_7(path / f"shard-{n:04d}")
+    with pbtree.create(tmp_path / "other", shards=3) as ix:
+        ix.subscribe("x", _sub(1))
+    _as_version_7(tmp_path / "other" / "shard-0001")
     with pbtree.open(path, readonly=True) as ix:
         assert ix.match({"a": 1}) == want
         ix.verify()
@@ -161,8 +183,31 @@ def test_upgrade_from_version_7(tmp_path):
     done = subprocess.run([pbtree_cmd, "upgrade", str(path)],
                           capture_output=True, text=True, check=True)
     assert "upgraded 2 shards from format version 7" in done.stderr + done.stdout
+    done = subprocess.run([pbtree_cmd, "upgrade", str(tmp_path / "other")],
+                          capture_output=True, text=True, check=True)
+    assert "upgraded 1 shard from format version 7" in done.stderr
     with pbtree.open(path, readonly=True) as ix:
         assert ix.match({"a": 1}) == want
+        ix.verify()
+
+
+@pytest.mark.parametrize("damage", ["tail", "order"])
+def test_verify_finds_a_damaged_string_id_chunk(tmp_path, damage):
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(7, _sub(1)), ("abc", _sub(1)), ("de", _sub(1))])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        db = env.open_db(strids.DB.encode(), txn=txn)
+        raw = bytearray(txn.get(strids.chunk_key(0), db=db))
+        if damage == "tail":
+            raw += b"GARBAGE"
+        else:  # the ends of sids 1 and 2 swapped: "abc" and "de" cut as "ab", "cde"
+            raw[4:8], raw[8:12] = raw[8:12], raw[4:8]
+        txn.put(strids.chunk_key(0), bytes(raw), db=db)
+    env.close()
+    with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError,
+                                                              match="string id"):
         ix.verify()
 
 

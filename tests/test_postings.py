@@ -173,7 +173,8 @@ def test_distinct_values_and_ranks_by_table_or_by_sort(dtype, span, data):
     """``ranked_distinct`` gives ``np.unique``'s values and inverse, of the values' own
     type, whether they span few integers (a table) or many (a sort)."""
     low = data.draw(st.integers(-(2**62) if dtype is np.int64 else 0, 2**62))
-    values = np.array(data.draw(st.lists(st.integers(low, low + span), max_size=60)), dtype)
+    high = min(low + span, int(np.iinfo(dtype).max))  # within the type
+    values = np.array(data.draw(st.lists(st.integers(low, high), max_size=60)), dtype)
     distinct, rank = ranked_distinct(values)
     want, inverse = np.unique(values, return_inverse=True)
     assert distinct.dtype == values.dtype

@@ -60,6 +60,12 @@ def run(profile: str, n_subs: int | None, rounds: int, events: int, first: int,
     paths = {kind: os.path.join(workdir, kind) for kind in SYSTEMS}
     report: dict[str, Any] = {"profile": profile, "subscriptions": len(subs),
                               "events": len(evs), "first": first, "build_s": {}}
+    marker = os.path.join(workdir, "workload.json")  # what kept indexes were built from
+    made = {"profile": profile, "subscriptions": len(subs)}
+    if os.path.exists(marker) and json.loads(Path(marker).read_text()) != made:
+        raise SystemExit(f"{workdir} holds indexes of another workload "
+                         f"({Path(marker).read_text().strip()}); give another --keep")
+    Path(marker).write_text(json.dumps(made))
     for kind in SYSTEMS:
         if os.path.exists(paths[kind]):  # kept from an earlier run of the same workload
             report["build_s"][kind] = None

@@ -42,6 +42,7 @@ from pbtree.errors import (
 from pbtree.explain import explain as explain_subscription
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
+from pbtree.nested import leaves
 from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir, recover
@@ -195,29 +196,44 @@ def normalize(expr: Expr) -> list:
 def prepare_event(event: Mapping) -> PreparedEvent:
     """Encode each value of an event for search (``pbtree.values``).
 
-    Only an event that is not a mapping is an error. A value no predicate can compare (None,
-    a nested object, a list, bytes, NaN, ...) is absent: every predicate on its attribute is
-    false, ``!=`` included. An attribute no subscription can name (not a string, not valid
+    Only an event that is not a mapping is an error. A nested object's values are the
+    attributes of their dotted names (``pbtree.nested``). A value no predicate can compare
+    (None, a list, bytes, NaN, ...) is absent: every predicate on its attribute is false,
+    ``!=`` included. An attribute no subscription can name (not a string, not valid
     Unicode, longer than the limit) is ignored whatever its value.
     """
     if not isinstance(event, Mapping):
         raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
-    out = []
+    out: PreparedEvent = []
+    nested = None
     for attr, value in event.items():
         found = searched(value)
         if found is None:
+            if isinstance(value, Mapping) and isinstance(attr, str):
+                nested = [*(nested or ()), (attr, value)]
             continue
-        if type(attr) is not str:
-            if not isinstance(attr, str):
-                continue
-            attr = str(attr)
-        try:
-            name = attr.encode("utf-8")
-        except UnicodeEncodeError:
-            continue
-        if 0 < len(name) <= MAX_ATTR_BYTES:
-            out.append((name, *found))
+        _add(out, attr, found)
+    if nested:
+        for attr, value in leaves(nested, {a for a in event if isinstance(a, str)}):
+            found = searched(value)
+            if found is not None:
+                _add(out, attr, found)
     return out
+
+
+def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> None:
+    """Append an event value searched as ``found`` under its attribute, if a subscription
+    can name that attribute."""
+    if type(attr) is not str:
+        if not isinstance(attr, str):
+            return
+        attr = str(attr)
+    try:
+        name = attr.encode("utf-8")
+    except UnicodeEncodeError:
+        return
+    if 0 < len(name) <= MAX_ATTR_BYTES:
+        out.append((name, *found))
 
 
 def _expression(preds: list) -> str:

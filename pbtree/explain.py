@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pbtree.expr import format_predicates
+from pbtree.nested import flattened
 from storage.keys import const_payload
 
 #: a core predicate's outcome for an event value's (payload, exact), given the constant's
@@ -41,6 +42,7 @@ def explain(sub_id: object, preds: list, event: Mapping,
     it saw (None when absent or of no comparable type) and whether it holds."""
     seen = {name.decode("utf-8"): (family, payload, exact)
             for name, family, payload, exact in prepared}
+    event = flattened(event)
     rows = []
     for attr, op, value in preds:
         value = tuple(value) if op == "in" else value

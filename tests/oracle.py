@@ -61,10 +61,41 @@ def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mappin
     if isinstance(source_preds, str):
         source_preds = parse(source_preds)
     for attr, op, const in source_preds:
-        value = event.get(attr)
+        value = lookup(event, attr)
         if family(value) is None or not _holds(op, const, value):
             return False
     return True
+
+
+def lookup(event: Mapping, attr: str) -> object:
+    """The value an event holds for ``attr`` (DESIGN §8.3): its own key of that name, else
+    the value at the end of a path of nested objects whose keys joined by dots spell it, the
+    path of fewest keys winning, then the first in the event's order; None when none does."""
+    if attr in event:
+        return event[attr]
+    parts = attr.split(".")
+    best = None  # (keys on the path, their positions), value
+    for cuts in range(1 << (len(parts) - 1)):  # every way to group the parts into keys
+        keys, start = [], 0
+        for i in range(1, len(parts)):
+            if cuts >> (i - 1) & 1:
+                keys.append(".".join(parts[start:i]))
+                start = i
+        keys.append(".".join(parts[start:]))
+        if len(keys) < 2:
+            continue
+        node, places = event, []
+        for key in keys:
+            if not isinstance(node, Mapping) or key not in node:
+                break
+            places.append(list(node).index(key))
+            node = node[key]
+        else:
+            if not isinstance(node, Mapping):
+                rank = (len(keys), places)
+                if best is None or rank < best[0]:
+                    best = (rank, node)
+    return None if best is None else best[1]
 
 
 def _id_key(sub_id: object) -> tuple[int, object]:

@@ -54,7 +54,7 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
         parents=parents,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n  pbtree match-batch alerts.pbt events.parquet -o matches.parquet "
-               "--event-id order_id --rejects bad-events.parquet",
+               "--event-id order_id",
         description="Match every event (one column per attribute) against INDEX and write "
                     "Parquet with columns event_id and subscription_id, one row per match.")
     match.add_argument("index", help="index directory")
@@ -63,10 +63,7 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                        help="Parquet directory to write")
     match.add_argument("--event-id", metavar="COLUMN",
                        help="column holding the event id (default: the row number)")
-    match.add_argument("--rejects", metavar="PATH", help="write bad events (event_id, reason) "
-                       "to Parquet at PATH and match the rest (default: fail)")
-    match.add_argument("--force", action="store_true", help="replace an existing MATCHES "
-                       "(and rejects PATH)")
+    match.add_argument("--force", action="store_true", help="replace an existing MATCHES")
     _spark_options(match)
     match.set_defaults(func=match_command)
 
@@ -102,14 +99,14 @@ def match_command(args: argparse.Namespace) -> int:
     from spark_loader import match, session
     from spark_loader.progress import Timings
 
-    match.check(args.index, args.events, args.output, args.rejects, args.force)
+    match.check(args.index, args.events, args.output, args.force)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings(progress=not args.quiet)
     _quiet_logging(args)
     with session.scratch_beside(args.output) as scratch, \
             session.running(args.master, conf, "pbtree match-batch", timings, scratch) as spark:
         result = match.run(spark, args.index, args.events, args.output,
-                           event_id=args.event_id, rejects=args.rejects, force=args.force,
+                           event_id=args.event_id, force=args.force,
                            timings=timings)
     note(args, f"pbtree match-batch: {result.summary()}")
     return 0

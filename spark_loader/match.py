@@ -16,18 +16,10 @@ import pyarrow.parquet as pq
 
 import pbtree
 from pbtree.core import MANIFEST
-from pbtree.errors import EventError, PbtreeError, shown
-from pbtree.staging import check_outputs, commit_with, stage_outputs
+from pbtree.errors import PbtreeError
+from pbtree.staging import Staging, check_outputs
 from spark_loader.progress import Timings
-from spark_loader.session import (
-    REASON,
-    InputError,
-    close_rejects,
-    read_parquet,
-    safe_columns,
-    task_errors,
-    write_part,
-)
+from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
 #: without it Spark refuses a Parquet file with a nanosecond timestamp column
@@ -43,13 +35,11 @@ class MatchResult:
 
     events: int = 0
     matches: int = 0
-    rejected: int = 0
     timings: Timings = field(default_factory=Timings)
 
     def summary(self) -> str:
         rate = self.events / max(self.timings.total(), 1e-9)
-        bad = f", {self.rejected} events rejected" if self.rejected else ""
-        return (f"{self.events} events matched, {self.matches} matches written{bad}; "
+        return (f"{self.events} events matched, {self.matches} matches written; "
                 f"{self.timings.line()} ({rate:,.0f} events/s)")
 
 
@@ -89,14 +79,14 @@ def _seconds(nanoseconds: list) -> list:
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, rejects_dir: str | None, nanos: frozenset[str] = frozenset()):
+                events_seen, nanos: frozenset[str] = frozenset()):
     """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
-    ``events_seen`` is the accumulator counting the events matched. Bad events go to
-    ``_reject``. ``nanos`` are the columns of nanosecond timestamps, which Spark gives as
-    integers."""
+    ``events_seen`` is the accumulator counting the events matched. No row is a bad event:
+    a value no predicate can compare is absent (``pbtree.values``). ``nanos`` are the
+    columns of nanosecond timestamps, which Spark gives as integers."""
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = _open(index_path)
-        for number, batch in enumerate(batches):
+        for batch in batches:
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
             attrs = [name for name in names if name != ROW_NUMBER]  # the label is matched too
@@ -105,11 +95,7 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
                       for values in zip(*columns, strict=True)] if attrs else \
                 [{} for _ in range(batch.num_rows)]
-            found = index.match_many(events, return_errors=True)
-            bad = [n for n, ids in enumerate(found) if isinstance(ids, EventError)]
-            if bad:
-                _reject(bad, found, event_ids, event_col, rejects_dir, number)
-                found = [[] if isinstance(ids, EventError) else ids for ids in found]
+            found = index.match_many(events)
             rows = [n for n, ids in enumerate(found) for _ in ids]
             subs = [i for ids in found for i in ids]
             if pa.types.is_string(id_type):
@@ -119,31 +105,11 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             except (pa.ArrowInvalid, pa.ArrowTypeError):  # the type was fixed before the job
                 raise PbtreeError(f"{index_path}: a subscription with a string id was added "
                                   f"while the job ran; run it again") from None
-            events_seen.add(batch.num_rows - len(bad))
+            events_seen.add(batch.num_rows)
             yield pa.RecordBatch.from_arrays(
                 [event_ids.take(pa.array(rows, pa.int64())), sub_ids], [EVENT_ID, SUBSCRIPTION_ID])
 
     return run
-
-
-def _reject(bad: list[int], found: list, event_ids: pa.Array, event_col: str,
-            rejects_dir: str | None, number: int) -> None:
-    """Fail the job naming the first bad event of a batch, or write the bad ones as (event
-    id, reason) to part ``number`` of this task's partition in ``rejects_dir``, under the
-    task attempt's hidden name and renamed into place."""
-    if rejects_dir is None:
-        label = event_ids[bad[0]].as_py()
-        where = f"row {label}" if event_col == ROW_NUMBER else \
-            f"event {event_col!r} = {shown(label)}"
-        raise EventError(f"{where}: {found[bad[0]]} (--rejects PATH matches the other "
-                         f"events and writes the bad ones there)")
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    write_part(pa.table([event_ids.take(bad), [str(found[n]) for n in bad]],
-                        names=[EVENT_ID, REASON]), rejects_dir,
-               f"part-{task.partitionId():05d}-{number:05d}.parquet",
-               f".{task.taskAttemptId()}.tmp")
 
 
 def _nanosecond_columns(df) -> frozenset[str]:
@@ -177,25 +143,22 @@ def _with_row_numbers(spark, df):
     return df.withColumn(ROW_NUMBER, (start + index).cast("long"))
 
 
-def check(index_path: str, events_path: str, output: str, rejects: str | None,
-          force: bool) -> None:
+def check(index_path: str, events_path: str, output: str, force: bool) -> None:
     """Refuse a match-batch job before it starts (the CLI calls this before starting Spark)."""
     check_outputs({"the index": index_path, "the events": events_path},
-                  {"the output": output, "the rejects": rejects}, force)
+                  {"the output": output}, force)
 
 
 def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
-        rejects: str | None = None, force: bool = False,
-        timings: Timings | None = None) -> MatchResult:
-    """Write the matches of every event in ``events_path`` to Parquet at ``output``; bad
-    events fail the job, or with ``rejects`` go there as (event id, reason) rows."""
-    from pyspark.sql.pandas.types import from_arrow_type, to_arrow_type
+        force: bool = False, timings: Timings | None = None) -> MatchResult:
+    """Write the matches of every event in ``events_path`` to Parquet at ``output``."""
+    from pyspark.sql.pandas.types import from_arrow_type
 
-    check(index_path, events_path, output, rejects, force)
+    check(index_path, events_path, output, force)
     result = MatchResult(timings=timings or Timings())
     with pbtree.open(index_path, readonly=True) as index:
         id_type = subscription_id_type(index)
-    staging, rejects_out = stage_outputs(output, rejects, force)
+    staging = Staging(output, force)
     try:
         with result.timings.stage("read"):
             spark.conf.set(NANOS_AS_LONG, "true")
@@ -211,7 +174,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
         seen = spark.sparkContext.accumulator(0)
         task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
-                           rejects_out.path if rejects_out else None, nanos)
+                           nanos)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
                 task_errors():
@@ -221,14 +184,8 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
                 os.rename(os.path.join(out, name), os.path.join(staging.path, name))
             os.rmdir(out)
             result.events, result.matches = seen.value, _rows(staging.path)
-            if rejects_out:
-                close_rejects(rejects_out.path, pa.schema([(EVENT_ID, to_arrow_type(event_type)),
-                                                           (REASON, pa.string())]))
-                result.rejected = _rows(rejects_out.path)
-            commit_with(staging, rejects_out)
+            staging.commit()
         return result
     except BaseException:
         staging.discard()
-        if rejects_out:
-            rejects_out.discard()
         raise

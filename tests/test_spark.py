@@ -292,7 +292,7 @@ def test_a_string_id_added_during_a_match_job_is_a_clear_error(tmp_path):
     path = str(tmp_path / "ix")
     bulk.build(path, [(1, "a = 1")])
     run = match._match_task(path, ["a", match.ROW_NUMBER], match.ROW_NUMBER, pa.int64(),
-                            types.SimpleNamespace(add=lambda n: None), None)
+                            types.SimpleNamespace(add=lambda n: None))
     batch = pa.record_batch([pa.array([1]), pa.array([0])], names=["c0", "c1"])
     assert [b.to_pylist() for b in run(iter([batch]))] == [
         [{"event_id": 0, "subscription_id": 1}]]
@@ -389,13 +389,11 @@ def test_nan_is_absent_in_match_batch(spark, tmp_path):
     pq.write_table(pa.table({"a": [3.0, math.nan, 7.0, -math.nan], "b": ["x", None, None, "x"],
                              "eid": ["e0", "e1", "e2", "e3"]}), tmp_path / "ev.parquet")
     result = match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
-                       str(tmp_path / "m"), event_id="eid", rejects=str(tmp_path / "bad"))
+                       str(tmp_path / "m"), event_id="eid")
     got = sorted((r["event_id"], r["subscription_id"])
                  for r in pq.read_table(tmp_path / "m").to_pylist())
     assert got == [("e0", 1), ("e0", 2), ("e0", 3), ("e2", 2), ("e3", 3)]
-    assert pq.read_table(tmp_path / "bad").num_rows == 0  # a rejects file, with its columns
-    assert pq.read_table(tmp_path / "bad").column_names == ["event_id", "reason"]
-    assert (result.events, result.rejected, result.matches) == (4, 0, 5)
+    assert (result.events, result.matches) == (4, 5)
 
 
 def test_match_batch_takes_every_column_type(spark, tmp_path):
@@ -431,18 +429,15 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     assert "already exists" in capsys.readouterr().err
     # the pbtree command's own options, after the job's; --quiet leaves standard error empty
     assert pbtree_cli.main(["match-batch", out, str(tmp_path / "events.parquet"), "-o",
-                            str(tmp_path / "m"), "--rejects", str(tmp_path / "bad"), "-q"]) == 0
+                            str(tmp_path / "m"), "-q"]) == 0
     assert capsys.readouterr() == ("", "")
-    assert pq.read_table(tmp_path / "bad").num_rows == 0  # NaN is absent, not a bad event
     assert sorted(pq.read_table(tmp_path / "m").column("subscription_id").to_pylist()) == [1, 2, 3]
     assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey", "-q"]) == 1
     assert "key=value" in capsys.readouterr().err
     # a rejects path on the output is refused before Spark starts, whatever --force says
-    assert pbtree_cli.main(["match-batch", out, str(tmp_path / "events.parquet"), "-o",
-                            str(tmp_path / "m"), "--rejects", str(tmp_path / "m"),
-                            "--force"]) == 1
+    assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out, "--rejects", out,
+                     "--force"]) == 1
     assert "must be apart" in capsys.readouterr().err
-    assert pq.read_table(tmp_path / "bad").num_rows == 0  # NaN is absent, not a bad event
 
 
 class _Tty(io.StringIO):

@@ -315,7 +315,7 @@ def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int]:
     out.add(NEEDED.db, _column(NEEDED, cols.counts))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
         [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
-    out.add(strids.DB, strids.chunk_records(cols.keys))
+    out.add(strids.DB, strids.chunk_records(enumerate(cols.keys)))
     heads, chunks = _spilled(out.overflow, node_bytes)
     out.add("overflow", heads)
     out.add("chunks", chunks)

@@ -205,12 +205,12 @@ def prepare_event(event: Mapping) -> PreparedEvent:
     if not isinstance(event, Mapping):
         raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
     out: PreparedEvent = []
-    nested = None
+    nested = []
     for attr, value in event.items():
         found = searched(value)
         if found is None:
             if isinstance(value, Mapping) and isinstance(attr, str):
-                nested = [*(nested or ()), (attr, value)]
+                nested.append((attr, value))
             continue
         _add(out, attr, found)
     if nested:
@@ -432,7 +432,7 @@ class Index:
             for n, found in enumerate(strings):  # raised here, not while a shard is read
                 if found:
                     raise IdError(f"event {n} matches string ids (such as {shown(found[0])}); "
-                                  f"as_arrays takes integer ids only")
+                                  f"as_arrays takes integer ids only: match without it")
             return [p if isinstance(p, EventError) else np.sort(np.concatenate(i or [_NO_IDS]))
                     for i, p in zip(ints, prepared, strict=True)]
         return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)
@@ -483,22 +483,23 @@ class Index:
     def get(self, sub_id: int | str) -> str:
         """The normalised expression of a subscription; UnknownIdError (a KeyError) when
         unknown."""
-        shard, idkey = self._shard_for(sub_id)
-        preds = shard.get(idkey)
-        if preds is None:
-            raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
-        return _expression(preds)
+        return _expression(self._predicates(sub_id))
 
     def explain(self, sub_id: int | str, event: Mapping) -> dict:
         """Why a subscription matches ``event`` or not: ``matches``, and per conjunction
         each predicate (as ``get`` writes it) with the event value it saw (None when absent
         or of no comparable type) and whether it holds. UnknownIdError (a KeyError) when
         the id is unknown."""
+        return explain_subscription(sub_id, self._predicates(sub_id), event,
+                                    prepare_event(event))
+
+    def _predicates(self, sub_id: int | str) -> list:
+        """The stored core predicates of a subscription, or UnknownIdError."""
         shard, idkey = self._shard_for(sub_id)
         preds = shard.get(idkey)
         if preds is None:
             raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
-        return explain_subscription(sub_id, preds, event, prepare_event(event))
+        return preds
 
     def items(self) -> Iterator[tuple[int | str, str]]:
         """Every subscription's id and normalised expression (as ``get`` gives it), shard

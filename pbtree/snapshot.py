@@ -124,8 +124,8 @@ class Snapshot:
                 table = table.assigned(number * INT_IDS.size, views[number])
             new.int_ids, new.views[INT_IDS.db] = table, views
         if self.str_ids is not None:
-            new.str_ids = _renewed_strings(self.str_ids, txn, dbs,
-                                           None if written is None else written[strids.DB])
+            new.str_ids = self.str_ids.renewed(txn, dbs,
+                                               None if written is None else written[strids.DB])
         return new
 
     def hot(self) -> dict[bytes, int]:
@@ -144,29 +144,6 @@ class Snapshot:
         old = self.views.get(column.db)
         return None if old is None else \
             column.changed(txn, dbs, old, None if written is None else written[column.db])
-
-
-def _renewed_strings(table: StringIdTable, txn: lmdb.Transaction, dbs: dict,
-                     written: set[int] | None) -> StringIdTable | None:
-    """``table`` for ``txn``, renewed in the chunks the commits since wrote (``written``,
-    when known), else in those whose records are not the ones it read (as
-    ``Column.changed`` tells), or None to be read anew."""
-    if written is None:
-        views = strids.read_views(txn, dbs)
-        old = table.views
-        changed = [n for n, view in views.items()
-                   if n not in old or not np.may_share_memory(view, old[n])]
-        changed += [n for n in old if n not in views]
-    else:
-        views = dict(table.views)
-        for number in written:
-            raw = txn.get(strids.chunk_key(number), db=dbs[strids.DB])
-            if raw is None:
-                views.pop(number, None)
-            else:
-                views[number] = np.frombuffer(raw, np.uint8)
-        changed = sorted(written)
-    return table.renewed(views, changed)
 
 
 def _counts(needed: np.ndarray) -> np.ndarray:

@@ -14,6 +14,8 @@ integer ones).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import lmdb
 import numpy as np
 
@@ -46,13 +48,9 @@ def chunk_key(number: int) -> bytes:
 
 
 def encode_chunk(ids: list[bytes]) -> bytes:
-    """A chunk's record: the end offsets of ``SIZE`` ids (``b""`` for none), then their bytes."""
-    ends = np.cumsum([len(i) for i in ids], dtype=np.int64)
-    full = np.zeros(SIZE, _ENDS)
-    full[:len(ids)] = ends
-    if len(ids):
-        full[len(ids):] = ends[-1]
-    return full.tobytes() + b"".join(ids)
+    """A chunk's record: the end offsets of its ``SIZE`` ids (``b""`` for none), then their
+    bytes."""
+    return np.cumsum(list(map(len, ids)), dtype=_ENDS).tobytes() + b"".join(ids)
 
 
 def decode_chunk(raw: bytes | memoryview) -> list[bytes]:
@@ -63,28 +61,24 @@ def decode_chunk(raw: bytes | memoryview) -> list[bytes]:
     return [body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
 
-def chunk_records(idkeys: list[bytes]) -> list[tuple[bytes, bytes]]:
-    """The records of sids 0, 1, … whose encoded ids (``pbtree.ids.encode_id``) are
-    ``idkeys``, for a shard written whole."""
-    out = []
-    for number in range(-(-len(idkeys) // SIZE)):
-        ids = list(map(string_of, idkeys[number * SIZE:(number + 1) * SIZE]))
-        if any(ids):
-            out.append((chunk_key(number), encode_chunk(ids)))
-    return out
+def chunk_records(idkeys: Iterable[tuple[int, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The records, in key order, of the column holding these (sid, encoded id) pairs
+    (``pbtree.ids.encode_id``): for a shard written whole, or one upgraded."""
+    chunks: dict[int, list[bytes]] = {}
+    for sid, idkey in idkeys:
+        found = string_of(idkey)
+        if found:
+            number, at = divmod(sid, SIZE)
+            chunks.setdefault(number, [b""] * SIZE)[at] = found
+    return [(chunk_key(number), encode_chunk(ids)) for number, ids in sorted(chunks.items())]
 
 
 def fill(txn: lmdb.Transaction, dbs: dict) -> None:
     """Write the column from the subscription records (``subs``: sid -> id and
     predicates), upgrading a shard written before the column existed."""
-    ids: dict[int, list[bytes]] = {}
-    for key, raw in txn.cursor(db=dbs["subs"]):
-        found = string_of(split_sub(raw)[0])
-        if found:
-            number, at = divmod(int.from_bytes(key, "big"), SIZE)
-            ids.setdefault(number, [b""] * SIZE)[at] = found
-    for number, chunk in ids.items():
-        txn.put(chunk_key(number), encode_chunk(chunk), db=dbs[DB])
+    pairs = ((int.from_bytes(key, "big"), split_sub(raw)[0])
+             for key, raw in txn.cursor(db=dbs["subs"]))
+    txn.cursor(db=dbs[DB]).putmulti(chunk_records(pairs))
 
 
 class StringIdWriter:
@@ -173,19 +167,31 @@ class StringIdTable:
         out.most_apart = max(SIZE, 2 * out.apart_sids.size)
         return out
 
-    def renewed(self, views: dict[int, np.ndarray], changed: list[int]) -> StringIdTable | None:
-        """This table, updated in place (or grown) for a snapshot whose chunks are ``views``,
-        of which ``changed`` may differ; None when the ids held apart grew past
+    def renewed(self, txn: lmdb.Transaction, dbs: dict,
+                written: set[int] | None) -> StringIdTable | None:
+        """This table, updated in place for ``txn``, a newer snapshot begun while
+        this one's is still open, in the chunks the commits since wrote (``written``, when
+        known), else in those whose records are not the ones it read (as
+        ``columns.Column.changed`` tells); None when the ids held apart grew past
         ``most_apart`` (read it anew to choose a new width)."""
-        out = self
-        end = SIZE * (max(views) + 1) if views else 0
-        if self.width and end > self.table.size:
-            out = StringIdTable.__new__(StringIdTable)
-            out.width, out.views, out.most_apart = self.width, self.views, self.most_apart
-            out.apart_sids, out.apart_ids = self.apart_sids, self.apart_ids
-            out.table = grown(self.table, end, _SEP)
-        out._load(views, changed)
-        return None if out.apart_sids.size > out.most_apart else out
+        if written is None:
+            views = read_views(txn, dbs)
+            changed = [n for n, view in views.items()
+                       if n not in self.views or not np.may_share_memory(view, self.views[n])]
+            changed += [n for n in self.views if n not in views]
+        else:
+            views = dict(self.views)
+            for number in written:
+                raw = txn.get(chunk_key(number), db=dbs[DB])
+                if raw is None:
+                    views.pop(number, None)
+                else:
+                    views[number] = np.frombuffer(raw, np.uint8)
+            changed = sorted(written)
+        if self.width:
+            self.table = grown(self.table, SIZE * (max(views) + 1) if views else 0, _SEP)
+        self._load(views, changed)
+        return None if self.apart_sids.size > self.most_apart else self
 
     def _load(self, views: dict[int, np.ndarray], numbers: list[int]) -> None:
         """Copy chunks ``numbers`` of ``views`` (missing ones: no string ids) into the table,

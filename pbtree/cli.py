@@ -14,7 +14,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from pbtree.cliio import (
     decode_json,
     open_output,
     output_error,
+    output_file,
 )
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
@@ -40,7 +40,6 @@ from pbtree.interrupts import SIGNALS, Interrupted, Stops
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.progress import Progress
 from pbtree.shard import FOLD_AT
-from pbtree.staging import as_created
 from pbtree.subscribing import Item, Saved
 
 PROG = "pbtree"
@@ -151,42 +150,22 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-_DUMP_SUFFIXES = (".jsonl", ".parquet")
-
-
 def cmd_dump(args: argparse.Namespace) -> int:
     target = args.output
-    suffix = os.path.splitext(target)[1].lower() if target != "-" else ".jsonl"
-    if suffix not in _DUMP_SUFFIXES:
-        what = suffix or "a file without an extension"
-        raise UsageError(f"--output {target}: pbtree dumps to {' or '.join(_DUMP_SUFFIXES)} "
-                         f"files (or - for JSON Lines on standard output), not {what}")
+    parquet = target != "-" and check_output(target)
     with pbtree.open(args.index, readonly=True) as index:
         if target == "-":
             count = _dump_jsonl(index.items(), sys.stdout)
         else:
-            if os.path.isdir(target):
-                raise CliError(f"{target}: is a directory; give a file to dump to")
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=".dump-",
-                                           dir=os.path.dirname(os.path.abspath(target)))
-            except OSError as exc:
-                raise output_error(target, exc) from None
-            as_created(fd, 0o666)
-            os.close(fd)
-            try:
-                if suffix == ".jsonl":
-                    with open(tmp, "w", encoding="utf-8") as out:
-                        count = _dump_jsonl(index.items(), out)
-                else:
-                    count = _dump_parquet(list(index.items()), tmp, target)
-                os.replace(tmp, target)  # nothing half-written at the user's path
-            except OSError as exc:
-                os.unlink(tmp)
-                raise output_error(target, exc, tmp) from None
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            with output_file(target) as written:  # nothing half-written at the user's path
+                try:
+                    if parquet:
+                        count = _dump_parquet(list(index.items()), written, target)
+                    else:
+                        with open(written, "w", encoding="utf-8") as out:
+                            count = _dump_jsonl(index.items(), out)
+                except OSError as exc:
+                    raise output_error(target, exc, written) from None
     note(args, f"{args.index}: dumped {plural(count, 'subscription')} to "
                f"{'standard output' if target == '-' else target}")
     return 0
@@ -226,7 +205,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     with pbtree.open(args.index, readonly=True) as index:
         try:
             report = index.explain(sub_id, event)
-        except KeyError:
+        except pbtree.UnknownIdError:
             raise CliError(f"{args.index}: no subscription with id {sub_id!r}") from None
     if args.json:
         print(json.dumps(report, ensure_ascii=False, default=str))
@@ -325,17 +304,19 @@ def _skip_stored(index: pbtree.Index, items: list[Item], written: Saved) -> list
     """The items whose id is not in the index yet; an id this command stored itself is a
     repeat in the input, not one to skip."""
     try:
+        keys = [encode_id(i) for _, _, i, _ in items]
         missing = {encode_id(i) for i in index.missing([i for _, _, i, _ in items])}
     except PbtreeError as exc:
         raise CliError(_explain(index, items, False, exc, written)) from None
-    stored = [(item, encode_id(item[2])) for item in items]
-    stored = [(item, key) for item, key in stored if key not in missing]
+    new = [key in missing for key in keys]
+    stored = [(item, key) for item, key, fresh in zip(items, keys, new, strict=True)
+              if not fresh]
     for (n, where, sub_id, _), first in zip([item for item, _ in stored],
                                             written.lines_of([key for _, key in stored]),
                                             strict=True):
         if first is not None:
             raise CliError(written.repeated(where, sub_id, first, n))
-    return [item for item in items if encode_id(item[2]) in missing]
+    return [item for item, fresh in zip(items, new, strict=True) if fresh]
 
 
 def _summary(written: Saved, replace: bool, before: int, after: int) -> str:

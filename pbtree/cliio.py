@@ -396,34 +396,42 @@ def open_output(path: str | None, index: pbtree.Index, source: Source | None,
     if source is not None and not source.stdin and os.path.exists(path) \
             and os.path.samefile(path, source.name):
         raise CliError(f"{path}: is the input file; write the results elsewhere")
-    in_place = os.path.lexists(path) and not (os.path.isfile(path)
-                                              and not os.path.islink(path))
-    if in_place:  # a device, pipe or link: written as the user pointed at it
-        target = path
-    else:
-        with _naming(path, path):
-            fd, target = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
-                                          suffix=".partial",
-                                          dir=os.path.dirname(os.path.abspath(path)))
-        os.close(fd)
-    out: JsonOut | ParquetOut | None = None
+    with output_file(path) as target:
+        out: JsonOut | ParquetOut | None = None
+        try:
+            with _naming(path, target):
+                if parquet:
+                    out = ParquetOut(target, path, index, count)
+                else:
+                    out = JsonOut(open(target, "w", encoding="utf-8"), path)  # noqa: SIM115
+            yield out
+            out.finish()
+        except BaseException:
+            if out is not None:
+                out.close()
+            raise
+
+
+@contextmanager
+def output_file(path: str) -> Iterator[str]:
+    """The file to write the output ``path`` to: ``path`` itself where it is a device, pipe
+    or link (written as the user pointed at it), else a hidden file beside it, renamed into
+    place when the block ends (replacing an old file only then) and removed when it fails.
+    Errors making, naming or renaming it name ``path``, not the hidden file."""
+    if os.path.lexists(path) and not (os.path.isfile(path) and not os.path.islink(path)):
+        yield path
+        return
+    with _naming(path, path):
+        fd, target = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".partial",
+                                      dir=os.path.dirname(os.path.abspath(path)))
+    os.close(fd)
     try:
         with _naming(path, target):
-            if not in_place:
-                as_created(target, 0o666)
-            if parquet:
-                out = ParquetOut(target, path, index, count)
-            else:
-                out = JsonOut(open(target, "w", encoding="utf-8"), path)  # noqa: SIM115
-        yield out
-        out.finish()
-        if not in_place:
-            with _naming(path, target):
-                os.replace(target, path)
+            as_created(target, 0o666)
+        yield target
+        with _naming(path, target):
+            os.replace(target, path)
     except BaseException:
-        if out is not None:
-            out.close()
-        if not in_place:
-            with suppress(FileNotFoundError):
-                os.remove(target)
+        with suppress(FileNotFoundError):
+            os.remove(target)
         raise

@@ -77,16 +77,20 @@ def recover(target: str) -> bool:
     """Put back an old ``target`` that a killed job set aside and never replaced (a kill
     between the two renames where no atomic exchange exists); True if it did."""
     target = os.path.abspath(target)
-    if os.path.lexists(target):
+    return any(kind == "old" and name == os.path.basename(target) and _put_back(path, target)
+               for path, kind, name in _orphans(os.path.dirname(target)))
+
+
+def _put_back(path: str, target: str) -> bool:
+    """Move the old target a dead job set aside in ``path`` back to ``target`` if nothing
+    took its place, dropping ``path``; True if it did."""
+    previous = os.path.join(path, "previous")
+    if os.path.lexists(target) or not os.path.isdir(previous):
         return False
-    for path, kind, name in _orphans(os.path.dirname(target)):
-        previous = os.path.join(path, "previous")
-        if kind == "old" and name == os.path.basename(target) and os.path.isdir(previous):
-            os.rename(previous, target)
-            fsync_dir(os.path.dirname(target))
-            shutil.rmtree(path, ignore_errors=True)
-            return True
-    return False
+    os.rename(previous, target)
+    fsync_dir(os.path.dirname(target))
+    shutil.rmtree(path, ignore_errors=True)
+    return True
 
 
 def sweep(parent: str) -> None:
@@ -94,7 +98,7 @@ def sweep(parent: str) -> None:
     set aside go back first where their target is missing), and only those."""
     for path, kind, name in _orphans(parent):
         if kind == "old":
-            recover(os.path.join(parent, name))
+            _put_back(path, os.path.join(parent, name))
         shutil.rmtree(path, ignore_errors=True)
 
 

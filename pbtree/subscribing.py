@@ -25,6 +25,7 @@ class Saved:
         self.last: int | None = None  # number of the last record of the last batch written
         self._hashes: list[np.ndarray] = []
         self._numbers: list[np.ndarray] = []
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None  # both, by hash
 
     def add(self, items: list[Item], batch: list[Item]) -> None:
         """Note a batch written: ``items`` of its records (the rest were already stored)."""
@@ -34,15 +35,19 @@ class Saved:
         self._hashes.append(np.array([hash(encode_id(i)) for _, _, i, _ in items], np.int64))
         self._numbers.append(np.array([-1 if n is None else n for n, _, _, _ in items],
                                       np.int64))
+        self._sorted = None
 
     def lines_of(self, keys: list[bytes]) -> list[int | None]:
         """For each id in ``keys``: the number of the record that wrote it (-1 when records
         have none), or None when this command has not written it."""
         if not self._hashes or not keys:
             return [None] * len(keys)
-        hashes, numbers = np.concatenate(self._hashes), np.concatenate(self._numbers)
-        order = np.argsort(hashes, kind="stable")  # equal hashes: the first record first
-        hashes, numbers = hashes[order], numbers[order]
+        if self._sorted is None:  # sorted once per batch written, not per look-up
+            hashes, numbers = np.concatenate(self._hashes), np.concatenate(self._numbers)
+            order = np.argsort(hashes, kind="stable")  # equal hashes: the first record first
+            self._hashes, self._numbers = [hashes[order]], [numbers[order]]
+            self._sorted = self._hashes[0], self._numbers[0]
+        hashes, numbers = self._sorted
         wanted = np.array([hash(key) for key in keys], np.int64)
         at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
         return [int(line) if hit else None

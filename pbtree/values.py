@@ -56,7 +56,9 @@ def searched(value: object) -> Searched | None:
         return NUMBER, number_payload(value), True  # type: ignore[arg-type]
     if t is bool:
         return _TRUE if value else _FALSE
-    return None if value is None else _foreign(value)
+    if value is None or t is dict or t is list:  # objects and arrays: absent
+        return None
+    return _foreign(value)
 
 
 def _integer(value: int) -> Searched:

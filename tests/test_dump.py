@@ -72,7 +72,7 @@ def test_parquet_dump_of_mixed_ids_is_refused_and_leaves_nothing(tmp_path):
     done = _run("dump", tmp_path / "ix", "-o", tmp_path / "out.parquet", status=1)
     assert "mixes integer and string ids" in done.stderr and ".jsonl" in done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ix"]  # nothing half-written
-    done = _run("dump", tmp_path / "ix", "-o", tmp_path / "out.csv", status=2)
+    done = _run("dump", tmp_path / "ix", "-o", tmp_path / "out.csv", status=1)
     assert "not .csv" in done.stderr
     missing = tmp_path / "nowhere" / "out.jsonl"
     done = _run("dump", tmp_path / "ix", "-o", missing, status=1)

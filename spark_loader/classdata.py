@@ -36,7 +36,9 @@ def cache_dir() -> str | None:
     return path if os.access(path, os.W_OK) else None
 
 
-def _java() -> str | None:
+def java_path() -> str | None:
+    """The java Spark runs (JAVA_HOME's, else the PATH's), its links resolved; None when
+    there is none."""
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     return os.path.realpath(java) if java and os.path.exists(java) else None
@@ -50,7 +52,7 @@ def archive_path() -> str | None:
     """
     import pyspark
 
-    directory, java = cache_dir(), _java()
+    directory, java = cache_dir(), java_path()
     if directory is None or java is None:
         return None
     stat = os.stat(java)

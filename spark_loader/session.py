@@ -264,17 +264,13 @@ def java_command() -> str:
     """The java command Spark will run, checked: JAVA_HOME's if set, else the PATH's, of
     Java ``JAVA_MIN`` or newer; a SparkError names what is wrong."""
     home = os.environ.get("JAVA_HOME")
-    if home:
-        java = os.path.join(home, "bin", "java")
-        if not os.access(java, os.X_OK):
-            raise SparkError(f"JAVA_HOME is {home}, which holds no bin/java: set it to a Java "
-                             f"{JAVA_MIN}+ installation, or unset it to use the java on the PATH")
-    else:
-        found = shutil.which("java")
-        if found is None:
-            raise SparkError(f"no Java found: Spark needs Java {JAVA_MIN} or newer; install "
-                             f"it, or set JAVA_HOME to its directory")
-        java = found
+    java = classdata.java_path()
+    if home and (java is None or not os.access(java, os.X_OK)):
+        raise SparkError(f"JAVA_HOME is {home}, which holds no bin/java: set it to a Java "
+                         f"{JAVA_MIN}+ installation, or unset it to use the java on the PATH")
+    if java is None:
+        raise SparkError(f"no Java found: Spark needs Java {JAVA_MIN} or newer; install "
+                         f"it, or set JAVA_HOME to its directory")
     version = _java_version(java)
     if version is not None and version < JAVA_MIN:
         raise SparkError(f"Java {version} ({os.path.realpath(java)}) is too old: Spark needs "

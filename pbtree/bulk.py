@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pbtree import strids
+from pbtree import clusters, strids
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
@@ -286,10 +286,62 @@ def _sub_values(cols: Columns) -> list[bytes]:
     return pc.binary_join_element_wise(lengths, keys, headers, bodies, b"").to_pylist()
 
 
-def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int]:
-    """All records of a shard holding ``cols`` (sid = position); also next node and attr ids."""
+def _clustered(cols: Columns) -> tuple[Columns, Columns, list[Record], list[Record]]:
+    """``cols`` as a shard stores them (``pbtree.clusters``): every predicate entry, then
+    every subscription with its predicates in ``clusters.ordered``'s order, as records
+    take them; the same with only the first predicate of each, as the trees take them;
+    and the records of the check rows and of the predicate entries."""
+    n = len(cols)
+    _, _, _, size = _members(cols.consts, cols.members)
+    sub = np.repeat(np.arange(n, dtype=np.int64), cols.counts)
+    score = clusters.estimates(cols.op, size[cols.const])
+    order = np.lexsort((np.arange(sub.size), score, sub))
+    attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
+    first = np.zeros(sub.size, dtype=bool)
+    first[np.cumsum(cols.counts)[:-1] if n else []] = True
+    if sub.size:
+        first[0] = True
+    rest = np.flatnonzero(~first)
+    triple = (attr[rest] * len(OPS_CORE) + op[rest]) * max(len(cols.consts), 1) + const[rest]
+    unique, entry = np.unique(triple, return_inverse=True)
+    m = unique.size
+    e_rest, e_const = np.divmod(unique, max(len(cols.consts), 1))
+    e_attr, e_op = np.divmod(e_rest, len(OPS_CORE))
+    ones = np.ones(m, dtype=np.int64)
+    full = Columns([0] * m + cols.ids, [clusters.PREDICATE_ID] * m + cols.keys,
+                   np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
+                   np.concatenate((e_op, op)), np.concatenate((e_const, const)), cols.attrs,
+                   cols.consts, cols.members)
+    posted = Columns(full.ids, full.keys, np.ones(m + n, dtype=np.int64),
+                     np.concatenate((e_attr, attr[first])), np.concatenate((e_op, op[first])),
+                     np.concatenate((e_const, const[first])), cols.attrs, cols.consts,
+                     cols.members)
+    lengths = np.concatenate((np.zeros(m, dtype=np.int64), cols.counts - 1))
+    row_sub = sub[rest] + m  # sids of the rows' owners, in sid order
+    rows = []
+    for number in range(-(-(m + n) // clusters.ROW_CHUNK)):
+        lo, hi = number * clusters.ROW_CHUNK, (number + 1) * clusters.ROW_CHUNK
+        part = np.zeros(clusters.ROW_CHUNK, dtype=np.int64)
+        got = lengths[lo:hi]
+        part[:got.size] = got
+        if part.any():
+            a, b = np.searchsorted(row_sub, (lo, hi))
+            rows.append((clusters.chunk_key(number), clusters.encode_chunk(part, entry[a:b])))
+    uses = np.bincount(entry, minlength=m).tolist()
+    keys = [clusters.predicate_key((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+            for a, o, c in zip(e_attr.tolist(), e_op.tolist(), e_const.tolist(), strict=True)]
+    preds = sorted((key, clusters.encode_entry(sid, count))
+                   for sid, (key, count) in enumerate(zip(keys, uses, strict=True)))
+    return full, posted, rows, preds
+
+
+def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int, int]:
+    """All records of a shard holding ``cols`` (subscriptions in sid order, after the
+    predicate entries); also the sid, node and attr counters."""
     out = Records()
-    names, keys, codes, sids = _postings(cols)
+    full, posted, rows, preds = _clustered(cols)
+    m = len(full) - len(cols)
+    names, keys, codes, sids = _postings(posted)
     out.add("attrs", [(name.encode("utf-8"), n.to_bytes(4, "little"))
                       for n, name in enumerate(names)])
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
@@ -309,17 +361,20 @@ def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int]:
     if prefix is not None:
         trees.build(prefix, payloads, sets)
 
-    sid_keys = fixed_rows(np.arange(len(cols), dtype=">u4"), 4).to_pylist()
-    out.add("subs", list(zip(sid_keys, _sub_values(cols), strict=True)))
-    out.add("ids", list(zip(cols.keys, sid_keys, strict=True)))
-    out.add(NEEDED.db, _column(NEEDED, cols.counts))
+    sid_keys = fixed_rows(np.arange(len(full), dtype=">u4"), 4).to_pylist()
+    out.add("subs", list(zip(sid_keys, _sub_values(full), strict=True)))
+    out.add("ids", list(zip(cols.keys, sid_keys[m:], strict=True)))
+    out.add(NEEDED.db, _column(NEEDED, np.repeat(
+        [clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
-        [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
-    out.add(strids.DB, strids.chunk_records(enumerate(cols.keys)))
+        [0] * m + [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
+    out.add(strids.DB, strids.chunk_records(enumerate(full.keys)))
+    out.add(clusters.DB, rows)
+    out.add(clusters.PREDS, preds)
     heads, chunks = _spilled(out.overflow, node_bytes)
     out.add("overflow", heads)
     out.add("chunks", chunks)
-    return out, trees.next_node, len(names)
+    return out, len(full), trees.next_node, len(names)
 
 
 def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = NODE_BYTES,
@@ -331,7 +386,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
     """
     cols = subs if isinstance(subs, Columns) else Columns.from_subs(subs)
     ordered = _sorted(cols, shard_no, shards)
-    records, next_node, next_attr = _records(ordered, node_bytes)
+    records, next_sid, next_node, next_attr = _records(ordered, node_bytes)
     map_size = max(DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
     try:
@@ -340,7 +395,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
                 for name, recs in records.by_db.items():
                     txn.cursor(db=shard.dbs[name]).putmulti(recs, append=True)
                 meta = shard.dbs["meta"]
-                txn.put(b"next_sid", COUNTER.pack(len(ordered)), db=meta)
+                txn.put(b"next_sid", COUNTER.pack(next_sid), db=meta)
                 txn.put(b"next_node", COUNTER.pack(next_node), db=meta)
                 txn.put(b"next_attr", COUNTER.pack(next_attr), db=meta)
                 txn.put(NEXT_SET, COUNTER.pack(len(records.by_db["overflow"])), db=meta)

@@ -236,6 +236,12 @@ def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> No
         out.append((name, *found))
 
 
+def _canonical(preds: list) -> list:
+    """Stored core predicates (access predicate first, ``clusters``) in the order
+    ``normalize`` gives them."""
+    return normalize([(a, o, tuple(v) if o == "in" else v) for a, o, v in preds])
+
+
 def _expression(preds: list) -> str:
     """The text of stored core predicates (MessagePack gives ``in`` values as a list)."""
     return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
@@ -369,8 +375,7 @@ class Index:
                 stored = shard.existing(keys) if items else set()
                 if stored or len(set(keys)) < len(keys):
                     _first_duplicate(items, stored)
-        return sum(shard.subscribe([item[:3] for item in items], replace,
-                                   None if found is None else shard_postings(found, items))
+        return sum(shard.subscribe([item[:3] for item in items], replace)
                    for shard, items in zip(self.shards, groups, strict=True) if items)
 
     def unsubscribe(self, sub_id: int | str) -> bool:
@@ -499,7 +504,7 @@ class Index:
         preds = shard.get(idkey)
         if preds is None:
             raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
-        return preds
+        return _canonical(preds)
 
     def items(self) -> Iterator[tuple[int | str, str]]:
         """Every subscription's id and normalised expression (as ``get`` gives it), shard
@@ -508,7 +513,7 @@ class Index:
         for shard in self._live():
             for sid, raw in shard.records():
                 idkey, preds, _ = decoded(sid, raw)
-                yield decode_id(idkey), _expression(preds)
+                yield decode_id(idkey), _expression(_canonical(preds))
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._live())

@@ -100,7 +100,9 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
 
 def unsorted(sids: np.ndarray, lists: list) -> Grouped:
     """The postings, unsorted, of the predicate lists of ``sids`` (as decoded, or as
-    ``normalize`` gave them: tuples, an 'in' set a tuple); ``joined`` sorts them."""
+    ``normalize`` gave them: tuples, an 'in' set a tuple); ``joined`` sorts them. A list
+    posts its first predicate only (``subs.postings``)."""
+    lists = [preds[:1] for preds in lists]
     preds = list(chain.from_iterable(lists))
     n = len(preds)
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):

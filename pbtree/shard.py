@@ -16,7 +16,8 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import chain
 
@@ -24,7 +25,7 @@ import lmdb
 import msgpack
 import numpy as np
 
-from pbtree import idle, staged, strids
+from pbtree import clusters, idle, staged, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.ids import decode_id
@@ -32,23 +33,24 @@ from pbtree.lists import NODE_BYTES
 from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
-from pbtree.snapshot import Snapshot, count
-from pbtree.subs import Posting, decoded, sid_key, sid_keys, split_sub, stored, sub_record
-from pbtree.tree import Writer
+from pbtree.snapshot import Snapshot, matched
+from pbtree.subs import Posting, decoded, records, sid_key, sid_keys, split_sub, stored, sub_record
+from pbtree.tree import TREE_GEN, Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
-            "intids", "chunks", "staged", "dead", strids.DB)
+            "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
 #: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
-#: 8: string ids in a column (``strids``)
-VERSION = 8
+#: 8: string ids in a column (``strids``); 9: access predicates, predicate entries and
+#: check rows (``clusters``)
+VERSION = 9
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``)
-UPGRADES = (2, 3, 4, 5, 6, 7)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8)
 #: the version that brought each database a shard of an older one lacks
-ADDED = {"staged": 6, "dead": 7, strids.DB: 8}
+ADDED = {"staged": 6, "dead": 7, strids.DB: 8, clusters.DB: 9, clusters.PREDS: 9}
 #: pending sids from which a write folds them into a staged run, by default: every
 #: matching process holds the pending ones' postings in its heap
 FOLD_AT = 10_000
@@ -72,6 +74,9 @@ PURGE_SHARE = 1 / 16
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
 #: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
 KEEP_PINNED = 8
+#: the databases an upgrade to this version writes anew (``Shard._rewrite``)
+_REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "needed",
+              "intids", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
@@ -111,22 +116,21 @@ class Shard:
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
+        if readonly and version != VERSION:
+            self.env.close()
+            raise FormatVersionError(
+                f"{path}: shard format version {version} is older than this pbtree reads "
+                f"(version {VERSION}); open it for writing once, or run pbtree upgrade")
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
             for name in self.env.missing:
-                self.dbs[name] = None if readonly else self.env.env.open_db(name.encode())
+                self.dbs[name] = self.env.env.open_db(name.encode())
         elif self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
         #: the format version this open upgraded the shard from, if it did
-        self.upgraded_from = version if version != VERSION and not readonly else None
-        if version != VERSION and not readonly:  # older readers must not see what is new
-            def upgrade(txn) -> None:
-                if version < ADDED[strids.DB]:
-                    strids.fill(txn, self.dbs)
-                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
-            self.env.write(upgrade)
+        self.upgraded_from = version if version != VERSION else None
         self._attr_ids: dict[bytes, int] = {}  # committed attribute ids, as found
         self._named: dict[bytes, int] = {}  # attribute ids a write's fold gave or found
         self._lock = threading.Lock()
@@ -137,7 +141,30 @@ class Shard:
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
         self._used = time.monotonic()  # when a match or write last used the pinned snapshot
+        if version != VERSION:  # older readers must not see what is new
+            def upgrade(txn) -> None:
+                self._rewrite(txn)
+                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
+            self.env.write(upgrade)
         idle.watch(self)
+
+    def _rewrite(self, txn) -> None:
+        """Store every subscription anew, in sid order, as this version does: a shard of
+        an older version posts all its predicates and has no predicate entries."""
+        dbs = self.dbs
+        items = []
+        for sid, raw in records(txn, dbs["subs"], 0):
+            idkey, preds, _ = decoded(sid, raw)
+            items.append((decode_id(idkey), idkey, preds))
+        for name in _REWRITTEN:
+            txn.drop(dbs[name], delete=False)
+        for name in (b"next_sid", b"folded", b"merged", b"next_node", TREE_GEN):
+            txn.delete(name, db=dbs["meta"])
+        w = Writer(txn, dbs, self.node_bytes)
+        if items:
+            self._insert(w, txn, *zip(*items, strict=True))
+            self._fold(w, txn, Written(), True)
+        w.flush()
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -242,26 +269,22 @@ class Shard:
         self._writers.append((txn.id(), w))
         return w
 
-    def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool,
-                  found: Grouped | None) -> int:
+    def subscribe(self, items: list[tuple[object, bytes, list]], replace: bool) -> int:
         """Insert (id, id bytes, core predicates) in one transaction; returns how many.
 
-        Ids must be distinct within ``items``; ``found`` holds their postings, item ``k``'s
-        under sid ``k`` (None: to be grouped from the predicates when needed). The new
-        sids are pending; when they bring the pending sids to ``fold_at``
-        (``fold_due``), the same transaction folds them all.
+        Ids must be distinct within ``items``. The new sids are pending; when they bring
+        the pending sids to ``fold_at`` (``fold_due``), the same transaction folds them
+        all.
         """
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
-        mine: tuple = ()  # the last try's (first sid, count, postings) for ``Written``
+        mine: tuple = ()  # the last try's (first sid, count, predicates) for ``Written``
         folded = False  # whether the last try folded them
 
         def apply(txn) -> int:
             nonlocal mine, folded
             w = self._writer(txn)
-            mine = (w.next_sid, len(items), list(lists) if found is None
-                    else found._replace(sids=found.sids + np.uint32(w.next_sid)))
             folded = False
             old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
             if old_sids:
@@ -272,16 +295,7 @@ class Shard:
                             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                         self._forget(w, txn, int.from_bytes(old, "big"))
                 self._purge(w, txn, due=True)
-            first = w.new_sids(len(items))
-            keys = sid_keys(first, len(items))
-            pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
-            # the per-sid columns of the new sids, which are consecutive
-            w.needed.set_run(first, list(map(len, lists)))
-            w.int_ids.set_run(first, [i if isinstance(i, int) else STRING_ID for i in sub_ids])
-            w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
-            txn.cursor(db=dbs["subs"]).putmulti(
-                list(zip(keys, map(sub_record, idkeys, map(pack, lists)), strict=True)))
-            txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys, keys, strict=True)))
+            mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
                 self._fold(w, txn, self._written.plus(*mine), False)
                 folded = True
@@ -295,6 +309,47 @@ class Shard:
                 self._written.add(*mine)
 
         return self._write(apply, committed)
+
+    def _insert(self, w: Writer, txn, sub_ids: Sequence, idkeys: Sequence[bytes],
+                lists: Sequence[list]) -> tuple[int, int, list[list]]:
+        """Store subscriptions under new sids, each with its access predicate first and a
+        check row of predicate entries for the rest (``pbtree.clusters``), the entries
+        not stored yet given sids before them. Returns (first new sid, new sids, the
+        predicates of each), as ``Written`` takes them."""
+        dbs = self.dbs
+        ordered = [clusters.ordered(preds) for preds in lists]
+        by_key: dict[bytes, list] = {}
+        keyed = []
+        for preds in ordered:
+            keys = [clusters.predicate_key(p) for p in preds[1:]]
+            by_key.update(zip(keys, preds[1:], strict=True))
+            keyed.append(keys)
+        uses = Counter(chain.from_iterable(keyed))
+        entries = {bytes(k): clusters.decode_entry(v) for k, v in
+                   txn.cursor(db=dbs[clusters.PREDS]).getmulti(list(uses))}
+        new = [key for key in uses if key not in entries]
+        first = w.next_sid
+        if new:
+            at = w.new_sids(len(new))
+            entries.update((key, (at + i, 0)) for i, key in enumerate(new))
+        txn.cursor(db=dbs[clusters.PREDS]).putmulti(
+            [(key, clusters.encode_entry(entries[key][0], entries[key][1] + n))
+             for key, n in uses.items()])
+        start = w.new_sids(len(ordered))
+        w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
+        made = [[by_key[key]] for key in new] + ordered
+        idkeys = [clusters.PREDICATE_ID] * len(new) + list(idkeys)
+        kinds = [clusters.PREDICATE] * len(new) + [clusters.SUBSCRIPTION] * len(ordered)
+        w.needed.set_run(first, kinds)
+        w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
+                                                   for i in sub_ids])
+        w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
+        pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
+        txn.cursor(db=dbs["subs"]).putmulti(list(zip(
+            sid_keys(first, len(made)), map(sub_record, idkeys, map(pack, made)), strict=True)))
+        txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys[len(new):],
+                                                    sid_keys(start, len(ordered)), strict=True)))
+        return first, len(made), made
 
     def fold_due(self, pending: int) -> bool:
         """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of
@@ -338,7 +393,8 @@ class Shard:
         self._named = {}  # of this try only
         pending = w.needed.values(w.folded, w.next_sid) != 0
         place, keys, sids, strings = self._pending(w, txn, written, pending)
-        moved = int(np.count_nonzero(pending))
+        moved = int(np.count_nonzero(w.needed.values(w.folded, w.next_sid)
+                                     == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
             run = staged.peeled(txn, db, staged.staged(first, w.folded, place, keys, sids,
@@ -355,7 +411,8 @@ class Shard:
             w.add(tree_prefix(aid, family), kind, held, at)
         for run in runs:
             txn.delete(staged.run_key(run.first), db=db)
-        moved += int(np.count_nonzero(alive[:first - w.merged]))
+        moved += int(np.count_nonzero(w.needed.values(w.merged, first)
+                                      == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved
 
@@ -482,10 +539,42 @@ class Shard:
             w.remove(key[:5], key[-1], key[5:-1], keyed[key])
 
     def _forget(self, w: Writer, txn, sid: int) -> None:
-        """Delete a subscription's records. Its predicate count becomes 0, so no event
-        matches it however many of its postings remain: those in the trees stay until a
-        purge (``_purge``), its record moved to ``dead`` to find them by; a staged or
-        pending one's go at the next merge or fold."""
+        """Delete a subscription's records, and the predicate entries of its check row
+        that no other subscription uses. A sid forgotten is free (``needed`` 0), so no
+        event matches it however many of its postings remain: those in the trees stay
+        until a purge (``_purge``), its record moved to ``dead`` to find them by; a staged
+        or pending one's go at the next merge or fold."""
+        idkey = self._drop(w, txn, sid)
+        txn.delete(idkey, db=self.dbs["ids"])
+        row = w.rows.row(sid)
+        if row.size:
+            w.rows.clear(sid)
+            self._unuse(w, txn, row.tolist())
+
+    def _unuse(self, w: Writer, txn, pids: list[int]) -> None:
+        """Count one use less of each predicate entry ``pids``; drop those left unused."""
+        db = self.dbs[clusters.PREDS]
+        for pid in pids:
+            raw = txn.get(sid_key(pid), db=self.dbs["subs"])
+            preds = None if raw is None else decoded(pid, raw)[1]
+            if not preds or len(preds) != 1:
+                raise CorruptIndexError(f"{self.path}: check row names sid {pid}, which is "
+                                        f"not a predicate entry")
+            key = clusters.predicate_key(preds[0])
+            found = txn.get(key, db=db)
+            entry = None if found is None else clusters.decode_entry(found)
+            if entry is None or entry[0] != pid or entry[1] < 1:
+                raise CorruptIndexError(f"{self.path}: predicate entry {pid} is not counted "
+                                        f"in {clusters.PREDS}")
+            if entry[1] > 1:
+                txn.put(key, clusters.encode_entry(pid, entry[1] - 1), db=db)
+            else:
+                txn.delete(key, db=db)
+                self._drop(w, txn, pid)
+
+    def _drop(self, w: Writer, txn, sid: int) -> bytes:
+        """Free a sid and delete its record (kept in ``dead`` for a purge if its postings
+        are in the trees); returns its id bytes."""
         dbs = self.dbs
         key = sid_key(sid)
         raw = txn.get(key, db=dbs["subs"])
@@ -495,8 +584,8 @@ class Shard:
         if sid < w.merged:
             txn.put(key, bytes(raw), db=dbs["dead"])
         w.free_sid(sid)
-        txn.delete(idkey, db=dbs["ids"])
         txn.delete(key, db=dbs["subs"])
+        return idkey
 
     def _purge(self, w: Writer, txn, due: bool = False) -> None:
         """Remove the postings of the removed subscriptions from the trees, and their
@@ -545,7 +634,7 @@ class Shard:
             for run in cache.staged:
                 run.search(by_id, search.out)
             pending.search(event, search.out)
-            return count(txn, self.dbs, cache, search.out)
+            return matched(txn, self.dbs, cache, search.out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):
                 raise
@@ -580,10 +669,12 @@ class Shard:
             return None if raw is None else decoded(int.from_bytes(sid, "big"), raw)[1]
 
     def records(self) -> list[tuple[int, bytes]]:
-        """Every subscription record, (sid, ``subs`` value), copied in one snapshot."""
+        """Every subscription record, (sid, ``subs`` value), copied in one snapshot
+        (predicate entries left out)."""
         with self.read() as txn:
             return [(int.from_bytes(k, "big"), bytes(v))
-                    for k, v in txn.cursor(db=self.dbs["subs"])]
+                    for k, v in txn.cursor(db=self.dbs["subs"])
+                    if split_sub(v)[0] != clusters.PREDICATE_ID]
 
     def __len__(self) -> int:
         with self.read() as txn:

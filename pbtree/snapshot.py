@@ -5,9 +5,9 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree import staged, strids
+from pbtree import clusters, staged, strids
+from pbtree.clusters import PREDICATE, SUBSCRIPTION, Rows
 from pbtree.columns import INT_IDS, NEEDED, Column, grown
-from pbtree.counter import Counter
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
@@ -15,8 +15,6 @@ from pbtree.strids import StringIdTable
 from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
 
-#: predicate count of a free sid in the counter: one no event reaches
-FREE = np.iinfo(NEEDED.dtype).max
 #: the state a snapshot gives a tree the one before had flattened (``Search.attribute``
 #: walks it once, then flattens it); above any count of walks
 HOT = 1 << 30
@@ -25,22 +23,24 @@ HOT = 1 << 30
 class Snapshot:
     """What matching caches for one read snapshot of a shard (``renewed`` for the next).
 
-    Besides flattened trees, the per-sid columns as whole arrays (8 bytes per
-    sid with the counter's copy and ids that fit int32, ``IdTable``; up to an eighth more
-    once a renewal grows them, ``columns.ROOM``), so counting and id lookup are
-    vectorised; the string ids, once one is matched, in a ``StringIdTable`` (about one
+    Besides flattened trees, the per-sid columns as whole arrays (7 bytes per sid with
+    the kind of each sid, a hit mark and ids that fit int32, ``IdTable``; up to an eighth
+    more once a renewal grows them, ``columns.ROOM``), so that sorting hits and id lookup
+    are vectorised; the check rows where they lie on the map (``clusters.Rows``); the string ids, once one is matched, in a ``StringIdTable`` (about one
     byte a sid more than the longest common id); and each column's chunks as views into the
     map (about 0.4 bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "equal", "counter", "int_ids", "str_ids", "views", "remaps",
+    __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids", "views", "remaps",
                  "pending", "staged", "current", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
         self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
-        self.counter: Counter | None = None
+        self.kinds: np.ndarray | None = None  # ``needed`` of every sid (clusters.FREE ...)
+        self.hit = np.zeros(0, bool)  # a mark per sid, all False between events
+        self.rows: Rows | None = None
         self.int_ids: IdTable | None = None
         self.str_ids: StringIdTable | None = None  # read at the first string id matched
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
@@ -59,11 +59,17 @@ class Snapshot:
             self.current = True
         return self.pending
 
-    def counter_of(self, txn: lmdb.Transaction, dbs: dict) -> Counter:
-        """The counter over all sids' predicate counts (free sids: a count no event reaches)."""
-        if self.counter is None:
-            self.counter = Counter(_counts(self._read(NEEDED, txn, dbs)))
-        return self.counter
+    def kinds_of(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
+        """What each sid is: free, a subscription or a predicate entry (``clusters``)."""
+        if self.kinds is None:
+            self.kinds = self._read(NEEDED, txn, dbs)
+        return self.kinds
+
+    def rows_of(self, txn: lmdb.Transaction, dbs: dict) -> Rows:
+        """The check rows of this snapshot."""
+        if self.rows is None:
+            self.rows = Rows.read(txn, dbs)
+        return self.rows
 
     def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> IdTable:
         """Integer id (or STRING_ID) of all sids."""
@@ -106,15 +112,17 @@ class Snapshot:
             new.trees = self.hot()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
-        found = self._changed(NEEDED, txn, dbs, written) if self.counter is not None else None
+        found = self._changed(NEEDED, txn, dbs, written) if self.kinds is not None else None
         if found is not None:
             views, changed = found
-            counter = self.counter
-            if len(views) * NEEDED.size > counter.needed.size:  # its sizes depend on the sids
-                counter = Counter(grown(counter.needed, len(views) * NEEDED.size, FREE))
-            for number in changed:  # counts are u2 in the column, so they fit the counter
-                counter.assign(number * NEEDED.size, _counts(views[number]))
-            new.counter, new.views[NEEDED.db] = counter, views
+            kinds = grown(self.kinds, len(views) * NEEDED.size)
+            for number in changed:
+                kinds[number * NEEDED.size:(number + 1) * NEEDED.size] = views[number]
+            new.kinds, new.views[NEEDED.db] = kinds, views
+        new.hit = self.hit
+        if self.rows is not None:
+            new.rows = self.rows.renewed(txn, dbs,
+                                         None if written is None else written[clusters.DB])
         found = self._changed(INT_IDS, txn, dbs, written) if self.int_ids is not None \
             else None
         if found is not None:
@@ -146,21 +154,27 @@ class Snapshot:
             column.changed(txn, dbs, old, None if written is None else written[column.db])
 
 
-def _counts(needed: np.ndarray) -> np.ndarray:
-    """Predicate counts as the counter takes them: a free sid's 0 becomes FREE."""
-    return np.where(needed == 0, FREE, needed)
-
-
-def count(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
-          arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted sids whose number of satisfied predicates equals their predicate count."""
+def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
+            arrays: list[np.ndarray]) -> np.ndarray:
+    """Sorted sids of the subscriptions matched, given the sids an event hit in the trees
+    (each once): those whose access predicate held, and whose check row's predicate
+    entries were all hit (``clusters``)."""
     if not arrays:
         return sidset.EMPTY
-    counter = snapshot.counter_of(txn, dbs)
+    kinds = snapshot.kinds_of(txn, dbs)
+    hits = np.concatenate(arrays)
+    if hits.size and int(hits.max()) >= kinds.size:
+        raise ValueError("a SidSet holds a sid beyond the per-sid table")
+    kind = kinds[hits]
+    held = hits[kind == PREDICATE]
+    if snapshot.hit.size < kinds.size:
+        snapshot.hit = np.zeros(kinds.size, bool)
+    hit = snapshot.hit
+    hit[held] = True
     try:
-        return counter.matches(arrays)
-    except BaseException as exc:
-        snapshot.counter = None  # left half-counted: the next event reloads it
-        if isinstance(exc, IndexError):
-            raise ValueError("a SidSet holds a sid beyond the predicate counts") from None
-        raise
+        return snapshot.rows_of(txn, dbs).matched(hits[kind == SUBSCRIPTION].astype(np.int64),
+                                                  hit)
+    except IndexError:
+        raise ValueError("a check row names a sid beyond the per-sid table") from None
+    finally:
+        hit[held] = False

@@ -33,8 +33,10 @@ CACHED_CHARS = 64
 
 
 def postings(preds: list) -> Iterator[Posting]:
-    """Where each core predicate is stored (DESIGN §3): one posting per place."""
-    for attr, op, value in preds:
+    """Where a record's first predicate, the only one it posts (its access predicate, or
+    a predicate entry's one: ``pbtree.clusters``), is stored (DESIGN §3): one posting per
+    place."""
+    for attr, op, value in preds[:1]:
         name = attr.encode("utf-8")
         for v in value if op == "in" else (value,):
             family, payload = constant(v)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import lmdb
 import numpy as np
 
-from pbtree import delta
+from pbtree import clusters, delta
 from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
 from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
@@ -104,6 +104,7 @@ class Writer:
         self.needed = ColumnWriter(NEEDED, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         self.str_ids = StringIdWriter(txn, dbs)
+        self.rows = clusters.RowsWriter(txn, dbs)
         meta = dbs["meta"]
         self.next_sid = read_counter(txn, meta, b"next_sid")
         self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
@@ -565,7 +566,7 @@ class Writer:
     def chunks(self) -> dict[str, set[int]]:
         """The chunks of each per-sid column this writer changed, by column database."""
         return {**{writer.column.db: set(writer.dirty) for writer in (self.needed, self.int_ids)},
-                STRIDS: set(self.str_ids.dirty)}
+                STRIDS: set(self.str_ids.dirty), clusters.DB: set(self.rows.dirty)}
 
     def flush(self) -> None:
         self._write_records()
@@ -601,6 +602,7 @@ class Writer:
         for node_id in self.dropped - self.nodes.keys():
             txn.delete(node_key(node_id), db=dbs["nodes"])
         self.needed.flush()
+        self.rows.flush()
         self.int_ids.flush()
         self.str_ids.flush()
         meta = dbs["meta"]

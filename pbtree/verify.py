@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import numpy as np
 
-from pbtree import delta, staged, strids
+from pbtree import clusters, delta, staged, strids
 from pbtree.columns import INT_IDS, NEEDED, STRING_ID
 from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
@@ -40,7 +40,9 @@ def shard_stats(shard) -> dict:
         pending = staged = 0
         meta = dbs["meta"]
         folded = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
-        for sid, _, preds, _ in stored(txn, dbs["subs"], read_merged(txn, meta, folded)):
+        for sid, idkey, preds, _ in stored(txn, dbs["subs"], read_merged(txn, meta, folded)):
+            if idkey == clusters.PREDICATE_ID:
+                continue
             if sid < folded:
                 staged += 1
             else:
@@ -52,8 +54,12 @@ def shard_stats(shard) -> dict:
             "dead": 0 if dbs["dead"] is None else txn.stat(dbs["dead"])["entries"],
             "pending": pending,
             "staged": staged,
-            "predicates": int(sum(c.sum(dtype=np.int64)
-                                  for c in NEEDED.chunks(txn, dbs).values())),
+            # core predicates of the subscriptions: the access ones, and the check rows'
+            "predicates": txn.stat(dbs["ids"])["entries"] + sum(
+                int(np.frombuffer(raw, "<u4", 1, 4 * (clusters.ROW_CHUNK - 1))[0])
+                for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
+            # distinct predicates of the check rows, each stored once
+            "predicate_entries": txn.stat(dbs[clusters.PREDS])["entries"],
             "attribute_names": used,
             "leaf_items": txn.stat(dbs["leaf"])["entries"],
             "overflow_sidsets": txn.stat(dbs["overflow"])["entries"],
@@ -306,36 +312,84 @@ class _Checker:
         expected: dict[tuple, list[int]] = defaultdict(list)
         string_ids: dict[int, bytes] = {}
         live = 0
+        rows = self.rows()
+        entries = {bytes(k): clusters.decode_entry(v)
+                   for k, v in txn.cursor(db=dbs[clusters.PREDS])}
+        uses: Counter = Counter()
+        users = 0
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
-            skey = sid_key(sid)
-            if bytes(txn.get(idkey, db=dbs["ids"]) or b"") != skey:
-                self.fail(f"sid {sid}: id records disagree")
-            if shard_of(bytes(idkey), self.shards) != self.number:
-                self.fail(f"sid {sid}: id hashes to another shard")
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")
             chunk = needed.get(sid // NEEDED.size)
-            if chunk is None or chunk[sid % NEEDED.size] != len(preds):
-                self.fail(f"sid {sid}: predicate count disagrees with {len(preds)}")
-            sub_id = decode_id(idkey)
+            kind = None if chunk is None else chunk[sid % NEEDED.size]
             chunk = int_ids.get(sid // INT_IDS.size)
-            if chunk is None or chunk[sid % INT_IDS.size] != (
-                    sub_id if isinstance(sub_id, int) else STRING_ID):
-                self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")
-            if isinstance(sub_id, str):
-                string_ids[sid] = bytes(idkey[1:])
+            int_id = None if chunk is None else chunk[sid % INT_IDS.size]
+            row = rows.pop(sid, [])
+            if bytes(idkey) == clusters.PREDICATE_ID:
+                key = clusters.predicate_key(preds[0]) if len(preds) == 1 else b""
+                if len(preds) != 1 or entries.get(key, (None,))[0] != sid:
+                    self.fail(f"sid {sid}: a predicate entry not recorded in "
+                              f"{clusters.PREDS}")
+                if kind != clusters.PREDICATE or int_id != 0 or row:
+                    self.fail(f"sid {sid}: the per-sid columns of a predicate entry disagree")
+            else:
+                if bytes(txn.get(idkey, db=dbs["ids"]) or b"") != sid_key(sid):
+                    self.fail(f"sid {sid}: id records disagree")
+                if shard_of(bytes(idkey), self.shards) != self.number:
+                    self.fail(f"sid {sid}: id hashes to another shard")
+                if kind != clusters.SUBSCRIPTION:
+                    self.fail(f"sid {sid}: the needed column does not mark a subscription")
+                self.check_row(sid, preds, row, entries)
+                uses.update(map(clusters.predicate_key, preds[1:]))
+                sub_id = decode_id(idkey)
+                if int_id != (sub_id if isinstance(sub_id, int) else STRING_ID):
+                    self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")
+                if isinstance(sub_id, str):
+                    string_ids[sid] = bytes(idkey[1:])
+                users += 1
             live += 1
             if sid >= folded:  # pending: its postings are not in the trees yet
                 continue
             self.places(f"sid {sid}", sid, found, attrs,
                         expected if sid < merged else self.staged)
+        for key, (sid, count) in entries.items():
+            if uses[key] != count:
+                self.fail(f"predicate entry {sid} counts {count} uses, not {uses[key]}")
+        if rows:
+            self.fail(f"sid {min(rows)} has a check row but is no subscription")
         self.string_ids(string_ids)
         if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
-            self.fail("predicate counts exist for removed subscriptions")
+            self.fail("the needed column marks removed subscriptions")
         self.dead(attrs, needed, merged, expected)
-        if txn.stat(dbs["ids"])["entries"] != live:
+        if txn.stat(dbs["ids"])["entries"] != users:
             self.fail("ids database has a different number of records than subs")
         return expected
+
+    def rows(self) -> dict[int, list[int]]:
+        """The non-empty check rows by sid, each rows record sound."""
+        out: dict[int, list[int]] = {}
+        for key, raw in self.txn.cursor(db=self.dbs[clusters.DB]):
+            number = int.from_bytes(key, "big")
+            try:
+                lengths, pids = clusters.decode_chunk(raw)
+            except CorruptIndexError as exc:
+                self.fail(f"check rows record {number}: {exc}")
+            if not lengths.any():
+                self.fail(f"check rows record {number} holds no row")
+            ends = np.cumsum(lengths).tolist()
+            for at, (start, end) in enumerate(zip([0, *ends], ends, strict=False)):
+                if end > start:
+                    out[number * clusters.ROW_CHUNK + at] = pids[start:end].tolist()
+        return out
+
+    def check_row(self, sid: int, preds: list, row: list[int],
+                  entries: dict[bytes, tuple[int, int]]) -> None:
+        """A subscription's check row names, in order, the predicate entries of all its
+        predicates but the first."""
+        want = [entries.get(clusters.predicate_key(p), (None,))[0] for p in preds[1:]]
+        if row != want:
+            self.fail(f"sid {sid}: check row {row} does not name the predicate entries "
+                      f"{want} of its predicates after the first")
 
     def string_ids(self, want: dict[int, bytes]) -> None:
         """The string id column holds exactly the string ids of the live sids, and no chunk

@@ -1,0 +1,283 @@
+"""Access predicates and check rows: how a shard keeps a subscription's predicates.
+
+Each subscription posts one predicate to the trees, its **access predicate**: the one
+least likely to hold (``estimate``). Each of its other predicates is a **predicate
+entry**: a sid of its own whose record holds that one predicate, posted to the trees
+like any other, stored once however many subscriptions use it (``preds`` maps the
+predicate to its sid and the number of subscriptions using it). A subscription's
+**check row** lists the sids of its other predicates, the least likely to hold first.
+
+An event's hits in the trees are then of two kinds: subscriptions whose access predicate
+holds (the candidates) and predicate entries that hold. A candidate matches when every
+sid of its check row was hit: a few array steps over the candidates, whatever the number
+of subscriptions (Fabret et al.'s clustering; DESIGN §8.1).
+
+The check rows live in the ``rows`` database, ROW_CHUNK sids a record: u4 end offsets
+of the rows, then the u4 sids they list. Matching reads them where they lie in LMDB's map
+(``Rows``), without copying them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from collections.abc import Sequence
+
+import lmdb
+import msgpack
+import numpy as np
+
+from pbtree.errors import CorruptIndexError
+from pbtree.expr import OPS_CORE
+
+#: the rows database, and the predicate entries' (predicate -> sid and uses)
+DB, PREDS = "rows", "preds"
+#: sids per rows record: its header of end offsets (4 KiB) puts every record on
+#: overflow pages of its own, so that its words are aligned on the map
+ROW_CHUNK = 1024
+#: what the ``needed`` column holds per sid: a free sid, a subscription, a predicate entry
+FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
+#: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
+PREDICATE_ID = b"p"
+#: the longest ``preds`` key (LMDB's limit is 511 bytes)
+MAX_KEY = 400
+#: the estimated chance that an equality holds, for want of statistics: an event's value
+#: is one of an attribute's about a hundred
+EQ_SHARE = 0.01
+#: ... that a range (<, <=, >, >=) holds: a third of the domain
+RANGE_SHARE = 0.3
+
+_RANK = {op: rank for rank, op in enumerate(OPS_CORE)}
+_WORDS = np.dtype("<u4")
+_EMPTY = np.zeros(0, np.int64)
+
+
+def estimate(pred: Sequence) -> float:
+    """The estimated chance that a core predicate holds for an event (DESIGN §8.1): an
+    equality a small share, an ``in`` that share per value, a range more, ``!=`` most."""
+    op = pred[1]
+    if op == "=":
+        return EQ_SHARE
+    if op == "in":
+        return EQ_SHARE * len(pred[2])
+    if op == "!=":
+        return 1 - EQ_SHARE
+    return RANGE_SHARE
+
+
+def estimates(op: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``estimate`` of many predicates: their operators' ranks (``OPS_CORE``) and their
+    constants' sizes (values of an ``in``, else 1)."""
+    out = np.full(op.size, RANGE_SHARE)
+    out[op == _RANK["="]] = EQ_SHARE
+    is_in = op == _RANK["in"]
+    out[is_in] = EQ_SHARE * sizes[is_in]
+    out[op == _RANK["!="]] = 1 - EQ_SHARE
+    return out
+
+
+def ordered(preds: Sequence) -> list:
+    """A subscription's core predicates, the least likely to hold first: the first is its
+    access predicate, the rest its check row in order (ties keep their given order)."""
+    if len(preds) == 1:
+        return list(preds)
+    return sorted(preds, key=estimate)
+
+
+def predicate_key(pred: Sequence) -> bytes:
+    """A core predicate's key in ``preds``: its MessagePack (``in`` values as a list), or
+    when longer than LMDB takes a key, its first bytes and a 16-byte BLAKE2 digest."""
+    attr, op, value = pred
+    packed = msgpack.packb([attr, op, list(value) if op == "in" else value])
+    if len(packed) <= MAX_KEY:
+        return packed
+    return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
+
+
+def encode_entry(sid: int, refs: int) -> bytes:
+    """A ``preds`` value: the predicate entry's sid and how many subscriptions use it."""
+    return sid.to_bytes(4, "little") + refs.to_bytes(4, "little")
+
+
+def decode_entry(raw: bytes | memoryview) -> tuple[int, int]:
+    """(sid, uses) of a ``preds`` value."""
+    if len(raw) != 8:
+        raise CorruptIndexError("a predicate entry record is not 8 bytes")
+    raw = bytes(raw)
+    return int.from_bytes(raw[:4], "little"), int.from_bytes(raw[4:], "little")
+
+
+def chunk_key(number: int) -> bytes:
+    return number.to_bytes(4, "big")
+
+
+def encode_chunk(lengths: np.ndarray, pids: np.ndarray) -> bytes:
+    """A rows record: the u4 end offset of each of ROW_CHUNK rows, then their sids."""
+    return np.cumsum(lengths, dtype=np.int64).astype(_WORDS).tobytes() + \
+        pids.astype(_WORDS).tobytes()
+
+
+def decode_chunk(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+    """(row lengths, sids listed) of a rows record; CorruptIndexError if they disagree."""
+    words = np.frombuffer(raw, _WORDS) if len(raw) % 4 == 0 else None
+    if words is None or words.size < ROW_CHUNK:
+        raise CorruptIndexError("a check rows record is truncated")
+    ends = words[:ROW_CHUNK].astype(np.int64)
+    lengths = np.diff(ends, prepend=0)
+    if (lengths < 0).any() or ends[-1] != words.size - ROW_CHUNK:
+        raise CorruptIndexError("a check rows record's offsets do not cut its sids")
+    return lengths, words[ROW_CHUNK:].astype(np.int64)
+
+
+class RowsWriter:
+    """Changes to the check rows inside one write transaction, put at ``flush``."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
+        self.txn, self.db = txn, dbs[DB]
+        self.dirty: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _read(self, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row lengths, sids) of a record as this transaction sees it."""
+        found = self.dirty.get(number)
+        if found is None:
+            raw = self.txn.get(chunk_key(number), db=self.db)
+            found = decode_chunk(raw) if raw is not None else (
+                np.zeros(ROW_CHUNK, np.int64), _EMPTY)
+        return found
+
+    def _chunk(self, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_read``, to be written back at ``flush``."""
+        found = self.dirty[number] = self._read(number)
+        return found
+
+    def row(self, sid: int) -> np.ndarray:
+        """The check row of ``sid``, as this transaction sees it."""
+        number, at = divmod(sid, ROW_CHUNK)
+        lengths, pids = self._read(number)
+        start = int(lengths[:at].sum())
+        return pids[start:start + int(lengths[at])]
+
+    def set_run(self, first: int, rows: list[list[int]]) -> None:
+        """Give the new sids from ``first`` on their rows (sids after them have none yet)."""
+        done = 0
+        while done < len(rows):
+            number, at = divmod(first + done, ROW_CHUNK)
+            n = min(ROW_CHUNK - at, len(rows) - done)
+            part = rows[done:done + n]
+            lengths, pids = self._chunk(number)
+            if lengths[at:].any():
+                raise CorruptIndexError(f"sid {first + done} is new but has a check row")
+            lengths = lengths.copy()
+            lengths[at:at + n] = list(map(len, part))
+            flat = np.fromiter((p for row in part for p in row), np.int64)
+            self.dirty[number] = (lengths, np.concatenate((pids, flat)))
+            done += n
+
+    def clear(self, sid: int) -> None:
+        """Empty the check row of a removed subscription."""
+        number, at = divmod(sid, ROW_CHUNK)
+        lengths, pids = self._chunk(number)
+        if lengths[at]:
+            start = int(lengths[:at].sum())
+            pids = np.delete(pids, np.s_[start:start + int(lengths[at])])
+            lengths = lengths.copy()
+            lengths[at] = 0
+            self.dirty[number] = (lengths, pids)
+
+    def flush(self) -> None:
+        for number, (lengths, pids) in self.dirty.items():
+            if lengths.any():
+                self.txn.put(chunk_key(number), encode_chunk(lengths, pids), db=self.db)
+            else:
+                self.txn.delete(chunk_key(number), db=self.db)
+
+
+def _address(view: memoryview) -> int:
+    return np.frombuffer(view, np.uint8).ctypes.data
+
+
+class Rows:
+    """The check rows of one read snapshot, where they lie in the map.
+
+    ``at[n]`` is the word offset of rows record ``n`` in ``words``, one u4 array over the
+    span of the map that holds them all (-1: no record, all its rows empty). The span is
+    valid while the snapshot is open and the map not moved, as are the views the matcher
+    keeps of flattened trees; the Snapshot that owns it is dropped otherwise. Records whose
+    words are not aligned (never seen: each lies on overflow pages of its own) are copied.
+    """
+
+    __slots__ = ("views", "addresses", "words", "at", "held")
+
+    def __init__(self, views: dict[int, memoryview]) -> None:
+        self.views = views  # record number -> its value on the map
+        self.addresses = {n: _address(v) for n, v in views.items()}
+        count = max(views, default=-1) + 1
+        self.at = np.full(count, -1, np.int64)
+        self.held: list[np.ndarray] = []
+        if not views:
+            self.words = np.zeros(0, _WORDS)
+            return
+        base = min(self.addresses.values()) & ~3
+        end = max(self.addresses[n] + len(v) for n, v in views.items())
+        aligned = all(a % 4 == 0 for a in self.addresses.values())
+        if aligned:
+            span = (ctypes.c_char * (end - base)).from_address(base)
+            self.words = np.frombuffer(span, _WORDS, (end - base) // 4)
+            for n, a in self.addresses.items():
+                self.at[n] = (a - base) // 4
+        else:
+            self.words = np.frombuffer(b"".join(bytes(v) for v in views.values()), _WORDS)
+            offset = 0
+            for n, v in views.items():
+                self.at[n] = offset
+                offset += len(v) // 4
+
+    @classmethod
+    def read(cls, txn: lmdb.Transaction, dbs: dict) -> Rows:
+        return cls({int.from_bytes(k, "big"): v for k, v in txn.cursor(db=dbs[DB])})
+
+    def renewed(self, txn: lmdb.Transaction, dbs: dict, written: set[int] | None) -> Rows:
+        """The rows of ``txn``, a newer snapshot begun while this one's is open: records
+        no commit since wrote (``written``) are the same pages, kept."""
+        if written is None:
+            return Rows.read(txn, dbs)
+        views = dict(self.views)
+        db = dbs[DB]
+        for n in written:
+            raw = txn.get(chunk_key(n), db=db)
+            if raw is None:
+                views.pop(n, None)
+            else:
+                views[n] = raw
+        return Rows(views)
+
+    def matched(self, candidates: np.ndarray, hit: np.ndarray) -> np.ndarray:
+        """Those of the sorted ``candidates`` whose check row's sids are all ``hit``
+        (a bool per sid), one row position at a time over the candidates left."""
+        number = candidates // ROW_CHUNK
+        inside = number < self.at.size
+        at = np.full(candidates.size, -1, np.int64)
+        at[inside] = self.at[number[inside]]
+        has = at >= 0
+        done = [candidates[~has]]  # in records absent: no row, nothing to check
+        cands, at = candidates[has], at[has]
+        local = cands % ROW_CHUNK
+        words = self.words
+        end = words[at + local].astype(np.int64)
+        start = np.where(local > 0, words[at + local - 1], 0).astype(np.int64)
+        pos, left = at + ROW_CHUNK + start, end - start
+        k = 0
+        while cands.size:
+            finished = left <= k
+            if finished.any():
+                done.append(cands[finished])
+                keep = ~finished
+                cands, pos, left = cands[keep], pos[keep], left[keep]
+                if not cands.size:
+                    break
+            ok = hit[words[pos + k]]
+            cands, pos, left = cands[ok], pos[ok], left[ok]
+            k += 1
+        out = np.concatenate(done) if len(done) > 1 else done[0]
+        out.sort()
+        return out

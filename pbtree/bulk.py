@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
 
@@ -28,7 +28,7 @@ from pbtree.expr import OPS_CORE
 from pbtree.ids import encode_id, shard_of
 from pbtree.lists import NODE_BYTES
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
-from pbtree.shard import Shard
+from pbtree.shard import ESTIMATES, Shard
 from pbtree.staging import fsync_dir
 from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from pbtree.tree import COUNTER, is_packed
@@ -286,15 +286,45 @@ def _sub_values(cols: Columns) -> list[bytes]:
     return pc.binary_join_element_wise(lengths, keys, headers, bodies, b"").to_pylist()
 
 
-def _clustered(cols: Columns) -> tuple[Columns, Columns, list[Record], list[Record]]:
+def own_estimates(cols: Columns) -> clusters.Estimates:
+    """``clusters.Estimates.of_predicates`` of ``cols``, each distinct (attribute,
+    constant) weighed once with its count."""
+    pairs, counts = np.unique(cols.attr * max(len(cols.consts), 1) + cols.const,
+                              return_counts=True)
+    attr, const = np.divmod(pairs, max(len(cols.consts), 1))
+
+    def values():
+        for a, c, times in zip(attr.tolist(), const.tolist(), counts.tolist(), strict=True):
+            value = cols.consts[c]
+            for v in value if value.__class__ is tuple else (value,):
+                yield cols.attrs[a], v, times
+
+    return clusters.Estimates(len(cols), clusters.Estimates.of(0, values()).attrs)
+
+
+def _scores(cols: Columns, estimates: clusters.Estimates | None) -> np.ndarray:
+    """``estimates.estimate`` (``clusters.estimate`` without) of every predicate of
+    ``cols``, once per distinct one."""
+    estimate = clusters.estimate if estimates is None else estimates.estimate
+    size = max(len(cols.consts), 1)
+    triple = (cols.attr * len(OPS_CORE) + cols.op) * size + cols.const
+    unique, index = np.unique(triple, return_inverse=True)
+    rest, const = np.divmod(unique, size)
+    attr, op = np.divmod(rest, len(OPS_CORE))
+    found = [estimate((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+             for a, o, c in zip(attr.tolist(), op.tolist(), const.tolist(), strict=True)]
+    return np.array(found, dtype=np.float64)[index.reshape(-1)]
+
+
+def _clustered(cols: Columns, estimates: clusters.Estimates | None
+               ) -> tuple[Columns, Columns, list[Record], list[Record]]:
     """``cols`` as a shard stores them (``pbtree.clusters``): every predicate entry, then
     every subscription with its predicates in ``clusters.ordered``'s order, as records
     take them; the same with only the first predicate of each, as the trees take them;
     and the records of the check rows and of the predicate entries."""
     n = len(cols)
-    _, _, _, size = _members(cols.consts, cols.members)
     sub = np.repeat(np.arange(n, dtype=np.int64), cols.counts)
-    score = clusters.estimates(cols.op, size[cols.const])
+    score = _scores(cols, estimates)
     order = np.lexsort((np.arange(sub.size), score, sub))
     attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
     first = np.zeros(sub.size, dtype=bool)
@@ -335,11 +365,13 @@ def _clustered(cols: Columns) -> tuple[Columns, Columns, list[Record], list[Reco
     return full, posted, rows, preds
 
 
-def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int, int]:
+def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | None
+             ) -> tuple[Records, int, int, int]:
     """All records of a shard holding ``cols`` (subscriptions in sid order, after the
-    predicate entries); also the sid, node and attr counters."""
+    predicate entries), access predicates chosen by ``estimates``; also the sid, node and
+    attr counters."""
     out = Records()
-    full, posted, rows, preds = _clustered(cols)
+    full, posted, rows, preds = _clustered(cols, estimates)
     m = len(full) - len(cols)
     names, keys, codes, sids = _postings(posted)
     out.add("attrs", [(name.encode("utf-8"), n.to_bytes(4, "little"))
@@ -378,15 +410,20 @@ def _records(cols: Columns, node_bytes: int) -> tuple[Records, int, int, int]:
 
 
 def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = NODE_BYTES,
-                shard_no: int = 0, shards: int = 1) -> dict:
+                shard_no: int = 0, shards: int = 1,
+                estimates: clusters.Estimates | None = None) -> dict:
     """Write a new shard environment at ``path`` holding ``subs``; returns its counts.
 
     ``subs`` are (id, encoded id, core predicates) as ``pbtree.core.normalize`` gives them,
-    or the same as ``Columns``; each id must hash to ``shard_no`` of ``shards``.
+    or the same as ``Columns``; each id must hash to ``shard_no`` of ``shards``. Access
+    predicates are chosen by ``estimates``, by default those of the subscriptions' own
+    constants (``own_estimates``), which the shard keeps for later subscriptions.
     """
     cols = subs if isinstance(subs, Columns) else Columns.from_subs(subs)
     ordered = _sorted(cols, shard_no, shards)
-    records, next_sid, next_node, next_attr = _records(ordered, node_bytes)
+    if estimates is None and len(ordered):
+        estimates = own_estimates(ordered)
+    records, next_sid, next_node, next_attr = _records(ordered, node_bytes, estimates)
     map_size = max(DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
     try:
@@ -399,6 +436,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
                 txn.put(b"next_node", COUNTER.pack(next_node), db=meta)
                 txn.put(b"next_attr", COUNTER.pack(next_attr), db=meta)
                 txn.put(NEXT_SET, COUNTER.pack(len(records.by_db["overflow"])), db=meta)
+                txn.put(ESTIMATES, estimates.encode(), db=meta)
 
             shard.env.write(load)
     finally:
@@ -412,20 +450,22 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
             "packed_trees": sum(is_packed(v) for _, v in records.by_db.get("trees", ()))}
 
 
-def _build_into(path: str, groups: list[list[Sub]], node_bytes: int) -> None:
+def _build_into(path: str, groups: list[list[Sub]], node_bytes: int,
+                estimates: clusters.Estimates | None) -> None:
     """Every shard of ``groups`` in the directory ``path``, then its manifest."""
     for n, subs in enumerate(groups):
         build_shard(shard_dir(path, n), subs, node_bytes=node_bytes, shard_no=n,
-                    shards=len(groups))
+                    shards=len(groups), estimates=estimates)
     write_manifest(path, new_manifest(len(groups), node_bytes, created_by="bulk"))
 
 
 def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
-          shards: int = 1, node_bytes: int = NODE_BYTES) -> int:
+          shards: int = 1, node_bytes: int = NODE_BYTES,
+          sample: Iterable[Mapping] | None = None) -> int:
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 
-    Behaves like ``pbtree.create`` followed by ``subscribe_many``, much faster; returns
-    the number of subscriptions. The index is built in a hidden directory inside ``path``
+    Behaves like ``pbtree.create`` followed by ``subscribe_many`` and ``recluster(sample)``,
+    much faster; returns the number of subscriptions. The index is built in a hidden directory inside ``path``
     and moved up when complete, its manifest last (until then ``path`` is no index): a
     failed build leaves ``path`` as it was, absent or empty.
     """
@@ -445,7 +485,8 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     os.makedirs(path, exist_ok=True)
     work = tempfile.mkdtemp(prefix=".build-", dir=path)
     try:
-        _build_into(work, groups, node_bytes)
+        _build_into(work, groups, node_bytes,
+                    None if sample is None else clusters.Estimates.of_events(list(sample)))
         for name in sorted(os.listdir(work)):  # shards first, the manifest last
             os.rename(os.path.join(work, name), os.path.join(path, name))
         os.rmdir(work)
@@ -456,4 +497,4 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     return sum(len(subs) for subs in groups)
 
 
-__all__ = ["Columns", "build", "build_shard", "const_key"]
+__all__ = ["Columns", "build", "build_shard", "const_key", "own_estimates"]

@@ -230,6 +230,31 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recluster(args: argparse.Namespace) -> int:
+    events = None
+    if args.events is not None:
+        source = Source(args.events, events=True)
+        events = []
+        for record in source.records():
+            if record is None:
+                continue
+            n, event = record
+            if isinstance(event, Bad) or not isinstance(event, dict):
+                reason = event.message if isinstance(event, Bad) else "not a JSON object"
+                raise CliError(f"{source.where(n)}: {reason}")
+            events.append(event)
+            if len(events) >= args.sample:
+                break
+    with pbtree.open(args.index) as index:
+        index.recluster(events)
+        count = len(index)
+    basis = "the subscriptions' own constants" if events is None else \
+        f"{plural(len(events), 'sample event')}"
+    note(args, f"{args.index}: chose the access predicates of "
+               f"{plural(count, 'subscription')} by {basis}")
+    return 0
+
+
 def cmd_fold(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
         folded = index.fold()
@@ -760,6 +785,18 @@ def build_parser() -> Parser:
                  "opening it for writes does the same)",
                  "pbtree upgrade alerts.pbt")
     p.add_argument("index", metavar="INDEX")
+
+    p = _command(sub, "recluster", cmd_recluster,
+                 "choose each subscription's access predicate (the one the trees hold; the "
+                 "others are checked on the candidates it brings) anew: the predicate least "
+                 "often true in a sample of events, or among the subscriptions' own constants",
+                 "pbtree recluster alerts.pbt --events recent.jsonl")
+    p.add_argument("index", metavar="INDEX")
+    p.add_argument("--events", metavar="FILE",
+                   help="sample events, JSON Lines or Parquet (default: no sample; the "
+                        "subscriptions' constants stand for the events)")
+    p.add_argument("--sample", type=int, default=10_000, metavar="N",
+                   help="events read from FILE at most (default 10,000)")
 
     p = _command(sub, "fold", cmd_fold,
                  "move pending and staged subscriptions into the trees, and removed ones' "

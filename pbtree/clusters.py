@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 
 import lmdb
 import msgpack
@@ -29,12 +31,16 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import OPS_CORE
+from pbtree.nested import flattened
+from pbtree.values import searched
+from storage.keys import const_payload
 
 #: the rows database, and the predicate entries' (predicate -> sid and uses)
 DB, PREDS = "rows", "preds"
 #: sids per rows record: its header of end offsets (4 KiB) puts every record on
 #: overflow pages of its own, so that its words are aligned on the map
 ROW_CHUNK = 1024
+_CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: what the ``needed`` column holds per sid: a free sid, a subscription, a predicate entry
 FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
@@ -47,14 +53,19 @@ EQ_SHARE = 0.01
 #: ... that a range (<, <=, >, >=) holds: a third of the domain
 RANGE_SHARE = 0.3
 
+#: payloads an estimate keeps per attribute and family
+SAMPLE_KEYS = 1024
+#: the weight of the static estimate added to a sampled one, to break its ties
+TIE = 1e-9
 _RANK = {op: rank for rank, op in enumerate(OPS_CORE)}
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
 
 
 def estimate(pred: Sequence) -> float:
-    """The estimated chance that a core predicate holds for an event (DESIGN §8.1): an
-    equality a small share, an ``in`` that share per value, a range more, ``!=`` most."""
+    """The estimated chance that a core predicate holds for an event, for want of
+    statistics (DESIGN §8.1): an equality a small share, an ``in`` that share per value, a
+    range more, ``!=`` most."""
     op = pred[1]
     if op == "=":
         return EQ_SHARE
@@ -65,23 +76,114 @@ def estimate(pred: Sequence) -> float:
     return RANGE_SHARE
 
 
-def estimates(op: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """``estimate`` of many predicates: their operators' ranks (``OPS_CORE``) and their
-    constants' sizes (values of an ``in``, else 1)."""
-    out = np.full(op.size, RANGE_SHARE)
-    out[op == _RANK["="]] = EQ_SHARE
-    is_in = op == _RANK["in"]
-    out[is_in] = EQ_SHARE * sizes[is_in]
-    out[op == _RANK["!="]] = 1 - EQ_SHARE
-    return out
+class Estimates:
+    """What a sample of events (or of the subscriptions' own constants) says about each
+    attribute: how many of ``n`` samples hold it, and per family of value how many do and
+    a sorted sample of their search payloads (at most SAMPLE_KEYS, evenly spread)."""
+
+    def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, tuple[int, list[bytes]]]]]
+                 ) -> None:
+        self.n, self.attrs = max(n, 1), attrs
+
+    @classmethod
+    def of(cls, n: int, values: Iterable[tuple[str, object, int]]) -> Estimates:
+        """The estimates of ``n`` samples holding these (attribute, value, times) triples:
+        each attribute once per sample it is in (more if repeated in one)."""
+        weights: dict[str, dict[int, dict[bytes, int]]] = {}
+        for attr, value, times in values:
+            found = searched(value)
+            if found is not None:
+                keys = weights.setdefault(attr, {}).setdefault(found[0], {})
+                keys[found[1]] = keys.get(found[1], 0) + times
+        attrs = {}
+        for attr, fams in weights.items():
+            held = {}
+            for family, counts in fams.items():
+                keys = sorted(counts)
+                ends = np.cumsum([counts[k] for k in keys])
+                total = int(ends[-1])
+                if len(keys) > SAMPLE_KEYS:  # evenly spread over the weight
+                    at = np.searchsorted(ends, np.linspace(0, total - 1, SAMPLE_KEYS), "right")
+                    keys = [keys[i] for i in at.tolist()]
+                else:
+                    keys = list(chain.from_iterable([k] * max(1, round(SAMPLE_KEYS * counts[k]
+                                                                       / total))
+                                                    for k in keys))
+                held[family] = (total, keys)
+            attrs[attr] = (sum(c for c, _ in held.values()), held)
+        return cls(n, attrs)
+
+    @classmethod
+    def of_predicates(cls, subs: Iterable[Sequence]) -> Estimates:
+        """The estimates of the subscriptions' own constants: each subscription a sample
+        holding each constant of its core predicates (the values of an ``in`` each)."""
+        n = 0
+
+        def values() -> Iterator[tuple[str, object, int]]:
+            nonlocal n
+            for preds in subs:
+                n += 1
+                for attr, op, value in preds:
+                    for v in value if op == "in" else (value,):
+                        yield attr, v, 1
+
+        attrs = cls.of(0, values()).attrs
+        return cls(n, attrs)
+
+    @classmethod
+    def of_events(cls, events: Sequence[Mapping]) -> Estimates:
+        """The estimates of a sample of events (nested objects by their dotted names)."""
+        return cls.of(len(events), ((attr, value, 1) for e in events
+                                    for attr, value in flattened(e).items()))
+
+    def encode(self) -> bytes:
+        return msgpack.packb([self.n, {a: [c, {f: list(v) for f, v in fams.items()}]
+                                       for a, (c, fams) in self.attrs.items()}])
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Estimates:
+        try:
+            n, attrs = msgpack.unpackb(raw, strict_map_key=False)
+            return cls(n, {a: (c, {int(f): (v[0], v[1]) for f, v in fams.items()})
+                           for a, (c, fams) in attrs.items()})
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            raise CorruptIndexError(f"the stored selectivity estimates are damaged ({exc})") \
+                from None
+
+    def estimate(self, pred: Sequence) -> float:
+        """The share of the samples a core predicate holds for; the static ``estimate``
+        breaks ties and stands in, scaled down, where the samples lack the attribute."""
+        attr, op, value = pred
+        static = estimate(pred)
+        found = self.attrs.get(attr)
+        if found is None:
+            return static / (2 * self.n)
+        if op == "in":
+            return sum(self._share(found[1], "=", v) for v in value) + static * TIE
+        return self._share(found[1], op, value) + static * TIE
+
+    def _share(self, fams: dict[int, tuple[int, list[bytes]]], op: str, value: object
+               ) -> float:
+        family, payload = const_payload(value)
+        count, keys = fams.get(family, (0, []))
+        if not keys:
+            return 0.0
+        k, share = len(keys), count / self.n
+        lo, hi = bisect_left(keys, payload), bisect_right(keys, payload)
+        if op == "=":
+            return max(hi - lo, 0.5) / k * share
+        if op == "!=":
+            return (k - (hi - lo)) / k * share
+        below = {"<": lo, "<=": hi, ">": k - hi, ">=": k - lo}[op]
+        return below / k * share
 
 
-def ordered(preds: Sequence) -> list:
+def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
     """A subscription's core predicates, the least likely to hold first: the first is its
     access predicate, the rest its check row in order (ties keep their given order)."""
     if len(preds) == 1:
         return list(preds)
-    return sorted(preds, key=estimate)
+    return sorted(preds, key=estimate if estimates is None else estimates.estimate)
 
 
 def predicate_key(pred: Sequence) -> bytes:
@@ -252,32 +354,35 @@ class Rows:
         return Rows(views)
 
     def matched(self, candidates: np.ndarray, hit: np.ndarray) -> np.ndarray:
-        """Those of the sorted ``candidates`` whose check row's sids are all ``hit``
-        (a bool per sid), one row position at a time over the candidates left."""
-        number = candidates // ROW_CHUNK
-        inside = number < self.at.size
-        at = np.full(candidates.size, -1, np.int64)
-        at[inside] = self.at[number[inside]]
+        """Those of ``candidates`` whose check row's sids are all ``hit`` (a bool per sid),
+        sorted: one row position at a time over the candidates left, the row's most
+        selective predicate first."""
+        number = candidates >> _CHUNK_BITS
+        at = self.at
+        if number.size and int(number.max()) >= at.size:
+            at = np.concatenate((at, np.full(int(number.max()) + 1 - at.size, -1)))
+        at = at.take(number)
         has = at >= 0
         done = [candidates[~has]]  # in records absent: no row, nothing to check
         cands, at = candidates[has], at[has]
-        local = cands % ROW_CHUNK
+        local = cands & (ROW_CHUNK - 1)
         words = self.words
-        end = words[at + local].astype(np.int64)
-        start = np.where(local > 0, words[at + local - 1], 0).astype(np.int64)
-        pos, left = at + ROW_CHUNK + start, end - start
-        k = 0
+        start = words.take(at + local - 1)  # the word before a first row is not its start
+        start[local == 0] = 0
+        left = words.take(at + local).astype(np.int64)
+        left -= start
+        pos = at + ROW_CHUNK + start
+        empty = left == 0
+        done.append(cands[empty])
+        keep = ~empty
+        cands, pos, left = cands[keep], pos[keep], left[keep]
         while cands.size:
-            finished = left <= k
-            if finished.any():
-                done.append(cands[finished])
-                keep = ~finished
-                cands, pos, left = cands[keep], pos[keep], left[keep]
-                if not cands.size:
-                    break
-            ok = hit[words[pos + k]]
-            cands, pos, left = cands[ok], pos[ok], left[ok]
-            k += 1
-        out = np.concatenate(done) if len(done) > 1 else done[0]
+            ok = hit.take(words.take(pos))
+            left -= 1
+            last = left == 0
+            done.append(cands[ok & last])
+            keep = ok & ~last
+            cands, pos, left = cands[keep], pos[keep] + 1, left[keep]
+        out = np.concatenate(done)
         out.sort()
         return out

@@ -22,6 +22,7 @@ import numpy as np
 
 from pbtree import expr as expressions
 from pbtree.batch import Names, normalize_many, shard_postings
+from pbtree.clusters import Estimates
 from pbtree.collector import collector_paused
 from pbtree.errors import (
     CorruptIndexError,
@@ -411,6 +412,22 @@ class Index:
         shard has enough, ``Shard.fold_due``, merge those later, ``Shard.merge_due``, and
         purge removed ones in bulk, ``Shard.purge_due``); returns how many were folded."""
         return sum(shard.fold() for shard in self._live())
+
+    @collector_paused
+    def recluster(self, events: Iterable[Mapping] | None = None) -> None:
+        """Choose every subscription's access predicate anew (the one predicate it posts
+        to the trees; the others are checked on the candidates it brings, DESIGN §8.1):
+        the predicate least often true in ``events``, a sample of the events to come, or
+        when None, among the subscriptions' own constants. Later subscriptions are
+        clustered by the same estimates. Rewrites each shard in one transaction."""
+        shards = self._live()
+        if events is not None:
+            estimates = Estimates.of_events(list(events))
+        else:
+            estimates = Estimates.of_predicates(
+                decoded(sid, raw)[1] for shard in shards for sid, raw in shard.records())
+        for shard in shards:
+            shard.recluster(estimates)
 
     # --- reads ----------------------------------------------------------------------
     def match(self, event: Mapping) -> list:

@@ -74,6 +74,8 @@ PURGE_SHARE = 1 / 16
 #: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
 #: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
 KEEP_PINNED = 8
+#: meta record of the selectivity estimates (``clusters.Estimates``)
+ESTIMATES = b"estimates"
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
 _REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "needed",
               "intids", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
@@ -141,6 +143,10 @@ class Shard:
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
         self._used = time.monotonic()  # when a match or write last used the pinned snapshot
+        with self.env.read() as txn:
+            raw = txn.get(ESTIMATES, db=meta)
+            #: what chooses access predicates (``clusters.ordered``): None for the static rule
+            self.estimates = None if raw is None else clusters.Estimates.decode(bytes(raw))
         if version != VERSION:  # older readers must not see what is new
             def upgrade(txn) -> None:
                 self._rewrite(txn)
@@ -155,16 +161,35 @@ class Shard:
         items = []
         for sid, raw in records(txn, dbs["subs"], 0):
             idkey, preds, _ = decoded(sid, raw)
-            items.append((decode_id(idkey), idkey, preds))
+            if idkey != clusters.PREDICATE_ID:
+                items.append((decode_id(idkey), idkey, preds))
         for name in _REWRITTEN:
             txn.drop(dbs[name], delete=False)
-        for name in (b"next_sid", b"folded", b"merged", b"next_node", TREE_GEN):
+        for name in (b"next_sid", b"folded", b"merged", b"next_node"):
             txn.delete(name, db=dbs["meta"])
         w = Writer(txn, dbs, self.node_bytes)
         if items:
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, Written(), True)
+        w.trees_changed = True  # whatever a reader had flattened is gone
         w.flush()
+
+    def recluster(self, estimates: clusters.Estimates | None) -> None:
+        """Choose every subscription's access predicate anew by ``estimates`` (kept for
+        the subscriptions to come; None: the static rule), in one transaction."""
+        def apply(txn) -> None:
+            if estimates is None:
+                txn.delete(ESTIMATES, db=self.dbs["meta"])
+            else:
+                txn.put(ESTIMATES, estimates.encode(), db=self.dbs["meta"])
+            self._rewrite(txn)
+
+        with self._lock:
+            self._release(keep=False)
+            self._written.clear()
+            self.env.write(apply, self._release)
+            self.estimates = estimates
+            self._cache = Snapshot()
 
     def sync(self) -> None:
         """Force committed transactions to disk (needed only when opened non-durable)."""
@@ -317,7 +342,7 @@ class Shard:
         not stored yet given sids before them. Returns (first new sid, new sids, the
         predicates of each), as ``Written`` takes them."""
         dbs = self.dbs
-        ordered = [clusters.ordered(preds) for preds in lists]
+        ordered = [clusters.ordered(preds, self.estimates) for preds in lists]
         by_key: dict[bytes, list] = {}
         keyed = []
         for preds in ordered:

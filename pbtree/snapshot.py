@@ -162,18 +162,18 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     if not arrays:
         return sidset.EMPTY
     kinds = snapshot.kinds_of(txn, dbs)
-    hits = np.concatenate(arrays)
-    if hits.size and int(hits.max()) >= kinds.size:
-        raise ValueError("a SidSet holds a sid beyond the per-sid table")
-    kind = kinds[hits]
+    hits = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    try:
+        kind = kinds.take(hits)
+    except IndexError:
+        raise ValueError("a SidSet holds a sid beyond the per-sid table") from None
     held = hits[kind == PREDICATE]
     if snapshot.hit.size < kinds.size:
         snapshot.hit = np.zeros(kinds.size, bool)
     hit = snapshot.hit
     hit[held] = True
     try:
-        return snapshot.rows_of(txn, dbs).matched(hits[kind == SUBSCRIPTION].astype(np.int64),
-                                                  hit)
+        return snapshot.rows_of(txn, dbs).matched(hits[kind == SUBSCRIPTION], hit)
     except IndexError:
         raise ValueError("a check row names a sid beyond the per-sid table") from None
     finally:

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbtree import counter as counting
-from pbtree.counter import Counter
-from pbtree.snapshot import Snapshot, count
+from tools.baselines import counter as counting
+from tools.baselines.counter import Counter
 
 
 def brute(arrays: list[np.ndarray], needed: np.ndarray) -> np.ndarray:
@@ -67,11 +66,3 @@ def test_wide_counts_keep_their_type():
     counter = Counter(needed)
     assert counter.remaining.dtype == np.uint32
     assert counter.matches([np.array([0, 1], dtype="<u4")]).tolist() == [1]
-
-
-def test_sid_beyond_the_table_drops_the_counter():
-    snapshot = Snapshot()
-    snapshot.counter = Counter(np.array([1, 1, 1]))
-    with pytest.raises(ValueError, match="beyond"):
-        count(None, {}, snapshot, [np.array([0, 7], dtype="<u4")])
-    assert snapshot.counter is None

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pbtree.counter import Counter
+from tools.baselines.counter import Counter
 
 NUMBER, STRING, BOOL = 0, 1, 2
 EQ, NE, GT, GE, LT, LE = range(6)

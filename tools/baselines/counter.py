@@ -1,4 +1,5 @@
-"""Counting (DESIGN §4): the sids hit as many times as they have predicates."""
+"""Counting (DESIGN §4): the sids hit as many times as they have predicates, as the
+counting-mem baseline finds them."""
 
 from __future__ import annotations
 
@@ -19,8 +20,7 @@ class Counter:
     Keeps each sid's predicate count twice: a call subtracts the hits from one
     copy in place, takes the sids that reached zero and restores that copy.
     No sort, and no per-sid array allocated per event (on a VM, faulting in a
-    fresh multi-MiB array costs more than counting). Shared with the
-    counting-mem baseline so that both count alike.
+    fresh multi-MiB array costs more than counting).
     """
 
     __slots__ = ("needed", "remaining", "one", "dense", "buffer")

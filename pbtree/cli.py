@@ -8,7 +8,6 @@ the traceback. Standard output carries results only.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import re
@@ -21,6 +20,7 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 import pbtree
+from pbtree.clicommon import common_options, note
 from pbtree.cliio import (
     Bad,
     CliError,
@@ -50,12 +50,6 @@ _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 
 class UsageError(Exception):
     """The command line is wrong (exit status 2)."""
-
-
-def note(args: argparse.Namespace, message: str) -> None:
-    """An informational line on standard error, unless --quiet."""
-    if not args.quiet:
-        print(message, file=sys.stderr, flush=True)
 
 
 def plural(n: int, noun: str) -> str:
@@ -626,17 +620,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def common_options(default: object = argparse.SUPPRESS) -> argparse.ArgumentParser:
-    """--quiet and --debug for a subcommand's parser (``parents``), so they are accepted
-    after the subcommand too; by default they leave the top-level parser's values."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", default=default,
-                        help="no progress or summary on standard error")
-    common.add_argument("--debug", action="store_true", default=default,
-                        help="show the Python traceback of errors")
-    return common
-
-
 def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
              example: str) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=summary, description=summary, parents=[common_options()],
@@ -828,9 +811,12 @@ def build_parser() -> Parser:
 
 
 def _register_spark(sub: Any) -> None:
-    """Add ``build`` and ``match-batch`` from spark_loader when it is installed."""
+    """Add ``build`` and ``match-batch`` from spark_loader when it is installed.
+
+    The one place the pbtree command reaches the Spark layer; spark_loader.cli imports the
+    shared options from pbtree.clicommon, never this module (tests/test_layers.py)."""
     try:
-        spark_cli = importlib.import_module("spark_loader.cli")
+        import spark_loader.cli as spark_cli
     except ModuleNotFoundError as exc:
         if exc.name in ("spark_loader", "spark_loader.cli"):
             return

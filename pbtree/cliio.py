@@ -181,7 +181,7 @@ class Source:
         """Whether this is Parquet in the predicate layout (id, attr, op, value)."""
         if not self.parquet:
             return False
-        from spark_loader.layouts import PREDICATE, LayoutError, detect
+        from pbtree.layouts import PREDICATE, LayoutError, detect
 
         try:
             return detect(self.file.schema_arrow) == PREDICATE
@@ -196,7 +196,7 @@ class Source:
 
     def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
         """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
-        from spark_loader.layouts import predicates
+        from pbtree.layouts import predicates
 
         table = self.file.read(columns=["id", "attr", "op", "value"])
         subs, rejects = predicates(table)
@@ -278,7 +278,7 @@ class ParquetOut:
     """
 
     def __init__(self, path: str, shown_as: str, index: pbtree.Index, count: bool) -> None:
-        from spark_loader.match import subscription_id_type
+        from pbtree.layouts import subscription_id_type
 
         self.path, self.shown_as, self.count = path, shown_as, count
         self.id_type = subscription_id_type(index)

@@ -1,24 +1,26 @@
 """Exception hierarchy: every error pbtree raises on purpose derives from PbtreeError;
-and the warnings it gives."""
+and the warnings it gives.
 
-#: a user's value longer than this is cut in error messages
-SHOWN = 60
+The base class and the errors storage raises are defined in ``storage.errors`` (storage
+imports nothing from pbtree) and exported from here as pbtree's own.
+"""
 
+from storage.errors import (
+    SHOWN,
+    CorruptIndexError,
+    NotAnIndexError,
+    PbtreeError,
+    ReadOnlyError,
+    StorageError,
+    shown,
+)
 
-def shown(value: object, limit: int = SHOWN) -> str:
-    """A user's value as an error message shows it: its repr, cut to ``limit`` characters;
-    an int too long for Python to print (over 4,300 digits) by its size instead."""
-    try:
-        text = repr(value)
-    except ValueError:
-        if isinstance(value, int):
-            return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
-        return f"<a {type(value).__name__} holding an integer too long to print>"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-class PbtreeError(Exception):
-    """Base class of all pbtree errors."""
+__all__ = [
+    "SHOWN", "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
+    "FormatVersionError", "IdError", "IndexExistsError", "IndexReplacedWarning",
+    "LocklessReadWarning", "NotAnIndexError", "PbtreeError", "ReadOnlyError", "StorageError",
+    "UnknownIdError", "shown",
+]
 
 
 class ExpressionError(PbtreeError, ValueError):
@@ -47,24 +49,8 @@ class UnknownIdError(PbtreeError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class NotAnIndexError(PbtreeError):
-    """The path does not hold a pbtree index (no manifest, foreign files)."""
-
-
 class FormatVersionError(PbtreeError):
     """The index was written by a newer (or unknown) version of the on-disk format."""
-
-
-class CorruptIndexError(PbtreeError):
-    """The index files are damaged or an invariant does not hold."""
-
-
-class ReadOnlyError(PbtreeError):
-    """A write was attempted on an index opened read-only, or the files are not writable."""
-
-
-class StorageError(PbtreeError):
-    """The storage engine failed (disk full, lock trouble, ...); the operation was rolled back."""
 
 
 class IndexExistsError(PbtreeError, FileExistsError):

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pbtree import bulk
+from pbtree import bulk, layouts
+from pbtree.arrowparse import filled
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
 from pbtree.lists import NODE_BYTES
 from pbtree.staging import check_outputs, commit_with, stage_outputs
-from spark_loader import layouts
-from spark_loader.arrowparse import filled
 from spark_loader.progress import Timings
 from spark_loader.session import (
     REASON,

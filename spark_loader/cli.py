@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from pbtree.cli import common_options, note
+from pbtree.clicommon import common_options, note
 from pbtree.errors import PbtreeError
 from pbtree.lists import NODE_BYTES
 

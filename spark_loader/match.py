@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pbtree
 from pbtree.core import MANIFEST
 from pbtree.errors import PbtreeError
+from pbtree.layouts import subscription_id_type
 from pbtree.staging import Staging, check_outputs
 from spark_loader.progress import Timings
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
@@ -61,16 +62,6 @@ def _open(path: str) -> pbtree.Index:
     index = pbtree.open(path, readonly=True)
     _OPEN[path] = (identity, index)
     return index
-
-
-def subscription_id_type(index: pbtree.Index) -> pa.DataType:
-    """int64 when every id is an integer, else string (integer ids then print as decimals)."""
-    for shard in index.shards:
-        with shard.read() as txn:
-            cur = txn.cursor(db=shard.dbs["ids"])
-            if cur.last() and bytes(cur.key()[:1]) == b"s":
-                return pa.string()
-    return pa.int64()
 
 
 def _seconds(nanoseconds: list) -> list:

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import lmdb
 
-from pbtree.errors import CorruptIndexError, NotAnIndexError, ReadOnlyError, StorageError
+from storage.errors import CorruptIndexError, NotAnIndexError, ReadOnlyError, StorageError
 
 T = TypeVar("T")
 

@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from pbtree.errors import shown
+from storage.errors import shown
 
 NUMBER, STRING, BOOL = 1, 2, 3
 FAMILY_NAMES = {NUMBER: "number", STRING: "string", BOOL: "bool"}

@@ -1,4 +1,4 @@
-"""The vectorised expression parser (spark_loader.arrowparse) against pbtree's normalize.
+"""The vectorised expression parser (pbtree.arrowparse) against pbtree's normalize.
 
 Every row the fast path accepts must give exactly normalize's core predicates (values,
 types, rewriting, order); rows it leaves are parsed or rejected by normalize itself.
@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import subscriptions
 
+from pbtree import arrowparse
 from pbtree.bulk import OPS_CORE, Columns
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates
-from spark_loader import arrowparse
 
 ATTRS = ["a", "b", "x.y", "A_1", "_", "a1.", "and", "In", "inf", "Between", "é", "`a b`",
          "or", "b" * 401]
@@ -134,7 +134,7 @@ def test_encoded_ids_match_encode_id(kind, data):
     """Whole-column id encoding equals encode_id row by row; its failures are encode_id's."""
     from pbtree.errors import IdError
     from pbtree.ids import encode_id
-    from spark_loader.layouts import encoded_ids
+    from pbtree.layouts import encoded_ids
 
     if kind == pa.uint64():  # past 2^63 - 1 encode_id refuses
         values = st.integers(0, 2**64 - 1)
@@ -208,7 +208,7 @@ def _by_id(cols: Columns, rejects: list) -> tuple:
 def test_predicate_columns_equal_the_row_by_row_path(table):
     """The vectorised predicate layout gives the tuple path's subscriptions, value types
     and rejections (row, id, reason) exactly."""
-    from spark_loader import layouts
+    from pbtree import layouts
 
     subs, rejects = layouts.predicates(table)
     assert _by_id(*layouts.predicate_columns(table)) == _by_id(Columns.from_subs(subs),

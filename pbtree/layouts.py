@@ -1,4 +1,6 @@
-"""The two Parquet layouts of ``pbtree build``: detection, and Arrow rows to subscriptions.
+"""The two Parquet layouts of subscriptions: detection, and Arrow rows to subscriptions;
+and the type of the subscription ids pbtree writes to Parquet. Both ``pbtree subscribe
+--file`` and the Spark job ``pbtree build`` read these layouts; no Spark is needed here.
 
 * expression layout: ``id``, ``expr`` -- one row per subscription;
 * predicate layout: ``id``, ``attr``, ``op``, ``value`` -- one row per predicate, the rows
@@ -13,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pbtree import arrowparse
+from pbtree.arrowparse import filled
 from pbtree.bulk import Columns, fixed_rows
-from pbtree.core import normalize
+from pbtree.core import Index, normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.ids import MAX_ID_BYTES, encode_id
-from spark_loader import arrowparse
-from spark_loader.arrowparse import filled
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}
@@ -285,6 +287,16 @@ def predicate_columns(table: pa.Table) -> tuple[Columns, list[Reject]]:
     subs, rejects = predicates(table.take(pa.array(slow, pa.int64())))
     rejects = [(int(slow[row]), sub_id, reason) for row, sub_id, reason in rejects]
     return fast.concat(Columns.from_subs(subs)), rejects
+
+
+def subscription_id_type(index: Index) -> pa.DataType:
+    """int64 when every id is an integer, else string (integer ids then print as decimals)."""
+    for shard in index.shards:
+        with shard.read() as txn:
+            cur = txn.cursor(db=shard.dbs["ids"])
+            if cur.last() and bytes(cur.key()[:1]) == b"s":
+                return pa.string()
+    return pa.int64()
 
 
 def subscriptions(layout: str, table: pa.Table) -> tuple[Columns, list[Reject]]:

@@ -316,6 +316,20 @@ def _scores(cols: Columns, estimates: clusters.Estimates | None) -> np.ndarray:
     return np.array(found, dtype=np.float64)[index.reshape(-1)]
 
 
+def _ordered(cols: Columns, estimates: clusters.Estimates | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per predicate of ``cols``: its subscription, and whether it comes first in it; and
+    the predicates' order in which each subscription's come as ``clusters.ordered`` puts
+    them."""
+    sub = np.repeat(np.arange(len(cols), dtype=np.int64), cols.counts)
+    order = np.lexsort((np.arange(sub.size), _scores(cols, estimates), sub))
+    first = np.zeros(sub.size, dtype=bool)
+    first[np.cumsum(cols.counts)[:-1] if len(cols) else []] = True
+    if sub.size:
+        first[0] = True
+    return sub, first, order
+
+
 def _clustered(cols: Columns, estimates: clusters.Estimates | None
                ) -> tuple[Columns, Columns, list[Record], list[Record]]:
     """``cols`` as a shard stores them (``pbtree.clusters``): every predicate entry, then
@@ -323,19 +337,22 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     take them; the same with only the first predicate of each, as the trees take them;
     and the records of the check rows and of the predicate entries."""
     n = len(cols)
-    sub = np.repeat(np.arange(n, dtype=np.int64), cols.counts)
-    score = _scores(cols, estimates)
-    order = np.lexsort((np.arange(sub.size), score, sub))
+    size = max(len(cols.consts), 1)
+    sub, first, order = _ordered(cols, estimates)
+    # subscriptions of one access predicate take consecutive sids, so that the candidates
+    # an event brings read their rows in runs
+    access = order[first]
+    by_access = np.argsort((cols.attr[access] * len(OPS_CORE) + cols.op[access]) * size
+                           + cols.const[access], kind="stable")
+    if not np.array_equal(by_access, np.arange(n)):
+        cols = cols.take(by_access)
+        sub, first, order = _ordered(cols, estimates)
     attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
-    first = np.zeros(sub.size, dtype=bool)
-    first[np.cumsum(cols.counts)[:-1] if n else []] = True
-    if sub.size:
-        first[0] = True
     rest = np.flatnonzero(~first)
-    triple = (attr[rest] * len(OPS_CORE) + op[rest]) * max(len(cols.consts), 1) + const[rest]
+    triple = (attr[rest] * len(OPS_CORE) + op[rest]) * size + const[rest]
     unique, entry = np.unique(triple, return_inverse=True)
     m = unique.size
-    e_rest, e_const = np.divmod(unique, max(len(cols.consts), 1))
+    e_rest, e_const = np.divmod(unique, size)
     e_attr, e_op = np.divmod(e_rest, len(OPS_CORE))
     ones = np.ones(m, dtype=np.int64)
     full = Columns([0] * m + cols.ids, [clusters.PREDICATE_ID] * m + cols.keys,
@@ -395,11 +412,12 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
 
     sid_keys = fixed_rows(np.arange(len(full), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _sub_values(full), strict=True)))
-    out.add("ids", list(zip(cols.keys, sid_keys[m:], strict=True)))
+    out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)))
     out.add(NEEDED.db, _column(NEEDED, np.repeat(
         [clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
-        [0] * m + [i if i.__class__ is int else STRING_ID for i in cols.ids], dtype=np.int64)))
+        [0] * m + [i if i.__class__ is int else STRING_ID for i in full.ids[m:]],
+        dtype=np.int64)))
     out.add(strids.DB, strids.chunk_records(enumerate(full.keys)))
     out.add(clusters.DB, rows)
     out.add(clusters.PREDS, preds)

@@ -155,8 +155,8 @@ class Shard:
         idle.watch(self)
 
     def _rewrite(self, txn) -> None:
-        """Store every subscription anew, in sid order, as this version does: a shard of
-        an older version posts all its predicates and has no predicate entries."""
+        """Store every subscription anew as this version does (a shard of an older version
+        posts all its predicates and has no predicate entries), by ``estimates``."""
         dbs = self.dbs
         items = []
         for sid, raw in records(txn, dbs["subs"], 0):
@@ -168,7 +168,9 @@ class Shard:
         for name in (b"next_sid", b"folded", b"merged", b"next_node"):
             txn.delete(name, db=dbs["meta"])
         w = Writer(txn, dbs, self.node_bytes)
-        if items:
+        if items:  # those of one access predicate on consecutive sids: candidates in runs
+            items.sort(key=lambda item: clusters.predicate_key(
+                clusters.ordered(item[2], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, Written(), True)
         w.trees_changed = True  # whatever a reader had flattened is gone
@@ -187,8 +189,12 @@ class Shard:
         with self._lock:
             self._release(keep=False)
             self._written.clear()
-            self.env.write(apply, self._release)
-            self.estimates = estimates
+            old, self.estimates = self.estimates, estimates
+            try:
+                self.env.write(apply, self._release)
+            except BaseException:
+                self.estimates = old
+                raise
             self._cache = Snapshot()
 
     def sync(self) -> None:

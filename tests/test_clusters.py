@@ -1,0 +1,129 @@
+"""Access predicates, predicate entries and check rows (``pbtree.clusters``): answers equal
+the oracle's however access predicates are chosen and entries come and go."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from oracle import oracle_match
+from strategies import random_event, random_subscription
+
+import pbtree
+from pbtree import bulk, clusters
+from pbtree.expr import parse
+from pbtree.ids import encode_id
+
+ATTRS = ["a", "b", "c", "d"]
+DOMAIN = 12
+
+
+def _access(ix: pbtree.Index, sub_id: object) -> tuple:
+    """The access predicate of a subscription: the first of its stored record."""
+    return tuple(ix.shards[0].get(encode_id(sub_id))[0])
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32), fold_at=st.sampled_from([1, 7, 10**6]))
+def test_churn_and_reclustering_match_the_oracle(tmp_path_factory, seed, fold_at):
+    """Subscribes, removals, replacements and re-clusterings by random samples, with
+    events that lack access attributes: every answer is the oracle's, verify passes."""
+    rng = random.Random(seed)
+    model: dict = {}
+    path = tmp_path_factory.mktemp("ix") / "ix"
+    with pbtree.create(path, node_bytes=256, fold_at=fold_at) as ix:
+        for step in range(12):
+            kind = rng.choice(["batch", "batch", "remove", "replace", "recluster"])
+            if kind == "batch":
+                batch = {rng.randrange(60): random_subscription(rng, ATTRS, DOMAIN)
+                         for _ in range(rng.choice([1, 5, 40]))}
+                ix.subscribe_many(batch.items(), replace=True)
+                model.update((i, parse(e)) for i, e in batch.items())
+            elif kind == "remove" and model:
+                gone = rng.sample(sorted(model), min(len(model), rng.choice([1, 10])))
+                assert ix.unsubscribe_many(gone) == len(gone)
+                for sub_id in gone:
+                    del model[sub_id]
+            elif kind == "replace" and model:
+                sub_id = rng.choice(sorted(model))
+                expr = random_subscription(rng, ATTRS, DOMAIN)
+                ix.subscribe(sub_id, expr, replace=True)
+                model[sub_id] = parse(expr)
+            elif kind == "recluster":
+                sample = [random_event(rng, ATTRS[:rng.randint(1, 4)], DOMAIN)
+                          for _ in range(rng.choice([0, 3, 30]))]
+                ix.recluster(sample if sample or rng.random() < 0.5 else None)
+            for _ in range(4):
+                event = random_event(rng, rng.sample(ATTRS, rng.randint(0, 4)), DOMAIN)
+                assert ix.match(event) == oracle_match(model, event), (step, event)
+            report = ix.verify()
+            assert report["subscriptions"] == len(model)
+    with pbtree.open(path, readonly=True) as ix:
+        for _ in range(10):
+            event = random_event(rng, ATTRS, DOMAIN)
+            assert ix.match(event) == oracle_match(model, event)
+
+
+def test_the_access_predicate_is_the_one_the_sample_holds_least(tmp_path):
+    """Without estimates an equality comes before a range; a sample of events in which
+    the equality nearly always holds and the range seldom turns that round, for the
+    subscriptions there and for those that come later."""
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe(1, "a = 1 and b < 3")
+        assert _access(ix, 1) == ("a", "=", 1)
+        ix.recluster([{"a": 1, "b": 50 + n} for n in range(20)] + [{"a": 2, "b": 0}])
+        assert _access(ix, 1) == ("b", "<", 3)
+        ix.subscribe(2, "a = 1 and b < 3 and c = 'x'")  # c absent from the sample: rarest
+        assert _access(ix, 2) == ("c", "=", "x")
+        assert ix.match({"a": 1, "b": 2}) == [1]
+        assert ix.match({"a": 1, "b": 2, "c": "x"}) == [1, 2]
+        assert ix.verify()["ok"]
+    with pbtree.open(tmp_path / "ix") as ix:  # the estimates are kept
+        ix.subscribe(3, "a = 1 and b < 3")
+        assert _access(ix, 3) == ("b", "<", 3)
+
+
+def test_predicate_entries_are_shared_and_counted(tmp_path):
+    """A predicate several subscriptions hold after their access predicate is one entry,
+    removed with the last of them."""
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(n, f"a = {n} and b > 5 and c != 'x'") for n in range(4)])
+        assert ix.stats()["predicate_entries"] == 2
+        assert ix.stats()["predicates"] == 12
+        ix.unsubscribe_many([0, 1, 2])
+        assert ix.stats()["predicate_entries"] == 2 and ix.verify()["ok"]
+        assert ix.match({"a": 3, "b": 6, "c": "y"}) == [3]
+        ix.unsubscribe(3)
+        assert ix.stats()["predicate_entries"] == 0 and ix.verify()["ok"]
+        assert ix.match({"a": 3, "b": 6, "c": "y"}) == []
+
+
+def test_bulk_build_keeps_the_estimates_of_its_sample(tmp_path):
+    """A bulk build by a sample of events chooses as ``recluster`` does, keeps those
+    estimates for later subscriptions, and matches as the oracle."""
+    subs = {n: f"a = {n % 3} and b < {n % 7}" for n in range(50)}
+    sample = [{"a": n % 3, "b": 40} for n in range(30)]
+    bulk.build(tmp_path / "ix", subs.items(), sample=sample)
+    model = {n: parse(e) for n, e in subs.items()}
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert _access(ix, 4)[:2] == ("b", "<")
+        ix.subscribe(100, "a = 1 and b < 2")
+        model[100] = parse("a = 1 and b < 2")
+        assert _access(ix, 100) == ("b", "<", 2)
+        for a in range(3):
+            for b in range(8):
+                assert ix.match({"a": a, "b": b}) == oracle_match(model, {"a": a, "b": b})
+        assert ix.verify()["ok"]
+
+
+def test_estimates_survive_their_encoding():
+    events = [{"p": n, "s": f"v{n % 4}", "t": n % 2 == 0, "u": {"v": n}} for n in range(200)]
+    found = clusters.Estimates.of_events(events)
+    again = clusters.Estimates.decode(found.encode())
+    for pred in [("p", "<", 20), ("s", "=", "v1"), ("t", "=", True), ("u.v", ">=", 100),
+                 ("s", "in", ("v1", "v2")), ("p", "!=", 3), ("zz", "=", 1)]:
+        assert again.estimate(pred) == found.estimate(pred)
+    assert found.estimate(("p", "<", 20)) < found.estimate(("p", "<", 100))
+    assert found.estimate(("zz", "=", 1)) < found.estimate(("s", "=", "v1"))

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from pbtree import expr as expressions
-from pbtree.batch import Names, normalize_many, shard_postings
+from pbtree.batch import Names, normalize_many
 from pbtree.clusters import Estimates
 from pbtree.collector import collector_paused
 from pbtree.errors import (

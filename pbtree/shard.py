@@ -32,10 +32,10 @@ from pbtree.ids import decode_id
 from pbtree.lists import NODE_BYTES
 from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
-from pbtree.postings import NOTHING, Grouped, code, concatenated, places, split_code
+from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
 from pbtree.subs import Posting, decoded, records, sid_key, sid_keys, split_sub, stored, sub_record
-from pbtree.tree import TREE_GEN, Writer
+from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 

@@ -26,13 +26,14 @@ class Snapshot:
     Besides flattened trees, the per-sid columns as whole arrays (7 bytes per sid with
     the kind of each sid, a hit mark and ids that fit int32, ``IdTable``; up to an eighth
     more once a renewal grows them, ``columns.ROOM``), so that sorting hits and id lookup
-    are vectorised; the check rows where they lie on the map (``clusters.Rows``); the string ids, once one is matched, in a ``StringIdTable`` (about one
-    byte a sid more than the longest common id); and each column's chunks as views into the
-    map (about 0.4 bytes per sid), by which a renewal tells the chunks that changed.
+    are vectorised; the check rows where they lie on the map (``clusters.Rows``); the
+    string ids, once one is matched, in a ``StringIdTable`` (about one byte a sid more
+    than the longest common id); and each column's chunks as views into the map (about
+    0.4 bytes per sid), by which a renewal tells the chunks that changed.
     """
 
-    __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids", "views", "remaps",
-                 "pending", "staged", "current", "tree_gen")
+    __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids",
+                 "views", "remaps", "pending", "staged", "current", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far

@@ -484,8 +484,8 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
 
     Behaves like ``pbtree.create`` followed by ``subscribe_many`` and ``recluster(sample)``,
     much faster; returns the number of subscriptions. The index is built in a hidden
-    directory inside ``path`` and moved up when complete, its manifest last (until then ``path`` is no index): a
-    failed build leaves ``path`` as it was, absent or empty.
+    directory inside ``path`` and moved up when complete, its manifest last (until then
+    ``path`` is no index): a failed build leaves ``path`` as it was, absent or empty.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)

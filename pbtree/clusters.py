@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -55,9 +56,12 @@ RANGE_SHARE = 0.3
 
 #: payloads an estimate keeps per attribute and family
 SAMPLE_KEYS = 1024
+#: estimates an Estimates keeps made, at most (writes meet the same predicates often)
+KNOWN_MOST = 1 << 16
 #: the weight of the static estimate added to a sampled one, to break its ties
 TIE = 1e-9
-_RANK = {op: rank for rank, op in enumerate(OPS_CORE)}
+_ENTRY = struct.Struct("<II")
+_pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
 
@@ -84,6 +88,7 @@ class Estimates:
     def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, tuple[int, list[bytes]]]]]
                  ) -> None:
         self.n, self.attrs = max(n, 1), attrs
+        self._known: dict[tuple, float] = {}  # estimates made, by predicate
 
     @classmethod
     def of(cls, n: int, values: Iterable[tuple[str, object, int]]) -> Estimates:
@@ -154,7 +159,15 @@ class Estimates:
         """The share of the samples a core predicate holds for; the static ``estimate``
         breaks ties and stands in, scaled down, where the samples lack the attribute."""
         attr, op, value = pred
-        static = estimate(pred)
+        key = (attr, op, tuple(value) if op == "in" else value, type(value))
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= KNOWN_MOST:
+                self._known.clear()
+            known = self._known[key] = self._estimate(attr, op, value, estimate(pred))
+        return known
+
+    def _estimate(self, attr: str, op: str, value: object, static: float) -> float:
         found = self.attrs.get(attr)
         if found is None:
             return static / (2 * self.n)
@@ -190,7 +203,7 @@ def predicate_key(pred: Sequence) -> bytes:
     """A core predicate's key in ``preds``: its MessagePack (``in`` values as a list), or
     when longer than LMDB takes a key, its first bytes and a 16-byte BLAKE2 digest."""
     attr, op, value = pred
-    packed = msgpack.packb([attr, op, list(value) if op == "in" else value])
+    packed = _pack([attr, op, list(value) if op == "in" else value])
     if len(packed) <= MAX_KEY:
         return packed
     return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
@@ -198,15 +211,15 @@ def predicate_key(pred: Sequence) -> bytes:
 
 def encode_entry(sid: int, refs: int) -> bytes:
     """A ``preds`` value: the predicate entry's sid and how many subscriptions use it."""
-    return sid.to_bytes(4, "little") + refs.to_bytes(4, "little")
+    return _ENTRY.pack(sid, refs)
 
 
 def decode_entry(raw: bytes | memoryview) -> tuple[int, int]:
     """(sid, uses) of a ``preds`` value."""
-    if len(raw) != 8:
-        raise CorruptIndexError("a predicate entry record is not 8 bytes")
-    raw = bytes(raw)
-    return int.from_bytes(raw[:4], "little"), int.from_bytes(raw[4:], "little")
+    try:
+        return _ENTRY.unpack(raw)
+    except struct.error:
+        raise CorruptIndexError("a predicate entry record is not 8 bytes") from None
 
 
 def chunk_key(number: int) -> bytes:

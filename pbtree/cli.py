@@ -32,6 +32,7 @@ from pbtree.cliio import (
     open_output,
     output_error,
     output_file,
+    sample_events,
 )
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
@@ -225,20 +226,7 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def cmd_recluster(args: argparse.Namespace) -> int:
-    events = None
-    if args.events is not None:
-        source = Source(args.events, events=True)
-        events = []
-        for record in source.records():
-            if record is None:
-                continue
-            n, event = record
-            if isinstance(event, Bad) or not isinstance(event, dict):
-                reason = event.message if isinstance(event, Bad) else "not a JSON object"
-                raise CliError(f"{source.where(n)}: {reason}")
-            events.append(event)
-            if len(events) >= args.sample:
-                break
+    events = None if args.events is None else sample_events(args.events, args.sample)
     with pbtree.open(args.index) as index:
         index.recluster(events)
         count = len(index)

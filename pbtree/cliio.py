@@ -207,6 +207,24 @@ class Source:
         return [(self.name, sub_id, preds) for sub_id, _, preds in subs]
 
 
+def sample_events(path: str, most: int) -> list[dict]:
+    """The first ``most`` events of a JSON Lines or Parquet file, for selectivity estimates
+    (``Index.recluster``); a line that is no JSON object is a CliError naming it."""
+    source = Source(path, events=True)
+    events: list[dict] = []
+    for record in source.records():
+        if record is None:
+            continue
+        n, event = record
+        if not isinstance(event, dict):
+            reason = event.message if isinstance(event, Bad) else "not a JSON object"
+            raise CliError(f"{source.where(n)}: {reason}")
+        events.append(event)
+        if len(events) >= most:
+            break
+    return events
+
+
 def batches(records: Iterable[Record | None], size: int) -> Iterator[list[Record]]:
     """Records grouped by ``size``; a pause in the input (None) flushes early."""
     batch: list[Record] = []

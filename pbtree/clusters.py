@@ -31,7 +31,6 @@ import msgpack
 import numpy as np
 
 from pbtree.errors import CorruptIndexError
-from pbtree.expr import OPS_CORE
 from pbtree.nested import flattened
 from pbtree.values import searched
 from storage.keys import const_payload

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from pbtree import bulk, layouts
 from pbtree.arrowparse import filled
+from pbtree.clusters import Estimates
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
 from pbtree.lists import NODE_BYTES
@@ -59,6 +60,9 @@ class BuildOptions:
     node_bytes: int = NODE_BYTES
     rejects: str | None = None
     force: bool = False
+    #: selectivity estimates from sample events (``clusters.Estimates.encode``); None: each
+    #: shard estimates from its subscriptions' constants
+    estimates: bytes | None = None
 
 
 @dataclass
@@ -152,7 +156,7 @@ def _routed(staging: str, shard: int) -> pa.Table | None:
 
 
 def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: int,
-                shards: int):
+                shards: int, estimates: bytes | None):
     """The build job's mapInArrow function: a shard number -> that shard's environment."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -162,7 +166,7 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards,
-                                       tmp)
+                                       tmp, estimates)
                 if summary is not None:
                     yield summary
 
@@ -170,7 +174,8 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
 
 
 def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
-                 node_bytes: int, shards: int, tmp: str) -> pa.RecordBatch | None:
+                 node_bytes: int, shards: int, tmp: str, estimates: bytes | None
+                 ) -> pa.RecordBatch | None:
     """Parse and load one shard. Its environment and rejects file are written under names
     of this task attempt (``tmp``) and renamed into place, so an attempt retried, or run
     twice by speculative execution, never leaves a half-written one: the first complete
@@ -187,7 +192,8 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
         path = shard_dir(staging, shard)
         mine = os.path.join(staging, f".{os.path.basename(path)}{tmp}")
         shutil.rmtree(mine, ignore_errors=True)  # a retried attempt starts afresh
-        bulk.build_shard(mine, subs, node_bytes=node_bytes, shard_no=shard, shards=shards)
+        bulk.build_shard(mine, subs, node_bytes=node_bytes, shard_no=shard, shards=shards,
+                         estimates=None if estimates is None else Estimates.decode(estimates))
         try:
             os.rename(mine, path)
         except OSError:  # another attempt's complete copy is in place
@@ -241,7 +247,7 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         with timings.stage("route"), timings.watch(spark, "route"), task_errors():
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,
-                           opts.node_bytes, shards)
+                           opts.node_bytes, shards, opts.estimates)
         numbers = spark.range(0, shards, 1, shards)
         with timings.stage("parse+build"), timings.watch(spark, "build"), task_errors():
             summaries = numbers.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()

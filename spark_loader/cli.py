@@ -15,6 +15,9 @@ from pbtree.clicommon import common_options, note
 from pbtree.errors import PbtreeError
 from pbtree.lists import NODE_BYTES
 
+#: sample events read for a build's estimates, at most
+SAMPLE = 10_000
+
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
 
@@ -46,6 +49,9 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                        "column, to Parquet at PATH and index the rest (default: fail)")
     build.add_argument("--force", action="store_true", help="replace an existing INDEX "
                        "(and rejects PATH)")
+    build.add_argument("--sample-events", metavar="FILE",
+                       help="choose access predicates by these events, JSON Lines or Parquet "
+                            "(the first 10,000; default: by the subscriptions' constants)")
     _spark_options(build)
     build.set_defaults(func=build_command)
 
@@ -80,8 +86,14 @@ def build_command(args: argparse.Namespace) -> int:
     from spark_loader import build, session
     from spark_loader.progress import Timings
 
+    estimates = None
+    if args.sample_events is not None:
+        from pbtree.cliio import sample_events
+        from pbtree.clusters import Estimates
+
+        estimates = Estimates.of_events(sample_events(args.sample_events, SAMPLE)).encode()
     opts = build.BuildOptions(args.input, args.output, args.shards, args.node_bytes,
-                              args.rejects, args.force)
+                              args.rejects, args.force, estimates)
     build.check(opts)
     conf = session.parse_conf(args.spark_conf)
     timings = Timings(progress=not args.quiet)

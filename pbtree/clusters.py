@@ -199,13 +199,36 @@ def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
 
 
 def predicate_key(pred: Sequence) -> bytes:
-    """A core predicate's key in ``preds``: its MessagePack (``in`` values as a list), or
-    when longer than LMDB takes a key, its first bytes and a 16-byte BLAKE2 digest."""
-    attr, op, value = pred
-    packed = _pack([attr, op, list(value) if op == "in" else value])
+    """A core predicate's key in ``preds`` (``key_of`` its MessagePack, ``pack``)."""
+    return key_of(pack(pred))
+
+
+def pack(pred: Sequence) -> bytes:
+    """A core predicate as a subs record holds it: the MessagePack array (attribute, op,
+    value), an ``in`` value an array."""
+    return _pack(pred)
+
+
+def key_of(packed: bytes) -> bytes:
+    """The ``preds`` key of a packed predicate: itself, or when longer than LMDB takes a
+    key, its first bytes and a 16-byte BLAKE2 digest."""
     if len(packed) <= MAX_KEY:
         return packed
     return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
+
+
+def array_header(n: int) -> bytes:
+    """The MessagePack header of an array of ``n`` items (a subs record's list)."""
+    return bytes((0x90 + n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+
+
+#: the header of a predicate entry's list of one predicate
+ONE = array_header(1)
+
+
+def found_entry(item: tuple[bytes, bytes]) -> tuple[bytes, tuple[int, int]]:
+    """(key, (sid, uses)) of a ``preds`` record as a cursor gives it."""
+    return bytes(item[0]), decode_entry(item[1])
 
 
 def encode_entry(sid: int, refs: int) -> bytes:

@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from itertools import chain
 
 import lmdb
-import msgpack
 import numpy as np
 
 from pbtree import clusters, idle, staged, strids
@@ -349,15 +348,19 @@ class Shard:
         predicates of each), as ``Written`` takes them."""
         dbs = self.dbs
         ordered = [clusters.ordered(preds, self.estimates) for preds in lists]
-        by_key: dict[bytes, list] = {}
+        pack, key_of = clusters.pack, clusters.key_of
+        packed = [list(map(pack, preds)) for preds in ordered]  # for keys and records alike
+        by_key: dict[bytes, bytes] = {}
+        pred_of: dict[bytes, Sequence] = {}
         keyed = []
-        for preds in ordered:
-            keys = [clusters.predicate_key(p) for p in preds[1:]]
-            by_key.update(zip(keys, preds[1:], strict=True))
+        for each, preds in zip(packed, ordered, strict=True):
+            keys = list(map(key_of, each[1:]))
+            by_key.update(zip(keys, each[1:], strict=True))
+            pred_of.update(zip(keys, preds[1:], strict=True))
             keyed.append(keys)
         uses = Counter(chain.from_iterable(keyed))
-        entries = {bytes(k): clusters.decode_entry(v) for k, v in
-                   txn.cursor(db=dbs[clusters.PREDS]).getmulti(list(uses))}
+        entries = dict(map(clusters.found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
+            list(uses))))
         new = [key for key in uses if key not in entries]
         first = w.next_sid
         if new:
@@ -368,19 +371,19 @@ class Shard:
              for key, n in uses.items()])
         start = w.new_sids(len(ordered))
         w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
-        made = [[by_key[key]] for key in new] + ordered
         idkeys = [clusters.PREDICATE_ID] * len(new) + list(idkeys)
         kinds = [clusters.PREDICATE] * len(new) + [clusters.SUBSCRIPTION] * len(ordered)
         w.needed.set_run(first, kinds)
         w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
                                                    for i in sub_ids])
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
-        pack = msgpack.Packer().pack  # as msgpack.packb, without a Packer per call
+        bodies = [clusters.ONE + by_key[key] for key in new]
+        bodies += [clusters.array_header(len(each)) + b"".join(each) for each in packed]
         txn.cursor(db=dbs["subs"]).putmulti(list(zip(
-            sid_keys(first, len(made)), map(sub_record, idkeys, map(pack, made)), strict=True)))
+            sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
         txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys[len(new):],
                                                     sid_keys(start, len(ordered)), strict=True)))
-        return first, len(made), made
+        return first, len(bodies), [[pred_of[key]] for key in new] + ordered
 
     def fold_due(self, pending: int) -> bool:
         """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of

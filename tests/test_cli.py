@@ -332,3 +332,21 @@ def test_generate(tmp_path: Path) -> None:
     assert pq.read_metadata(tmp_path / "d.parquet").num_rows == 20
     assert "knobs" in run("generate", "--zipf", 1, "-o", subs, status=2).stderr
     run("generate", status=2)
+
+
+def test_recluster_by_sample_events(index: Path, tmp_path: Path) -> None:
+    """recluster takes a sample from a file (JSON Lines here), answers stay the same, and a
+    sample line that is no object is named."""
+    events = [{"category": "shoes", "price": 10 * n, "brand": "acme"} for n in range(30)]
+    sample = jsonl(tmp_path / "sample.jsonl", events)
+    before = lines(run("match", index, sample).stdout)
+    err = run("recluster", index, "--events", sample, "--sample", 5).stderr
+    assert "by 5 sample events" in err
+    assert lines(run("match", index, sample).stdout) == before
+    assert "by the subscriptions' own constants" in run("recluster", index).stderr
+    assert lines(run("match", index, sample).stdout) == before
+    run("verify", index)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"a": 1}\n[2]\n')
+    assert "bad.jsonl:2: not a JSON object" in run("recluster", index, "--events", bad,
+                                                   status=1).stderr

@@ -407,17 +407,18 @@ class Rows:
         left = words.take(at + local).astype(np.int64)
         left -= start
         pos = at + ROW_CHUNK + start
-        empty = left == 0
-        done.append(cands[empty])
-        keep = ~empty
-        cands, pos, left = cands[keep], pos[keep], left[keep]
+        rows = np.flatnonzero(left)  # positions as taken arrays: cheaper than masks
+        if rows.size < cands.size:
+            done.append(cands[left == 0])
+            cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
         while cands.size:
             ok = hit.take(words.take(pos))
             left -= 1
-            last = left == 0
-            done.append(cands[ok & last])
-            keep = ok & ~last
-            cands, pos, left = cands[keep], pos[keep] + 1, left[keep]
+            last = ok & (left == 0)
+            done.append(cands[last])
+            rows = np.flatnonzero(ok ^ last)
+            cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
+            pos += 1
         out = np.concatenate(done)
         out.sort()
         return out

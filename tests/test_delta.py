@@ -277,9 +277,11 @@ def test_a_tree_of_an_unnamed_attribute_is_named_by_stats(tmp_path, no_packing):
 @pytest.mark.usefixtures("kept_snapshots")
 def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeypatch):
     """A fold that only fills deltas changes no PB+tree: readers keep their flattened trees
-    (and search the deltas beside them); one that merges a delta into its tree drops them."""
+    (and search the deltas beside them); one that merges a delta into its tree drops them.
+    Each batch posts to both trees: its subscriptions their access predicates on ``a``,
+    and the predicate entries of its new ``b !=`` constants."""
     monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
-    exprs = {n: f"a > {n % 7} and b != {n % 3}" for n in range(300)}
+    exprs = {n: f"a > {n % 7} and b != {n % 3 + 3 * (n // 50)}" for n in range(300)}
     model = {n: parse(e) for n, e in exprs.items() if n < 200}
     event = {"a": 5, "b": 1}
     with pbtree.create(tmp_path / "ix", fold_at=10**6) as ix:

@@ -26,8 +26,11 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import shard as shard_module
+from pbtree.clusters import PREDICATE_ID
 from pbtree.expr import parse
+from pbtree.ids import encode_id
 from pbtree.shard import VERSION as SHARD_VERSION
+from pbtree.subs import split_sub
 
 ATTRS = ["a", "b", "c"]
 TRIALS = int(os.environ.get("PBTREE_STRESS_TRIALS", "16"))
@@ -177,8 +180,9 @@ DAMAGE = {
         random.Random(1).randbytes(200_000)), "CorruptIndexError", ""),
     "both meta pages zeroed": (lambda p: _zero_pages(p, 0, 1), "CorruptIndexError", ""),
     "another program's LMDB": (_foreign_lmdb, "NotAnIndexError", "not a pbtree shard"),
-    "shard format newer": (lambda p: _shard_meta(p, b"version", (9).to_bytes(4, "little")),
-                           "FormatVersionError", "upgrade"),
+    "shard format newer": (
+        lambda p: _shard_meta(p, b"version", (SHARD_VERSION + 1).to_bytes(4, "little")),
+        "FormatVersionError", "upgrade pbtree"),
     "shard format older": (lambda p: _shard_meta(p, b"version", (1).to_bytes(4, "little")),
                            "FormatVersionError", "rebuild"),
     "first pending sid above the counter": (
@@ -249,43 +253,59 @@ with pbtree.open(sys.argv[1], fold_at=1) as ix:
 """
 
 
-@pytest.mark.parametrize("old", [2, 3, 5, 6])
+def _as_version(path: Path, old: int) -> None:
+    """Turn the shard back into format ``old`` as that version left it: no predicate
+    entries (their subs records, ``preds`` and ``rows``: every subscription's record
+    holds all its predicates, as then), none of the databases added since, no ``merged``
+    record, and for version 2 no ``folded`` one. What the trees and ``needed`` hold is
+    left: an upgrade stores every subscription anew from its record."""
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        subs = env.open_db(b"subs", txn=txn)
+        entries = [bytes(k) for k, v in txn.cursor(db=subs) if split_sub(v)[0] == PREDICATE_ID]
+        assert entries  # there were some to take away
+        for key in entries:
+            txn.delete(key, db=subs)
+        for name, version in shard_module.ADDED.items():
+            if version > old:
+                txn.drop(env.open_db(name.encode(), txn=txn), delete=True)
+        meta = env.open_db(b"meta", txn=txn)
+        txn.put(b"version", old.to_bytes(4, "little"), db=meta)
+        assert txn.delete(b"merged", db=meta) and (old != 2 or txn.delete(b"folded", db=meta))
+    env.close()
+
+
+@pytest.mark.parametrize("old", [2, 3, 5, 6, 8])
 def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
     """Version 2 had no pending sids (no folded record), version 3 no packed trees,
     version 5 no staged runs (no staged database), version 6 no removed subscriptions
-    left in the trees (no dead database): such a shard is read as it is, and marked with
-    the current version on opening for writes (the databases it lacks made), before a
-    write can add what its version's readers would miss."""
+    left in the trees (no dead database), version 8 and older posted every predicate
+    with no predicate entries or check rows. Read-only, such a shard is refused, naming
+    the way out, and left as it is; opened for writing, it is stored anew in the current
+    version (the databases it lacks made), and answers as the oracle, then read-only
+    too, and takes staged and pending subscriptions."""
     path, events, answers = damaged
     with pbtree.open(path, readonly=True) as ix:
         stats = ix.stats()
         assert stats["staged"] == stats["dead"] == 0  # so that it is as 5 or 6 left it
-    _drop_db(path, b"dead")
-    if old < 6:
-        _drop_db(path, b"staged")
-    _shard_meta(path, b"version", old.to_bytes(4, "little"))
-    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    with env.begin(write=True) as txn:
-        meta = env.open_db(b"meta", txn=txn)
-        assert txn.delete(b"merged", db=meta) and (old != 2 or txn.delete(b"folded", db=meta))
-    env.close()
+    _as_version(path, old)
+    names = _db_names(path)
+    before = data_file(path).read_bytes()
+    outcome = probe(path, events)
+    assert outcome["stage"] == "open" and outcome["error"] == "FormatVersionError", outcome
+    assert f"version {old} is older" in outcome["message"]
+    assert "open it for writing once, or run pbtree upgrade" in outcome["message"]
+    assert _shard_version(path) == old and _db_names(path) == names
+    assert data_file(path).read_bytes() == before
+    assert probe(path, events, readonly=False) == {"answers": answers}  # upgraded, verified
+    assert _shard_version(path) == SHARD_VERSION
+    assert {b"staged", b"dead", b"rows", b"preds"} <= set(_db_names(path))
     assert probe(path, events) == {"answers": answers}
-    assert _shard_version(path) == old and b"dead" not in _db_names(path)
-    assert (b"staged" in _db_names(path)) == (old == 6)
-    reader = pbtree.open(path, readonly=True)  # opened before the upgrade
-    assert reader.match({"a": 1}) == probe(path, [{"a": 1}])["answers"][0]
-    assert reader.stats()["dead"] == 0 and reader.verify()["ok"]
+    with pbtree.open(path, readonly=True) as ix:
+        stats = ix.stats()
+        assert stats["predicate_entries"] > 0 and stats["staged"] == stats["pending"] == 0
     subprocess.run([sys.executable, "-c", UPGRADE_AND_STAGE, str(path)], check=True,
                    timeout=120)  # another process: LMDB opens an environment once per process
-    if old < 6:
-        with pytest.raises(pbtree.FormatVersionError,
-                           match="shard-0000: .*open the index again"):
-            reader.match({"a": 1})  # would miss the staged subscription
-    else:  # matching needs no dead records
-        assert "staged" in reader.match({"a": 1})
-    reader.close()
-    assert _shard_version(path) == SHARD_VERSION
-    assert {b"staged", b"dead"} <= set(_db_names(path))
     with pbtree.open(path) as ix:
         ix.subscribe("new", "a >= 0")
         assert ix.stats()["pending"] == 1 and "staged" in ix.match({"a": 1})
@@ -615,11 +635,12 @@ def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_pa
 def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
     """A pending subscription is matched from its record alone: verify, match and fold
     must each name the damage (and the shard), and the failed fold must change nothing."""
-    path = _damaged_subs_record(tmp_path, preds, fold=False)
+    path, sid = _damaged_subs_record(tmp_path, preds, fold=False)
     shard = re.escape(str(path / "shard-0000"))
     with pbtree.open(path) as ix:
         for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
-            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
+            with pytest.raises(pbtree.CorruptIndexError,
+                               match=f"^{shard}: .*sid {sid} is damaged"):
                 call()
         assert len(ix) == 10 and 7 in ix
 
@@ -627,33 +648,35 @@ def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
 def test_damaged_folded_subscription_is_named_by_get_and_unsubscribe(tmp_path):
     """Removing a folded subscription reads its postings from its record: a damaged one
     refuses the removal, naming the sid and shard, and leaves the index as it was."""
-    path = _damaged_subs_record(tmp_path, [["a", "~", 1]], fold=True)
+    path, sid = _damaged_subs_record(tmp_path, [["a", "~", 1]], fold=True)
     shard = re.escape(str(path / "shard-0000"))
     with pbtree.open(path) as ix:
         for call in (lambda: ix.get(4), lambda: ix.unsubscribe(4),
                      lambda: ix.subscribe(4, "a = 2", replace=True)):
-            with pytest.raises(pbtree.CorruptIndexError, match=f"^{shard}: .*sid 4 is damaged"):
+            with pytest.raises(pbtree.CorruptIndexError,
+                               match=f"^{shard}: .*sid {sid} is damaged"):
                 call()
         assert len(ix) == 10 and ix.match({"a": 1, "b": 2}) == list(range(10))
 
 
 def test_truncated_pending_subscription_names_its_sid(tmp_path):
     """A subs record cut inside its id header is named by sid, not only as truncated."""
-    path = _damaged_subs_record(tmp_path, None, fold=False, truncate=True)
+    path, sid = _damaged_subs_record(tmp_path, None, fold=False, truncate=True)
     shard = re.escape(str(path / "shard-0000"))
     with pbtree.open(path) as ix:
         for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
             with pytest.raises(pbtree.CorruptIndexError,
-                               match=f"^{shard}: .*sid 4 is truncated"):
+                               match=f"^{shard}: .*sid {sid} is truncated"):
                 call()
         assert len(ix) == 10
 
 
 def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool,
-                         truncate: bool = False) -> Path:
-    """An index of 10 subscriptions (pending, or folded) whose 5th subs record's
-    predicates are then replaced by ``preds`` (or the record cut to one byte, with
-    ``truncate``) behind pbtree's back."""
+                         truncate: bool = False) -> tuple[Path, int]:
+    """An index of 10 subscriptions (pending, or folded) whose subscription 4's subs
+    record's predicates are then replaced by ``preds`` (or the record cut to one byte,
+    with ``truncate``) behind pbtree's back; and its sid (not 4: the predicate entry of
+    ``b < 5`` took a sid before the subscriptions')."""
     path = tmp_path / "index"
     with pbtree.create(path) as ix:
         ix.subscribe_many([(n, "a = 1 and b < 5") for n in range(10)])
@@ -662,9 +685,10 @@ def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool,
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:
         subs = env.open_db(b"subs", txn=txn)
-        key, raw = list(txn.cursor(db=subs))[4]
+        key = txn.get(encode_id(4), db=env.open_db(b"ids", txn=txn))
+        raw = txn.get(key, db=subs)
         id_len = struct.unpack_from("<H", raw)[0]
         record = bytes(raw[:2 + id_len]) + msgpack.packb(preds)
         txn.put(key, record[:1] if truncate else record, db=subs)
     env.close()
-    return path
+    return path, int.from_bytes(key, "big")

@@ -320,7 +320,7 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
     placed = None
     for attempt in range(2):
         summary = build._build_shard(0, "expression", str(staging), str(rejects), 4096, 1,
-                                     f".{attempt}.tmp")
+                                     f".{attempt}.tmp", None)
         assert summary.column("subscriptions").to_pylist() == [2]
         assert sorted(os.listdir(staging)) == sorted([build.ROWS, "shard-0000"])
         assert os.listdir(rejects) == ["part-00000.parquet"]

@@ -109,11 +109,11 @@ def _sid_moved(txn, db, runs) -> None:
     """The first run's sids with one moved up by one, still sorted: the last of its
     place and key."""
     key, raw = runs[0]
-    _, p, v, n, s, width = staged.HEADER.unpack_from(raw)
+    end, p, v, n, s, width = staged.HEADER.unpack_from(raw)
     at = staged.HEADER.size + 8 * (p + v + s) + width * n + 4 * (p + 1)  # the sids
     index = staged.Staged.decode(int.from_bytes(key, "big"), memoryview(raw)).index
     sids, ranked = index.sids.tolist(), index.ranked.tolist()
-    i = next(i for i in range(n) if sids[i] + 1 < int.from_bytes(key, "big") + 25
+    i = next(i for i in range(n) if sids[i] + 1 < end
              and (i == n - 1 or ranked[i] != ranked[i + 1]))
     txn.put(key, raw[:at + 4 * i] + (sids[i] + 1).to_bytes(4, "little") + raw[at + 4 * i + 4:],
             db=db)
@@ -141,7 +141,7 @@ def _bound_raised(bounds: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda txn, db, runs: txn.delete(runs[-1][0], db=db), "staged runs end at sid 25"),
+    (lambda txn, db, runs: txn.delete(runs[-1][0], db=db), "staged runs end at sid 27"),
     (lambda txn, db, runs: txn.delete(runs[0][0], db=db), "do not cover the staged sids 0"),
     (_sid_moved, "staged (eq|gt|lt|ineq) SidSet"),
     (_array_changed(1, lambda keys: keys[::-1].copy()), "not sorted"),
@@ -154,12 +154,18 @@ def test_verify_names_damaged_staged_runs(tmp_path, change, message):
     there, fail ``verify``; while whole, every answer is the oracle's."""
     path = tmp_path / "ix"
     model = {}
-    with pbtree.create(path, fold_at=10) as ix:  # runs of 25 and 10: not joined, not merged
-        for first, count in ((0, 25), (25, 10)):
+    # runs of sids 0-26 (the 7 predicate entries a > 0 ... a > 6, then 20 subscriptions
+    # whose access predicate is b = ...) and 27-36: not joined, and under the 4 x 10
+    # staged sids that merge
+    with pbtree.create(path, fold_at=10) as ix:
+        for first, count in ((0, 20), (20, 10)):
             batch = {i: f"a > {i % 7} and b = 'x{i % 3}'" for i in range(first, first + count)}
             ix.subscribe_many(batch.items())
             model.update((i, parse(expr)) for i, expr in batch.items())
-        assert ix.stats()["staged"] == 35 and ix.verify()["ok"]
+        with ix.shards[0].read() as txn:
+            runs = staged.read(txn, ix.shards[0].dbs)
+        assert [(run.first, run.end) for run in runs] == [(0, 27), (27, 37)]
+        assert ix.stats()["staged"] == 30 and ix.verify()["ok"]
         for event in ({"a": 3, "b": "x1"}, {"a": 9, "b": "x0"}, {"b": "x2"}):
             assert ix.match(event) == oracle_match(model, event)
     _tampered(path, change)

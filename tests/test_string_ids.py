@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from oracle import oracle_match
 
 import pbtree
+from pbtree import shard as shard_module
 from pbtree import strids
 from pbtree.strids import StringIdTable, decode_chunk, encode_chunk
 
@@ -155,17 +156,22 @@ def test_as_arrays_and_counts(tmp_path):
 
 
 def _as_version_7(path) -> None:
-    """Turn a shard back into format 7: the same databases but ``strids``."""
+    """Turn a shard back into format 7: without the databases added since (``strids``,
+    and the check rows and predicate entries' of version 9; its subscriptions have one
+    predicate each, so no predicate entry record is left in ``subs``)."""
     env = lmdb.open(str(path), max_dbs=32)
     with env.begin(write=True) as txn:
-        txn.drop(env.open_db(strids.DB.encode(), txn=txn), delete=True)
+        for name, version in shard_module.ADDED.items():
+            if version > 7:
+                txn.drop(env.open_db(name.encode(), txn=txn), delete=True)
         txn.put(b"version", (7).to_bytes(4, "little"), db=env.open_db(b"meta", txn=txn))
     env.close()
 
 
 def test_upgrade_from_version_7(tmp_path):
-    """A shard of format 7 is read as it is (string ids from the subscription records),
-    and ``pbtree upgrade`` writes its string id column from those records."""
+    """A shard of format 7 is refused read-only (its trees lack what this version reads)
+    and left as it is; ``pbtree upgrade`` rewrites it, its string id column written from
+    the subscription records, and it then answers as before."""
     path = tmp_path / "ix"
     ids = [f"u{n}" for n in range(1500)] + list(range(700))
     with pbtree.create(path, shards=2) as ix:
@@ -176,9 +182,11 @@ def test_upgrade_from_version_7(tmp_path):
     with pbtree.create(tmp_path / "other", shards=3) as ix:
         ix.subscribe("x", _sub(1))
     _as_version_7(tmp_path / "other" / "shard-0001")
-    with pbtree.open(path, readonly=True) as ix:
-        assert ix.match({"a": 1}) == want
-        ix.verify()
+    with pytest.raises(pbtree.FormatVersionError,
+                       match="version 7 is older .* open it for writing once, or run pbtree "
+                             "upgrade"):
+        pbtree.open(path, readonly=True)
+    assert _version(path / "shard-0000") == 7  # refused, not upgraded
     pbtree_cmd = str(Path(sys.executable).with_name("pbtree"))
     done = subprocess.run([pbtree_cmd, "upgrade", str(path)],
                           capture_output=True, text=True, check=True)
@@ -186,9 +194,19 @@ def test_upgrade_from_version_7(tmp_path):
     done = subprocess.run([pbtree_cmd, "upgrade", str(tmp_path / "other")],
                           capture_output=True, text=True, check=True)
     assert "upgraded 1 shard from format version 7" in done.stderr
+    assert _version(path / "shard-0000") == _version(path / "shard-0001") == \
+        shard_module.VERSION
     with pbtree.open(path, readonly=True) as ix:
         assert ix.match({"a": 1}) == want
         ix.verify()
+
+
+def _version(path) -> int:
+    env = lmdb.open(str(path), max_dbs=32, readonly=True)
+    with env.begin() as txn:
+        found = int.from_bytes(txn.get(b"version", db=env.open_db(b"meta", txn=txn)), "little")
+    env.close()
+    return found
 
 
 @pytest.mark.parametrize("damage", ["tail", "order"])

@@ -607,12 +607,13 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     loses nothing, but a power loss or OS crash may lose the latest writes, or damage the
     data file where the file system does not keep the order of writes (README,
     Durability).
-    New subscriptions are matched from memory until a shard has ``fold_at`` of them
-    (by default 10,000), and the write that reaches that folds them into a staged run
-    on disk. A fold that leaves 4 × ``fold_at`` staged merges them into the trees; with
-    no ``fold_at`` given, one that leaves 10,000, or 32 per record of the shard's trees
-    database up to 320,000: a merge rewrites each small tree it adds to, so a wide
-    schema's many trees wait for more.
+    New subscriptions are matched from memory until a shard has ``fold_at`` new sids
+    (by default 10,000; the subscriptions and the predicate entries they bring), and the
+    write that reaches that folds them into a staged run on disk. A fold that leaves
+    4 × ``fold_at`` staged merges them into the trees; with no ``fold_at`` given, one
+    that leaves 10,000, or 32 per record of the shard's trees database up to 320,000: a
+    merge rewrites each small tree it adds to, so a wide schema's many trees wait for
+    more.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)

@@ -681,12 +681,6 @@ class Shard:
         strings = ints == STRING_ID
         if not strings.any():
             return ints, []
-        if self.dbs[strids.DB] is None:  # a shard of version 7 or older, opened read-only
-            keys = [sid_key(s) for s in sids[strings].tolist()]
-            pairs = txn.cursor(db=self.dbs["subs"]).getmulti(keys)
-            if len(pairs) != len(keys):
-                raise CorruptIndexError(f"{self.path}: a matched subscription has no id record")
-            return ints[~strings], [decode_id(split_sub(v)[0]) for _, v in pairs]
         try:
             found = cache.string_ids(txn, self.dbs).ids(sids[strings])
         except UnicodeDecodeError:

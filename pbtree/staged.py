@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import lmdb
 import numpy as np
 
-from pbtree.errors import CorruptIndexError, FormatVersionError
+from pbtree.errors import CorruptIndexError
 from pbtree.pending import Sorted, distinct, picked, ranked_among
 from pbtree.postings import Keys, places, ranked, split_code
 
@@ -180,14 +180,8 @@ def peeled(txn: lmdb.Transaction, db, run: Staged) -> Staged:
 
 def read(txn: lmdb.Transaction, dbs: dict) -> list[Staged]:
     """The staged runs in sid order, views of the map valid while ``txn`` is."""
-    db = dbs["staged"]
-    if db is None:  # a shard of an older version, opened to read: none, unless upgraded
-        if txn.get(b"merged", db=dbs["meta"]) is not None:
-            raise FormatVersionError("the shard was upgraded to hold staged runs since this "
-                                     "process opened it read-only; open the index again")
-        return []
     return [Staged.decode(int.from_bytes(key, "big"), raw)
-            for key, raw in txn.cursor(db=db).iternext()]
+            for key, raw in txn.cursor(db=dbs["staged"]).iternext()]
 
 
 def run_key(first: int) -> bytes:

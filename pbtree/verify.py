@@ -51,7 +51,7 @@ def shard_stats(shard) -> dict:
         stats = {
             "subscriptions": txn.stat(dbs["ids"])["entries"],
             # removed, their postings still in the trees until purged
-            "dead": 0 if dbs["dead"] is None else txn.stat(dbs["dead"])["entries"],
+            "dead": txn.stat(dbs["dead"])["entries"],
             "pending": pending,
             "staged": staged,
             # core predicates of the subscriptions: the access ones, and the check rows'
@@ -393,9 +393,7 @@ class _Checker:
 
     def string_ids(self, want: dict[int, bytes]) -> None:
         """The string id column holds exactly the string ids of the live sids, and no chunk
-        without one (a shard of version 7 or older has no column)."""
-        if self.dbs[strids.DB] is None:
-            return
+        without one."""
         stored = {int.from_bytes(k, "big"): bytes(v)
                   for k, v in self.txn.cursor(db=self.dbs[strids.DB])}
         for number, raw in stored.items():
@@ -421,8 +419,6 @@ class _Checker:
         """The removed subscriptions whose postings the trees still hold: each merged,
         without a predicate count or an id, its postings added to ``expected``."""
         db = self.dbs["dead"]
-        if db is None:  # a shard of version 6 or older, opened read-only
-            return
         for sid, idkey, _, found in stored(self.txn, db, 0):
             chunk = needed.get(sid // NEEDED.size)  # a missing chunk reads as zeros
             if sid >= merged:

@@ -8,9 +8,6 @@ list or tuple of (attribute, op, value) lists or tuples, an ASCII attribute, an 
 spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it, and constants that are plain
 ints, floats, bools or short ASCII strings. Whatever else a subscription holds is left to
 ``core.normalize``, which gives the same predicates or names what is wrong.
-
-The same columns give the batch's postings (``postings.Grouped``), which the shard keeps
-(``pending.Written``): its folds and pending reads need not group the predicates again.
 """
 
 from __future__ import annotations
@@ -21,18 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from pbtree.expr import OP_SPELLINGS, OPS_CORE
-from pbtree.leaf import EQ
-from pbtree.postings import (
-    NOTHING,
-    Grouped,
-    code,
-    concatenated,
-    constants,
-    heads,
-    unsorted,
-)
-from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
-from storage.keys import STRING
+from pbtree.postings import constants, heads
+from pbtree.subs import OP_RANK
 
 _EQ, _IN, _LE, _GE, _NE = (OP_RANK[op] for op in ("=", "in", "<=", ">=", "!="))
 _NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
@@ -47,13 +34,12 @@ _STR = {str}
 
 
 def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
-                   names_seen: Names | None = None) -> tuple[list[list | None], Grouped]:
+                   names_seen: Names | None = None) -> list[list | None]:
     """Per source, its core predicates as ``core.normalize`` gives them, or None where
     ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
     value or name it refuses or more than ``max_predicates`` core predicates, or two
-    'in' sets on one attribute. And the postings of those given, unsorted, their sids
-    the sources' positions. ``names_seen`` keeps the attribute names checked and numbered
-    between the batches of one index."""
+    'in' sets on one attribute. ``names_seen`` keeps the attribute names checked and
+    numbered between the batches of one index."""
     out: list[list | None] = [None] * len(sources)
     if set(map(type, sources)) <= _SEQUENCE and all(sources):
         taken, subs = list(range(len(sources))), list(sources)
@@ -66,7 +52,7 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
         taken, subs = [taken[j] for j in kept], [subs[j] for j in kept]
         columns = _columns(subs)
     if not subs:
-        return out, NOTHING
+        return out
     attrs, op, values = columns  # type: ignore[misc]
     known, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
@@ -98,32 +84,12 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
             rows.add_in(pred, family[at], keys[at], canon[at])
     bad = np.zeros(len(subs), bool)
     bad[rows.sub_of[~ok]] = True
-    lists, found = rows.done(bad, max_predicates, np.array(taken, np.uint32))
+    lists = rows.done(bad, max_predicates)
     if len(taken) == len(sources):
-        return lists, found
+        return lists
     for j, preds in zip(taken, lists, strict=True):
         out[j] = preds
-    return out, found
-
-
-def shard_postings(found: Grouped, items: list) -> Grouped:
-    """The postings, unsorted, of one shard's (id, id bytes, predicates, batch position)
-    items, the sid of item ``k`` being ``k``: taken from ``found`` (``normalize_many``'s)
-    for items with a position, grouped from the predicates for those at -1."""
-    at = np.array([item[3] for item in items], np.int64)
-    taken = np.flatnonzero(at >= 0)
-    pieces = []
-    if taken.size:  # then ``found`` holds their postings
-        index = np.full(max(int(at.max()), int(found.sids.max())) + 1, -1, np.int64)
-        index[at[taken]] = taken
-        k = index[found.sids]
-        mine = k >= 0
-        pieces.append(found._replace(place=found.place[mine], keys=found.keys[mine],
-                                     sids=k[mine].astype(np.uint32)))
-    rest = np.flatnonzero(at < 0)
-    if rest.size:
-        pieces.append(unsorted(rest.astype(np.uint32), [items[i][2] for i in rest.tolist()]))
-    return concatenated(pieces) if pieces else NOTHING
+    return out
 
 
 def _plain(pred: object) -> bool:
@@ -156,13 +122,12 @@ KEEP_NAMES = 1 << 15
 
 class Known(NamedTuple):
     """The attribute names a ``Names`` holds, numbered in the order they came: their
-    numbers (``rank``), the names and their bytes by number, and each number's place in
-    name order (UTF-8 byte order, which canonical predicate order follows)."""
+    numbers (``rank``), the names by number, and each number's place in name order
+    (UTF-8 byte order, which canonical predicate order follows)."""
 
     limit: int
     rank: dict[str, int]
     names: np.ndarray
-    encoded: list[bytes]
     order: np.ndarray
 
     def grown(self, new: list[str]) -> Known:
@@ -174,8 +139,7 @@ class Known(NamedTuple):
         ordered = np.insert(ordered, np.searchsorted(self.names[ordered], added),
                             np.arange(numbers.start, numbers.stop))
         return Known(self.limit, {**self.rank, **dict(zip(new, numbers, strict=True))},
-                     np.concatenate((self.names, added)),
-                     [*self.encoded, *map(str.encode, new)], _inverse(ordered))
+                     np.concatenate((self.names, added)), _inverse(ordered))
 
 
 def _inverse(permutation: np.ndarray) -> np.ndarray:
@@ -186,12 +150,12 @@ def _inverse(permutation: np.ndarray) -> np.ndarray:
 
 
 def _none_known(limit: int) -> Known:
-    return Known(limit, {}, np.zeros(0, object), [], np.zeros(0, np.int64))
+    return Known(limit, {}, np.zeros(0, object), np.zeros(0, np.int64))
 
 
 class Names:
     """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
-    index's batches have held, numbered as they came, with their bytes and name order: up
+    index's batches have held, numbered as they came, with their name order: up
     to ``keep`` of them, past that the last batch's. A batch of names all seen numbers
     them in one map, and a batch with new ones adds only those (1M ``sparse`` has ~4,000
     names in a batch of 1,000 subscriptions, still ~100 new after ten batches). The names
@@ -204,8 +168,7 @@ class Names:
 
     def ranked(self, attrs: tuple, max_attr_bytes: int) -> tuple[Known, np.ndarray]:
         """The valid names known, and each of ``attrs``' (hashable) number, -1 where it
-        is not a valid name. While a batch brings no new name, batches are given the same
-        names and bytes: their postings are joined as they are (``postings.concatenated``)."""
+        is not a valid name."""
         known = self.known if self.known.limit == max_attr_bytes else \
             _none_known(max_attr_bytes)
         other = None if set(map(type, attrs)) == _STR else \
@@ -256,7 +219,6 @@ class _Rows:
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
         self.texts: list[str] = []  # the strings that string keys rank
-        self.sets = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint64))
 
     def add(self, pred: np.ndarray, rank: np.ndarray | int, family: np.ndarray,
             keys: np.ndarray, values: np.ndarray) -> None:
@@ -278,7 +240,6 @@ class _Rows:
         self.add(of[one], _EQ, family[one], keys[one], canon[one])
         starts = np.flatnonzero(heads(of) & ~one)
         ends = starts + count[of[starts]]
-        self.sets = (of[~one], family[~one], keys[~one])  # an 'in' posts each value
         none = np.zeros(starts.size, np.int64)  # 'in' sorts by its rank; a second on the
         # same attribute ties with it, and ``done`` leaves that subscription to ``expr``
         canon = canon.tolist()
@@ -286,12 +247,10 @@ class _Rows:
         self.add(of[starts], _IN, none, none.astype(np.uint64),
                  np.fromiter(sets, object, len(sets)))
 
-    def done(self, bad: np.ndarray, max_predicates: int, sids: np.ndarray
-             ) -> tuple[list[list | None], Grouped]:
+    def done(self, bad: np.ndarray, max_predicates: int) -> list[list | None]:
         """Each subscription's core predicates in canonical order, duplicates dropped; None
         for one marked ``bad``, of over ``max_predicates`` predicates, or with two 'in' on
-        one attribute (whose order ``expr`` decides, by their sets). And the postings of
-        the others, unsorted, subscription ``j``'s sid ``sids[j]``."""
+        one attribute (whose order ``expr`` decides, by their sets)."""
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
         held = np.concatenate(self.values)
@@ -316,29 +275,4 @@ class _Rows:
         ends = np.cumsum(count).tolist()
         lists = [None if b else triples[a:e]
                  for a, e, b in zip([0, *ends[:-1]], ends, bad.tolist(), strict=True)]
-        return lists, self._postings(bad, sub, attr, rank, family[order], keys[order], sids)
-
-    def _postings(self, bad: np.ndarray, sub: np.ndarray, attr: np.ndarray,
-                  rank: np.ndarray, family: np.ndarray, keys: np.ndarray, sids: np.ndarray
-                  ) -> Grouped:
-        """The postings (DESIGN §3) of the core predicates given, but those of ``bad``
-        subscriptions: a scalar's one or two places, an 'in' set's values one each."""
-        of, set_family, set_keys = self.sets
-        scalar = ~bad[sub] & (rank != _IN)
-        in_set = ~bad[self.sub_of[of]]
-        second = np.flatnonzero(scalar & (SECOND_KIND[rank] >= 0))
-        scalar = np.flatnonzero(scalar)
-        family = np.concatenate((family[scalar], family[second], set_family[in_set]))
-        keys = np.concatenate((keys[scalar], keys[second], set_keys[in_set]))
-        strings = np.flatnonzero(family == STRING)
-        text = keys[strings].astype(np.int64)
-        held = np.zeros(len(self.texts), bool)  # the strings a kept posting holds
-        held[text] = True
-        keys[strings] = (np.cumsum(held, dtype=np.uint64) - 1)[text]
-        kind = np.concatenate((FIRST_KIND[rank[scalar]], SECOND_KIND[rank[second]],
-                               np.full(np.count_nonzero(in_set), EQ, np.int64)))
-        attr = np.concatenate((attr[scalar], attr[second], self.attr[of[in_set]]))
-        sub = np.concatenate((sub[scalar], sub[second], self.sub_of[of[in_set]]))
-        return Grouped(self.known.encoded,
-                       [self.texts[i].encode() for i in np.flatnonzero(held).tolist()],
-                       code(attr, family, kind), keys, sids[sub])
+        return lists

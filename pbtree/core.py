@@ -44,7 +44,6 @@ from pbtree.explain import explain as explain_subscription
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.nested import leaves
-from pbtree.postings import Grouped
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
@@ -144,7 +143,7 @@ def _first_duplicate(items: list, stored: set[bytes]) -> None:
     """Raise DuplicateIdError for the first of ``items`` whose id is stored or came
     earlier in the batch."""
     seen: set[bytes] = set()
-    for sub_id, idkey, _, _ in items:
+    for sub_id, idkey, _ in items:
         if idkey in seen or idkey in stored:
             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
         seen.add(idkey)
@@ -318,31 +317,29 @@ class Index:
         self.reopened += 1
 
     # --- writes ---------------------------------------------------------------------
-    def _prepare(self, pairs: Iterable[tuple[object, Expr]]
-                 ) -> tuple[list[list], Grouped | None]:
-        """Each shard's (id, id bytes, core predicates, batch position or -1) items, and
-        the postings ``normalize_many`` gave of those with a position (None for a batch
-        too small to be worth it: its predicates are grouped when needed)."""
+    def _prepare(self, pairs: Iterable[tuple[object, Expr]]) -> list[list]:
+        """Each shard's (id, id bytes, core predicates) items; a batch of BATCH_AT or more
+        normalised together where it can (``normalize_many``)."""
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
         pairs = list(pairs)
         if len(pairs) < BATCH_AT:
-            fast, found = [None] * len(pairs), None
+            fast = [None] * len(pairs)
         else:
-            fast, found = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
-                                          for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES,
-                                         self._names)
+            fast = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
+                                   for p in pairs], MAX_PREDICATES, MAX_ATTR_BYTES,
+                                  self._names)
         ids = [p[0] for p in pairs] if None not in fast else []
         if not set(map(type, ids)) <= _PLAIN_IDS:
             ids = list(map(plain_id, ids))
         idkeys = encode_ids(ids) if ids else None
         if idkeys is not None:  # all checked: no item to report
-            items = zip(ids, idkeys, fast, range(len(ids)), strict=True)
+            items = zip(ids, idkeys, fast, strict=True)
             if len(shards) == 1:
-                return [list(items)], found
+                return [list(items)]
             for item in items:
                 groups[shard_of(item[1], len(shards))].append(item)
-            return groups, found
+            return groups
         for n, (pair, preds) in enumerate(zip(pairs, fast, strict=True)):
             try:
                 sub_id, expr = pair
@@ -351,13 +348,12 @@ class Index:
             try:
                 sub_id = plain_id(sub_id)
                 idkey = encode_id(sub_id)
-                position = n
                 if preds is None:
-                    preds, position = normalize(expr), -1
+                    preds = normalize(expr)
             except (ExpressionError, IdError) as exc:
                 raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
-            groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds, position))
-        return groups, found
+            groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
+        return groups
 
     def subscribe(self, sub_id: int | str, expr: Expr, *, replace: bool = False) -> None:
         """Add one subscription; an existing id raises DuplicateIdError unless replace."""
@@ -367,7 +363,7 @@ class Index:
     def subscribe_many(self, pairs: Iterable[tuple[int | str, Expr]], *,
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
-        groups, found = self._prepare(pairs)
+        groups = self._prepare(pairs)
         if replace:
             groups = [list({item[1]: item for item in items}.values()) for items in groups]
         else:
@@ -376,7 +372,7 @@ class Index:
                 stored = shard.existing(keys) if items else set()
                 if stored or len(set(keys)) < len(keys):
                     _first_duplicate(items, stored)
-        return sum(shard.subscribe([item[:3] for item in items], replace)
+        return sum(shard.subscribe(items, replace)
                    for shard, items in zip(self.shards, groups, strict=True) if items)
 
     def unsubscribe(self, sub_id: int | str) -> bool:

@@ -268,8 +268,7 @@ class Written:
     their records and grouping their predicates again. A committed sid is never given
     again and its record never changes, so what is here stays true (a removed
     subscription's postings are left out by the fold, and reach no event when pending).
-    A write keeps its postings (``batch.normalize_many``'s), or its predicate lists
-    when it was too small to be normalised as a batch (grouped when taken), once it has
+    A write keeps the predicate lists of its new sids (grouped when taken) once it has
     committed (a fold in the same write takes them through ``plus``). Older
     writes are dropped while the newer still hold HELD subscriptions: a fold of up to
     HELD (twice ``shard.FOLD_AT``) finds all it needs, whatever size the batches."""
@@ -279,12 +278,12 @@ class Written:
     __slots__ = ("chunks", "held")
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[int, int, Grouped | list]] = []  # (first sid, sids, held)
+        self.chunks: list[tuple[int, int, list]] = []  # (first sid, sids, predicate lists)
         self.held = 0
 
-    def add(self, first: int, count: int, held: Grouped | list) -> None:
-        """Keep the postings (unsorted) or the predicate lists of the committed sids
-        ``first .. first + count``, in place of any held from ``first`` on."""
+    def add(self, first: int, count: int, held: list) -> None:
+        """Keep the predicate lists of the committed sids ``first .. first + count``, in
+        place of any held from ``first`` on."""
         while self.chunks and self.chunks[-1][0] >= first:
             self.held -= self.chunks.pop()[1]
         self.chunks.append((first, count, held))
@@ -292,7 +291,7 @@ class Written:
         while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
             self.held -= self.chunks.pop(0)[1]
 
-    def plus(self, first: int, count: int, held: Grouped | list) -> Written:
+    def plus(self, first: int, count: int, held: list) -> Written:
         """What this holds and, besides, a write's own sids (``add``), for its fold to
         take before the write commits."""
         out = Written()
@@ -325,23 +324,10 @@ class Written:
                 at = stop
         if not at == end > start:
             return None
-        pieces: list[Grouped] = []
         lists: list = []
-        for lo, hi, first, count, held in spans:
-            if isinstance(held, list):
-                lists += held[lo - first:hi - first]
-                continue
-            if lists:  # those of the sids just before
-                pieces.append(unsorted(np.arange(lo - len(lists), lo, dtype=np.uint32), lists))
-                lists = []
-            if first < lo or hi < first + count:
-                inside = (held.sids >= lo) & (held.sids < hi)
-                held = held._replace(place=held.place[inside], keys=held.keys[inside],
-                                     sids=held.sids[inside])
-            pieces.append(held)
-        if lists:
-            pieces.append(unsorted(np.arange(end - len(lists), end, dtype=np.uint32), lists))
-        return concatenated(pieces)
+        for lo, hi, first, _, held in spans:
+            lists += held[lo - first:hi - first]
+        return unsorted(np.arange(start, end, dtype=np.uint32), lists)
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

@@ -1,14 +1,13 @@
 """Batch normalisation (``batch.normalize_many``) against ``core.normalize``, one source at a
 time: whatever the batch gives must be exactly what the slow path gives (types included),
-the common shapes must be given, not left to the slow path, and the batch's postings must
-be those of what it gave; and big batches through an index against the oracle."""
+and the common shapes must be given, not left to the slow path; and big batches through an
+index against the oracle."""
 
 from __future__ import annotations
 
 import math
 import random
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,18 +17,15 @@ from pbtree.batch import Names, normalize_many
 from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates, parse
-from pbtree.postings import joined, unsorted
 
 try:
     from tests.oracle import oracle_match
     from tests.strategies import ATTRS, random_event, random_subscription
     from tests.test_expr import same
-    from tests.test_postings import listed
 except ImportError:  # tests/ is on sys.path itself (pytest rootdir-less import mode)
     from oracle import oracle_match
     from strategies import ATTRS, random_event, random_subscription
     from test_expr import same
-    from test_postings import listed
 
 
 class Name(str):
@@ -104,13 +100,6 @@ def slow(source: object) -> list | ExpressionError:
         return exc
 
 
-def check_postings(lists: list, found) -> None:
-    """The batch's postings are those of the lists it gave, their sids the positions."""
-    given = [j for j, preds in enumerate(lists) if preds is not None]
-    want = joined([unsorted(np.array(given, np.uint32), [lists[j] for j in given])])
-    assert listed(joined([found])) == listed(want)
-
-
 def two_in_sets_on_one_attribute(source: list) -> bool:
     named = [attr for attr, op, values in source if op == "in" and len(values) > 1]
     return len(named) != len(set(named))
@@ -119,8 +108,7 @@ def two_in_sets_on_one_attribute(source: list) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(st.lists(sources, max_size=8))
 def test_batch_gives_what_each_source_normalises_to(batch: list) -> None:
-    lists, found = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)
-    check_postings(lists, found)
+    lists = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)
     for source, got in zip(batch, lists, strict=True):
         if got is not None:
             want = slow(source)
@@ -135,8 +123,7 @@ def test_common_shapes_are_taken(batch: list, limit: int) -> None:
     """Plain sources are normalised by the batch, up to ``limit`` core predicates; only
     errors (an empty set, bounds of two types) and two 'in' sets on one attribute
     (ordered by their sets) go to the slow path."""
-    lists, found = normalize_many(batch, limit, MAX_ATTR_BYTES)
-    check_postings(lists, found)
+    lists = normalize_many(batch, limit, MAX_ATTR_BYTES)
     for source, got in zip(batch, lists, strict=True):
         want = slow(source)
         if isinstance(want, ExpressionError) or len(want) > limit:
@@ -159,8 +146,7 @@ def test_names_seen_before_change_nothing(batch: list, keep: int, limit: int) ->
     limits, and past ``keep``) as through none."""
     fresh = normalize_many(batch, MAX_PREDICATES, limit)
     seen = normalize_many(batch, MAX_PREDICATES, limit, SEEN[keep])
-    assert seen[0] == fresh[0]
-    assert listed(joined([seen[1]])) == listed(joined([fresh[1]]))
+    assert seen == fresh
 
 
 def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
@@ -172,39 +158,8 @@ def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
                         ([[("d", "=", 2), ("a", ">", 0)]], ["a", "c", "d"]),
                         ([[("a", "=", 2)]], ["a", "c", "d"])]:
         got = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES, seen)
-        assert got[0] == normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)[0]
+        assert got == normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)
         assert sorted(seen.known.rank) == kept
-
-
-@pytest.mark.parametrize("growing", [False, True], ids=["names seen", "new names"])
-def test_batches_share_or_extend_their_names_and_join_as_copies_do(growing: bool) -> None:
-    """Batches that bring no new name are given one list of names, and a batch that
-    brings new ones a list that begins with the one before; their postings, joined in
-    any order, alone or with a single's (names of its own), are those of all their
-    subscriptions grouped at once."""
-    rng = random.Random(5)
-    seen = Names()
-    pieces, given = [], {}
-    for k, first in enumerate(range(0, 120, 30)):
-        subs = [random_subscription(rng, ATTRS, 8) for _ in range(30)]
-        if growing:  # a new name each batch, sorting before or among those seen
-            subs = [[*sub, (f"{3 - k}new", "=", k)] for sub in subs]
-        lists, found = normalize_many(subs, MAX_PREDICATES, MAX_ATTR_BYTES, seen)
-        pieces.append(found._replace(sids=found.sids + np.uint32(first)))
-        given.update((first + j, preds) for j, preds in enumerate(lists) if preds is not None)
-    given[120] = normalize([("zz", "=", 1), ("a", "<", 3)])
-    single = unsorted(np.array([120], np.uint32), [given[120]])
-    if growing:
-        for earlier, later in zip(pieces, pieces[1:], strict=False):
-            assert len(later.names) > len(earlier.names)
-            assert later.names[:len(earlier.names)] == earlier.names
-    else:
-        assert pieces[1].names is pieces[2].names is pieces[3].names
-    for held in (pieces[1:], pieces[::-1], [*pieces, single], [single, *pieces],
-                 [pieces[2], single, pieces[0]]):
-        sids = sorted(set(np.concatenate([found.sids for found in held]).tolist()))
-        whole = unsorted(np.array(sids, np.uint32), [given[sid] for sid in sids])
-        assert listed(joined(held)) == listed(joined([whole]))
 
 
 def test_values_at_the_edges() -> None:
@@ -219,7 +174,7 @@ def test_values_at_the_edges() -> None:
                                          None]] + [
         [("a", "between", (1, "x"))], [("a", "in", ())]]
     odd = [[("a", "=", v)] for v in ODD_VALUES]
-    got = normalize_many(taken + refused + odd, MAX_PREDICATES, MAX_ATTR_BYTES)[0]
+    got = normalize_many(taken + refused + odd, MAX_PREDICATES, MAX_ATTR_BYTES)
     for source, preds in zip(taken, got, strict=False):
         assert preds is not None and same(preds, slow(source)), (source, preds)
     assert got[len(PLAIN_VALUES) + 1] == [("a", "=", 2)]
@@ -228,7 +183,7 @@ def test_values_at_the_edges() -> None:
     for source, preds in zip(odd, got[len(taken) + len(refused):], strict=True):
         assert preds is None or same(preds, slow(source))
     int64_ends = [[("a", "=", -(2**63))], [("a", "<", 2**63 - 1)], [("a", "in", (1, -(2**63)))]]
-    assert normalize_many(int64_ends, MAX_PREDICATES, MAX_ATTR_BYTES)[0] == [None] * 3
+    assert normalize_many(int64_ends, MAX_PREDICATES, MAX_ATTR_BYTES) == [None] * 3
 
 
 def test_subscribe_many_reports_the_first_bad_item(tmp_path) -> None:

@@ -18,7 +18,7 @@ from pbtree import postings
 from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Sorted, Written, ranked_distinct
-from pbtree.postings import Grouped, grouped, joined, places, unsorted
+from pbtree.postings import Grouped, grouped, joined, places
 from pbtree.subs import stored
 from storage.keys import number_keys, number_payload
 
@@ -113,7 +113,7 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         lists = [normalize(random_subscription(rng, rng.sample(ATTRS, 2), rng.choice((3, 30))))
                  for _ in range(n)]
         written = Written()
-        written.add(0, n, unsorted(np.arange(n, dtype=np.uint32), lists))
+        written.add(0, n, lists)
         bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
         runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
         for run in runs:
@@ -139,14 +139,14 @@ def test_number_keys_spell_the_number_payloads(values):
 
 
 def test_a_run_naming_attributes_without_postings_finds_nothing():
-    """A run whose range holds none of the postings still names their attributes; a
-    search of it finds nothing, and does not fail."""
+    """A run whose range holds no postings (subscriptions removed before it was read)
+    finds nothing, and does not fail."""
     written = Written()
-    written.add(0, 3, unsorted(np.arange(3, dtype=np.uint32), [[], [], normalize([("a", "=", 1)])]))
+    written.add(0, 3, [[], [], normalize([("a", "=", 1)])])
     run = Run(None, {}, 0, 2, written)
     out: list = []
     run.search(prepare_event({"a": 1}), out)
-    assert run.size == 0 and run.names == [b"a"] and out == []
+    assert run.size == 0 and out == []
 
 
 def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
@@ -156,7 +156,7 @@ def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
     n = 70_000  # 70,000 places (one '=' each) times 70,001 key ranks
     lists = [normalize([(f"a{i}", "=", i)]) for i in range(n)]
     written = Written()
-    written.add(0, n, unsorted(np.arange(n, dtype=np.uint32), lists))
+    written.add(0, n, lists)
     run = Run(None, {}, 0, n, written)
     want = listed(joined([run.postings]))  # unsorted until indexed
     for sid in (0, 1, 61_355, 61_356, n - 1):  # place 61,356 * 70,001 is just past 2^32

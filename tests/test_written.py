@@ -231,18 +231,14 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
 
 def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
     """A range is taken only when every sid in it is held, holding the postings its lists
-    give, whether writes kept postings or lists (small batches), side by side; a
-    write given again replaces what it gave before; the oldest go while the newer number
+    give; a write given again replaces what it gave before; the oldest go while the newer number
     HELD. ``held_from`` finds where the held sids up to a range's end begin."""
     written, model = Written(), {}
 
     def add(first: int, tag: str, n: int) -> None:
         lists = [[("a", "=", tag), ("b", "in", (i, i + 1)), ("c", ">=", "s" + tag)]
                  for i in range(n)]
-        if tag in "xztu":
-            written.add(first, n, unsorted(np.arange(first, first + n, dtype=np.uint32), lists))
-        else:
-            written.add(first, n, lists)
+        written.add(first, n, lists)
         for sid in [sid for sid in model if sid >= first]:
             del model[sid]
         model.update(enumerate(lists, first))

@@ -41,6 +41,9 @@ DB, PREDS = "rows", "preds"
 #: overflow pages of its own, so that its words are aligned on the map
 ROW_CHUNK = 1024
 _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
+#: candidates left from which ``Rows.matched`` checks the rest of their rows in one go
+#: rather than a row position at a time (each step costs a dozen array calls)
+FEW_CANDIDATES = 512
 #: what the ``needed`` column holds per sid: a free sid, a subscription, a predicate entry
 FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
@@ -411,7 +414,7 @@ class Rows:
         if rows.size < cands.size:
             done.append(cands[left == 0])
             cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
-        while cands.size:
+        while cands.size > FEW_CANDIDATES:
             ok = hit.take(words.take(pos))
             left -= 1
             last = ok & (left == 0)
@@ -419,6 +422,11 @@ class Rows:
             rows = np.flatnonzero(ok ^ last)
             cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
             pos += 1
+        if cands.size:  # the rest of the few rows at once: no step per row position
+            starts = np.cumsum(left) - left
+            every = np.arange(int(starts[-1] + left[-1])) + np.repeat(pos - starts, left)
+            missed = np.add.reduceat(~hit.take(words.take(every)), starts)
+            done.append(cands[missed == 0])
         out = np.concatenate(done)
         out.sort()
         return out

@@ -241,16 +241,41 @@ def _unescape(body: str, start: int) -> str:
     return text
 
 
-def _number(text: str, pos: int) -> int | float:
+class _Unreadable:
+    """A number literal with no value the index can hold: an integer of more digits than
+    any within ±2^53 (read no further, which also keeps int() off its digit limit), or a
+    decimal beyond the double range. The parser refuses it where it stands, as any value
+    (``_TextParser.check``): the first bad predicate is the one named, with the message the
+    tuple form gives for that integer (a '-' before it negates it)."""
+
+    __slots__ = ("text", "integer")
+
+    def __init__(self, text: str, integer: bool) -> None:
+        self.text, self.integer = text, integer
+
+    def __neg__(self) -> _Unreadable:
+        if not self.integer:
+            return self
+        return _Unreadable(self.text[1:] if self.text[0] == "-" else "-" + self.text, True)
+
+    def __repr__(self) -> str:  # an integer's as repr() would write it, for ``inexact``
+        return self.text
+
+    def rejected(self) -> ValueRejected:
+        if self.integer:
+            return inexact(self)  # type: ignore[arg-type]
+        return ValueRejected(f"number {_short(self.text)} is out of range")
+
+
+def _number(text: str) -> int | float | _Unreadable:
     if "." in text or "e" in text or "E" in text:
         value = float(text)
         if math.isinf(value):
-            raise ExpressionError(f"at position {pos}: number {_short(text)} is out of range")
+            return _Unreadable(text, False)
         return value
-    if len(text.lstrip("+-0")) > 17:  # also keeps int() off its digit limit
-        raise ExpressionError(
-            f"at position {pos}: integer {_short(text)} is beyond ±2^53 and has no exact value"
-        )
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 17:
+        return _Unreadable("-" + digits if text[0] == "-" else digits, True)
     return int(text)
 
 
@@ -268,7 +293,7 @@ def _tokenize(src: str) -> list[Token]:
                 raise ExpressionError(f"at position {start}: {_OR_MESSAGE}")
             append((_NAME, text, start, end))
         elif kind == "num":
-            append((_NUM, _number(text, start), start, end))
+            append((_NUM, _number(text), start, end))
         elif kind == "str":
             body = text[1:-1]
             if "\\" in body:
@@ -416,6 +441,8 @@ class _TextParser:
 
     def check(self, value: object, tok: Token, attr: str) -> object:
         try:
+            if type(value) is _Unreadable:
+                raise value.rejected()
             return _constant(value)
         except ValueRejected as exc:
             raise ExpressionError(
@@ -524,7 +551,10 @@ def _literal(text: str) -> tuple[int, object] | None:
     elif first in "tTfF":
         value = first in "tT"
     else:
-        value = _constant(_number(token, 0))
+        value = _number(token)
+        if type(value) is _Unreadable:
+            raise value.rejected()
+        value = _constant(value)
     pair = (_family(value), value)
     if len(text) <= 100:
         if len(_LITERALS) >= _LITERALS_MAX:

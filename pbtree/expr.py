@@ -632,9 +632,12 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         canon_op = OP_SPELLINGS.get(" ".join(op.lower().split()))
     if canon_op is None:
         raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
-    try:
-        if not attr.isascii():
+    if not attr.isascii():
+        try:
             _check_name(attr)
+        except ValueRejected as exc:  # as text says it: the name is wrong, not the value
+            raise fail(f"attribute name: {exc}") from None
+    try:
         if canon_op in _SCALAR_CORE:
             return (attr, canon_op, _constant(value))
         if canon_op == "in" or canon_op == "not in":

@@ -40,6 +40,7 @@ __all__ = [
     "parse",
     "prefix_successor",
     "rewrite",
+    "source_op",
     "value_sort_key",
 ]
 
@@ -614,6 +615,15 @@ def _check_name(attr: str) -> None:
         ) from None
 
 
+def source_op(op: object) -> str | None:
+    """The operator of OPS_SOURCE that a tuple's ``op`` spells: exactly as OP_SPELLINGS
+    lists it, or in any letter case and spacing ('NOT  IN'); None if it spells none."""
+    if not isinstance(op, str):
+        return None
+    canon = OP_SPELLINGS.get(op) if type(op) is str else None
+    return canon or OP_SPELLINGS.get(" ".join(op.lower().split()))
+
+
 def _parse_tuple(index: int, item: object) -> Predicate:
     def fail(problem: str) -> ExpressionError:
         return ExpressionError(f"predicate {index} {shown(item)}: {problem}")
@@ -627,9 +637,7 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         raise fail("attribute name is empty")
     if not isinstance(op, str):
         raise fail(f"operator must be a str, not {type(op).__name__}")
-    canon_op = OP_SPELLINGS.get(op) if type(op) is str else None
-    if canon_op is None:
-        canon_op = OP_SPELLINGS.get(" ".join(op.lower().split()))
+    canon_op = source_op(op)
     if canon_op is None:
         raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
     if not attr.isascii():

@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from pbtree.bulk import Columns, fixed_rows
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
+from pbtree.expr import source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
 from spark_loader import arrowparse
 from spark_loader.arrowparse import filled
@@ -152,8 +153,7 @@ def _predicate(attr: object, op: object, value: object) -> tuple:
     for what, item in (("attribute", attr), ("operator", op), ("value", value)):
         if item is None:
             raise ExpressionError(f"null {what}")
-    if isinstance(value, list) and (not isinstance(op, str) or op.strip().lower() not in
-                                    LIST_OPS):
+    if isinstance(value, list) and source_op(op) not in LIST_OPS:
         if len(value) != 1:
             raise ExpressionError(f"operator {op!r} takes one value, the row has {len(value)}")
         value = value[0]

@@ -213,3 +213,18 @@ def test_predicate_columns_equal_the_row_by_row_path(table):
     subs, rejects = layouts.predicates(table)
     assert _by_id(*layouts.predicate_columns(table)) == _by_id(Columns.from_subs(subs),
                                                                rejects)
+
+
+def test_predicate_rows_read_operators_as_the_tuple_form_does():
+    """A list value is the set of any spelling of 'in', 'not in' or 'between' the tuple
+    form takes ('Not  In'), and one comparison value otherwise."""
+    from spark_loader import layouts
+
+    table = pa.table({"id": [1, 2, 3, 3], "attr": ["a", "a", "a", "b"],
+                      "op": ["Not  In", " BETWEEN ", "IN", "<"],
+                      "value": [[0], [1, 2], [5], [7]]})
+    subs, rejects = layouts.predicates(table)
+    assert rejects == []
+    assert [(sub_id, preds) for sub_id, _, preds in subs] == [
+        (1, normalize([("a", "not in", [0])])), (2, normalize([("a", "between", [1, 2])])),
+        (3, normalize([("a", "in", [5]), ("b", "<", 7)]))]

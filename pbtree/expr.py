@@ -38,6 +38,7 @@ __all__ = [
     "format_value",
     "normalize",
     "parse",
+    "parse_tuple",
     "prefix_successor",
     "rewrite",
     "source_op",
@@ -622,6 +623,12 @@ def source_op(op: object) -> str | None:
         return None
     canon = OP_SPELLINGS.get(op) if type(op) is str else None
     return canon or OP_SPELLINGS.get(" ".join(op.lower().split()))
+
+
+def parse_tuple(index: int, item: object) -> Predicate:
+    """The source-level predicate of one (attribute, op, value) tuple, as ``parse`` reads
+    item ``index`` of a list: its errors name it as predicate ``index``."""
+    return _parse_tuple(index, item)
 
 
 def _parse_tuple(index: int, item: object) -> Predicate:

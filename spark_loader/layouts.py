@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from pbtree.bulk import Columns, fixed_rows
 from pbtree.core import normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
-from pbtree.expr import source_op
+from pbtree.expr import parse_tuple, source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
 from spark_loader import arrowparse
 from spark_loader.arrowparse import filled
@@ -185,11 +185,14 @@ def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
 
 def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
               ) -> list[Reject]:
-    """Every row of a refused subscription, each bad one with its own reason."""
+    """Every row of a refused subscription, each bad one with its own reason: the error
+    the tuple form gives for it in the subscription (predicate k for the id's row k)."""
     reasons = {}
-    for r in members:
+    for k, r in enumerate(members):
         try:
-            normalize([_predicate(*rows[r])])
+            pred = _predicate(*rows[r])
+            parse_tuple(k, pred)
+            normalize([pred])  # and the limits of the index
         except ExpressionError as exc:
             reasons[r] = str(exc)
     if not reasons:

@@ -29,6 +29,7 @@ from storage.keys import (
 from storage.keys import const_payload as _const_payload
 
 __all__ = [
+    "KEYWORDS",
     "OPS_CORE",
     "OP_SPELLINGS",
     "OPS_SOURCE",
@@ -62,7 +63,8 @@ _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
 }
 #: every exact spelling of an operator -> its canonical form in OPS_SOURCE
 OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
-_KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
+#: the words a bare attribute name cannot be (in any letter case): back-quote them
+KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
 _OR_MESSAGE = (
     "'or' is not supported: a subscription is a conjunction of predicates joined by 'and'; "
     "split the alternatives into several subscriptions"
@@ -343,7 +345,7 @@ class _TextParser:
             return f"string {text}"
         if kind == _QUOTED:
             return f"name {text}"
-        if kind == _NAME and value.lower() in _KEYWORDS:
+        if kind == _NAME and value.lower() in KEYWORDS:
             return f"keyword '{text}'"
         hidden = [f"U+{ord(c):04X}" for c in text if not c.isprintable()]
         if hidden:  # a control or invisible character: say which, as printing it would not
@@ -365,7 +367,7 @@ class _TextParser:
         preds: list[Predicate] = []
         while True:
             kind, value, start, _ = tok = toks[self.i]
-            if kind == _NAME and value.lower() not in _KEYWORDS:
+            if kind == _NAME and value.lower() not in KEYWORDS:
                 attr = value
             elif kind == _QUOTED:
                 if not value:
@@ -522,7 +524,7 @@ def _ci(*words: str) -> str:
 _VALUE_RE = re.compile(rf"\s*({_NUM_SRC}|{_STR_SRC}|{_ci('true', 'false')})\s*", re.S)
 _CHUNK = rf"(?:{_STR_SRC}|\S+)"
 _FAST_PRED_RE = re.compile(
-    rf"""\s*(?!{_ci(*sorted(_KEYWORDS))}(?![\w.]))(?P<attr>[^\W\d][\w.]*)(?:
+    rf"""\s*(?!{_ci(*sorted(KEYWORDS))}(?![\w.]))(?P<attr>[^\W\d][\w.]*)(?:
       \s*(?P<op><=|>=|==|!=|<>|<|>|=)\s*(?P<value>{_CHUNK})
     | \s+{_ci("between")}\s+(?P<lo>{_CHUNK})\s+{_ci("and")}\s+(?P<hi>{_CHUNK})
     | \s+{_ci("prefix")}\s*(?P<prefix>{_STR_SRC})
@@ -833,7 +835,7 @@ _ESCAPES_OUT = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r",
 
 def format_attr(attr: str) -> str:
     """An attribute name as the text form spells it: bare, or back-quoted if need be."""
-    if _PLAIN_NAME_RE.fullmatch(attr) and attr.lower() not in _KEYWORDS:
+    if _PLAIN_NAME_RE.fullmatch(attr) and attr.lower() not in KEYWORDS:
         return attr
     return "`" + attr.replace("`", "``") + "`"
 

@@ -90,7 +90,8 @@ def _canon(value: object) -> object:
         if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[attr-defined]
             return int(value)  # type: ignore[call-overload]
         return value
-    # subclasses and foreign numbers (numpy scalars, Decimal...)
+    # subclasses and foreign numbers (numpy scalars, Fractions; not Decimals, which are no
+    # numbers.Real: a double would not hold them exactly)
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, str):
@@ -98,7 +99,13 @@ def _canon(value: object) -> object:
     if isinstance(value, numbers.Integral):
         return _canon(int(value))
     if isinstance(value, numbers.Real):
-        return _canon(float(value))
+        try:
+            near = float(value)
+        except OverflowError:  # a Fraction beyond the doubles
+            near = math.inf if value > 0 else -math.inf
+        if math.isinf(near) and value != near:  # refused, as a literal beyond them is
+            raise ValueRejected(f"number {shown(value)} is out of range")
+        return _canon(near)
     if isinstance(value, datetime.date):  # as in an event: seconds since the epoch
         return _canon(epoch_seconds(value))
     raise ValueRejected(f"value of type {type(value).__name__} is not a number, string or bool")

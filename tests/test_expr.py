@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import operator
 import time
+from fractions import Fraction
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -420,6 +422,10 @@ def test_tuple_and_text_agree() -> None:
         ([("a", "between", (True, 1))], r"predicate 0 .*same type, found bool true and number"),
         ([("a", "prefix", 5)], r"predicate 0 .*'prefix' needs a string, not int"),
         ([("a", "=", math.nan)], r"predicate 0 .*invalid value for a: NaN"),
+        ([("a", "=", Fraction(-(10**400), 3))],
+         r"predicate 0 .*invalid value for a: number Fraction\(-1000.* is out of range$"),
+        ([("a", "in", [np.longdouble("1e400")])], r"predicate 0 .*invalid value for a: number "
+                                                   r"np.longdouble\('1e\+400'\) is out of range$"),
         ([("a", "=", 2**53 + 1)], r"predicate 0 .*invalid value for a: .*2\^53"),
         ([("a", "=", None)], r"predicate 0 .*invalid value for a"),
         ([("a", "=", [1])], r"predicate 0 .*invalid value for a: value of type list"),

@@ -16,7 +16,10 @@ import math
 import os
 import random
 import re
+from decimal import Decimal
+from fractions import Fraction
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -108,6 +111,11 @@ strings = st.one_of(st.sampled_from(EDGE_STRINGS), st.text(max_size=5),
                     st.text("ab'\"\\ ,()x", max_size=4))
 values = st.one_of(ints, floats, st.booleans(), strings)
 odd_values = st.sampled_from([None, b"x", [1], (2,), 1j, {"a": 1}])
+#: numbers of other types, which only the tuple form has
+foreign_values = st.sampled_from([Decimal("1.5"), Fraction(1, 3), Fraction(-(10**400), 3),
+                                  Fraction(2**60), np.int64(2**60), np.int64(-3),
+                                  np.float32(0.5), np.longdouble("1e400"),
+                                  np.longdouble("-inf"), np.float64("nan"), np.bool_(True)])
 attrs = st.sampled_from(ATTRS * 3 + BAD_ATTRS)
 
 
@@ -137,6 +145,8 @@ odd_predicates = st.one_of(
     st.tuples(attrs, st.sampled_from(BETWEEN_OPS), st.tuples(values, values)),
     st.tuples(attrs, st.sampled_from(BAD_OPS), values),
     st.tuples(attrs, st.sampled_from(SCALAR_OPS), odd_values),
+    st.tuples(attrs, st.sampled_from(SCALAR_OPS), foreign_values),
+    st.tuples(attrs, st.sampled_from(IN_OPS), st.lists(foreign_values, min_size=1, max_size=3)),
     st.tuples(attrs, st.sampled_from(IN_OPS + NOT_IN_OPS), st.one_of(values, value_sets(
         st.one_of(values, odd_values)))),
     st.tuples(attrs, st.sampled_from(BETWEEN_OPS), st.one_of(
@@ -332,6 +342,7 @@ PROBLEMS = [
     ("prefix string", r"'prefix' needs a string|expected a string after '.* prefix'"),
     ("empty", r"^empty subscription"),
     ("too many", r"the limit is \d+$"),
+    ("out of range", r"number .* is out of range$"),
     # only the tuple form can have these
     ("type", r"value of type \w+ is not a number, string or bool"),
     ("operator", r"unknown operator|operator must be a str"),

@@ -107,7 +107,10 @@ def _canon(value: object) -> object:
             raise ValueRejected(f"number {shown(value)} is out of range")
         return _canon(near)
     if isinstance(value, datetime.date):  # as in an event: seconds since the epoch
-        return _canon(epoch_seconds(value))
+        try:
+            return _canon(epoch_seconds(value))
+        except ValueError:  # a time that is none (pandas' NaT), absent in an event
+            raise ValueRejected(f"{shown(value)} is no point in time") from None
     raise ValueRejected(f"value of type {type(value).__name__} is not a number, string or bool")
 
 

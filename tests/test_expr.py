@@ -440,6 +440,17 @@ def test_tuple_errors(source: object, pattern: str) -> None:
         normalize(source)  # type: ignore[arg-type]
 
 
+def test_a_time_that_is_none_is_refused() -> None:
+    """pandas' NaT is a datetime with no seconds since the epoch: an invalid value (in an
+    event, absent), not a ValueError from inside."""
+    pd = pytest.importorskip("pandas")
+    for source in ([("t", "=", pd.NaT)], [("t", "in", [pd.Timestamp(0), pd.NaT])]):
+        with pytest.raises(ExpressionError, match=r"^predicate 0 .*invalid value for t: NaT is "
+                                                  r"no point in time$"):
+            normalize(source)
+    assert normalize([("t", "=", pd.Timestamp(0))]) == [("t", "=", 0)]
+
+
 # --------------------------------------------------------------------------------------
 # formatting
 

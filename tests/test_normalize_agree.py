@@ -12,6 +12,7 @@ error (type, and a message naming the same predicate, attribute and problem).
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import random
@@ -20,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -115,7 +117,9 @@ odd_values = st.sampled_from([None, b"x", [1], (2,), 1j, {"a": 1}])
 foreign_values = st.sampled_from([Decimal("1.5"), Fraction(1, 3), Fraction(-(10**400), 3),
                                   Fraction(2**60), np.int64(2**60), np.int64(-3),
                                   np.float32(0.5), np.longdouble("1e400"),
-                                  np.longdouble("-inf"), np.float64("nan"), np.bool_(True)])
+                                  np.longdouble("-inf"), np.float64("nan"), np.bool_(True),
+                                  datetime.date(2024, 1, 2), datetime.datetime(1970, 1, 1, 0, 0, 1),
+                                  pd.NaT])
 attrs = st.sampled_from(ATTRS * 3 + BAD_ATTRS)
 
 
@@ -343,6 +347,7 @@ PROBLEMS = [
     ("empty", r"^empty subscription"),
     ("too many", r"the limit is \d+$"),
     ("out of range", r"number .* is out of range$"),
+    ("no time", r"is no point in time$"),
     # only the tuple form can have these
     ("type", r"value of type \w+ is not a number, string or bool"),
     ("operator", r"unknown operator|operator must be a str"),

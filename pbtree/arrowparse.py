@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from pbtree.bulk import Columns
 from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES
-from pbtree.expr import OPS_CORE
+from pbtree.expr import KEYWORDS, OP_SPELLINGS, OPS_CORE
 from storage.keys import MAX_CONST_BYTES, MAX_EXACT_INT
 
 _WS = r"[ \t\n\r\f\v]"
@@ -32,9 +32,9 @@ _PRED = (rf"^{_WS}*(?P<attr>[A-Za-z_][A-Za-z0-9_.]*)(?:"
          rf"|{_WS}+(?P<neg>(?i:not){_WS}+)?(?i:in){_WS}*\((?P<items>[^()]*)\)"
          rf"){_WS}*$")
 _ITEM = rf"^{_WS}*(?P<v>{_LIT}){_WS}*$"
-_KEYWORDS = ["and", "or", "not", "in", "between", "prefix", "true", "false", "inf"]
-_SPELLED = {"=": "=", "==": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "!=",
-            "<>": "!="}
+_KEYWORDS = sorted(KEYWORDS)
+#: each spelling of a comparison -> its core operator, as ``expr`` reads it
+_SPELLED = {spelled: op for spelled, op in OP_SPELLINGS.items() if op in OPS_CORE and op != "in"}
 _SPELLED_CODE = np.array([OPS_CORE.index(op) for op in _SPELLED.values()], dtype=np.int64)
 _EQ, _IN, _GE, _LE, _NE = (OPS_CORE.index(op) for op in ("=", "in", ">=", "<=", "!="))
 _NUMBER, _STRING, _BOOL = 1, 2, 3

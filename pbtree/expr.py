@@ -29,6 +29,7 @@ from storage.keys import (
 from storage.keys import const_payload as _const_payload
 
 __all__ = [
+    "KEYWORDS",
     "OPS_CORE",
     "OP_SPELLINGS",
     "OPS_SOURCE",
@@ -38,8 +39,10 @@ __all__ = [
     "format_value",
     "normalize",
     "parse",
+    "parse_tuple",
     "prefix_successor",
     "rewrite",
+    "source_op",
     "value_sort_key",
 ]
 
@@ -60,7 +63,8 @@ _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
 }
 #: every exact spelling of an operator -> its canonical form in OPS_SOURCE
 OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
-_KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
+#: the words a bare attribute name cannot be (in any letter case): back-quote them
+KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
 _OR_MESSAGE = (
     "'or' is not supported: a subscription is a conjunction of predicates joined by 'and'; "
     "split the alternatives into several subscriptions"
@@ -86,7 +90,8 @@ def _canon(value: object) -> object:
         if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[attr-defined]
             return int(value)  # type: ignore[call-overload]
         return value
-    # subclasses and foreign numbers (numpy scalars, Decimal...)
+    # subclasses and foreign numbers (numpy scalars, Fractions; not Decimals, which are no
+    # numbers.Real: a double would not hold them exactly)
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, str):
@@ -94,9 +99,18 @@ def _canon(value: object) -> object:
     if isinstance(value, numbers.Integral):
         return _canon(int(value))
     if isinstance(value, numbers.Real):
-        return _canon(float(value))
+        try:
+            near = float(value)
+        except OverflowError:  # a Fraction beyond the doubles
+            near = math.inf if value > 0 else -math.inf
+        if math.isinf(near) and value != near:  # refused, as a literal beyond them is
+            raise ValueRejected(f"number {shown(value)} is out of range")
+        return _canon(near)
     if isinstance(value, datetime.date):  # as in an event: seconds since the epoch
-        return _canon(epoch_seconds(value))
+        try:
+            return _canon(epoch_seconds(value))
+        except ValueError:  # a time that is none (pandas' NaT), absent in an event
+            raise ValueRejected(f"{shown(value)} is no point in time") from None
     raise ValueRejected(f"value of type {type(value).__name__} is not a number, string or bool")
 
 
@@ -241,16 +255,41 @@ def _unescape(body: str, start: int) -> str:
     return text
 
 
-def _number(text: str, pos: int) -> int | float:
+class _Unreadable:
+    """A number literal with no value the index can hold: an integer of more digits than
+    any within ±2^53 (read no further, which also keeps int() off its digit limit), or a
+    decimal beyond the double range. The parser refuses it where it stands, as any value
+    (``_TextParser.check``): the first bad predicate is the one named, with the message the
+    tuple form gives for that integer (a '-' before it negates it)."""
+
+    __slots__ = ("text", "integer")
+
+    def __init__(self, text: str, integer: bool) -> None:
+        self.text, self.integer = text, integer
+
+    def __neg__(self) -> _Unreadable:
+        if not self.integer:
+            return self
+        return _Unreadable(self.text[1:] if self.text[0] == "-" else "-" + self.text, True)
+
+    def __repr__(self) -> str:  # an integer's as repr() would write it, for ``inexact``
+        return self.text
+
+    def rejected(self) -> ValueRejected:
+        if self.integer:
+            return inexact(self)  # type: ignore[arg-type]
+        return ValueRejected(f"number {_short(self.text)} is out of range")
+
+
+def _number(text: str) -> int | float | _Unreadable:
     if "." in text or "e" in text or "E" in text:
         value = float(text)
         if math.isinf(value):
-            raise ExpressionError(f"at position {pos}: number {_short(text)} is out of range")
+            return _Unreadable(text, False)
         return value
-    if len(text.lstrip("+-0")) > 17:  # also keeps int() off its digit limit
-        raise ExpressionError(
-            f"at position {pos}: integer {_short(text)} is beyond ±2^53 and has no exact value"
-        )
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 17:
+        return _Unreadable("-" + digits if text[0] == "-" else digits, True)
     return int(text)
 
 
@@ -268,7 +307,7 @@ def _tokenize(src: str) -> list[Token]:
                 raise ExpressionError(f"at position {start}: {_OR_MESSAGE}")
             append((_NAME, text, start, end))
         elif kind == "num":
-            append((_NUM, _number(text, start), start, end))
+            append((_NUM, _number(text), start, end))
         elif kind == "str":
             body = text[1:-1]
             if "\\" in body:
@@ -316,7 +355,7 @@ class _TextParser:
             return f"string {text}"
         if kind == _QUOTED:
             return f"name {text}"
-        if kind == _NAME and value.lower() in _KEYWORDS:
+        if kind == _NAME and value.lower() in KEYWORDS:
             return f"keyword '{text}'"
         hidden = [f"U+{ord(c):04X}" for c in text if not c.isprintable()]
         if hidden:  # a control or invisible character: say which, as printing it would not
@@ -338,7 +377,7 @@ class _TextParser:
         preds: list[Predicate] = []
         while True:
             kind, value, start, _ = tok = toks[self.i]
-            if kind == _NAME and value.lower() not in _KEYWORDS:
+            if kind == _NAME and value.lower() not in KEYWORDS:
                 attr = value
             elif kind == _QUOTED:
                 if not value:
@@ -416,6 +455,8 @@ class _TextParser:
 
     def check(self, value: object, tok: Token, attr: str) -> object:
         try:
+            if type(value) is _Unreadable:
+                raise value.rejected()
             return _constant(value)
         except ValueRejected as exc:
             raise ExpressionError(
@@ -493,7 +534,7 @@ def _ci(*words: str) -> str:
 _VALUE_RE = re.compile(rf"\s*({_NUM_SRC}|{_STR_SRC}|{_ci('true', 'false')})\s*", re.S)
 _CHUNK = rf"(?:{_STR_SRC}|\S+)"
 _FAST_PRED_RE = re.compile(
-    rf"""\s*(?!{_ci(*sorted(_KEYWORDS))}(?![\w.]))(?P<attr>[^\W\d][\w.]*)(?:
+    rf"""\s*(?!{_ci(*sorted(KEYWORDS))}(?![\w.]))(?P<attr>[^\W\d][\w.]*)(?:
       \s*(?P<op><=|>=|==|!=|<>|<|>|=)\s*(?P<value>{_CHUNK})
     | \s+{_ci("between")}\s+(?P<lo>{_CHUNK})\s+{_ci("and")}\s+(?P<hi>{_CHUNK})
     | \s+{_ci("prefix")}\s*(?P<prefix>{_STR_SRC})
@@ -524,7 +565,10 @@ def _literal(text: str) -> tuple[int, object] | None:
     elif first in "tTfF":
         value = first in "tT"
     else:
-        value = _constant(_number(token, 0))
+        value = _number(token)
+        if type(value) is _Unreadable:
+            raise value.rejected()
+        value = _constant(value)
     pair = (_family(value), value)
     if len(text) <= 100:
         if len(_LITERALS) >= _LITERALS_MAX:
@@ -584,6 +628,21 @@ def _check_name(attr: str) -> None:
         ) from None
 
 
+def source_op(op: object) -> str | None:
+    """The operator of OPS_SOURCE that a tuple's ``op`` spells: exactly as OP_SPELLINGS
+    lists it, or in any letter case and spacing ('NOT  IN'); None if it spells none."""
+    if not isinstance(op, str):
+        return None
+    canon = OP_SPELLINGS.get(op) if type(op) is str else None
+    return canon or OP_SPELLINGS.get(" ".join(op.lower().split()))
+
+
+def parse_tuple(index: int, item: object) -> Predicate:
+    """The source-level predicate of one (attribute, op, value) tuple, as ``parse`` reads
+    item ``index`` of a list: its errors name it as predicate ``index``."""
+    return _parse_tuple(index, item)
+
+
 def _parse_tuple(index: int, item: object) -> Predicate:
     def fail(problem: str) -> ExpressionError:
         return ExpressionError(f"predicate {index} {shown(item)}: {problem}")
@@ -597,14 +656,15 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         raise fail("attribute name is empty")
     if not isinstance(op, str):
         raise fail(f"operator must be a str, not {type(op).__name__}")
-    canon_op = OP_SPELLINGS.get(op) if type(op) is str else None
-    if canon_op is None:
-        canon_op = OP_SPELLINGS.get(" ".join(op.lower().split()))
+    canon_op = source_op(op)
     if canon_op is None:
         raise fail(f"unknown operator {op!r}; expected one of {', '.join(OPS_SOURCE)}, ==, <>")
-    try:
-        if not attr.isascii():
+    if not attr.isascii():
+        try:
             _check_name(attr)
+        except ValueRejected as exc:  # as text says it: the name is wrong, not the value
+            raise fail(f"attribute name: {exc}") from None
+    try:
         if canon_op in _SCALAR_CORE:
             return (attr, canon_op, _constant(value))
         if canon_op == "in" or canon_op == "not in":
@@ -785,7 +845,7 @@ _ESCAPES_OUT = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r",
 
 def format_attr(attr: str) -> str:
     """An attribute name as the text form spells it: bare, or back-quoted if need be."""
-    if _PLAIN_NAME_RE.fullmatch(attr) and attr.lower() not in _KEYWORDS:
+    if _PLAIN_NAME_RE.fullmatch(attr) and attr.lower() not in KEYWORDS:
         return attr
     return "`" + attr.replace("`", "``") + "`"
 

@@ -20,6 +20,7 @@ from pbtree.arrowparse import filled
 from pbtree.bulk import Columns, fixed_rows
 from pbtree.core import Index, normalize
 from pbtree.errors import ExpressionError, IdError, PbtreeError
+from pbtree.expr import parse_tuple, source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
 
 EXPRESSION, PREDICATE = "expression", "predicate"
@@ -154,8 +155,7 @@ def _predicate(attr: object, op: object, value: object) -> tuple:
     for what, item in (("attribute", attr), ("operator", op), ("value", value)):
         if item is None:
             raise ExpressionError(f"null {what}")
-    if isinstance(value, list) and (not isinstance(op, str) or op.strip().lower() not in
-                                    LIST_OPS):
+    if isinstance(value, list) and source_op(op) not in LIST_OPS:
         if len(value) != 1:
             raise ExpressionError(f"operator {op!r} takes one value, the row has {len(value)}")
         value = value[0]
@@ -187,11 +187,14 @@ def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
 
 def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
               ) -> list[Reject]:
-    """Every row of a refused subscription, each bad one with its own reason."""
+    """Every row of a refused subscription, each bad one with its own reason: the error
+    the tuple form gives for it in the subscription (predicate k for the id's row k)."""
     reasons = {}
-    for r in members:
+    for k, r in enumerate(members):
         try:
-            normalize([_predicate(*rows[r])])
+            pred = _predicate(*rows[r])
+            parse_tuple(k, pred)
+            normalize([pred])  # and the limits of the index
         except ExpressionError as exc:
             reasons[r] = str(exc)
     if not reasons:

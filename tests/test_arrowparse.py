@@ -213,3 +213,35 @@ def test_predicate_columns_equal_the_row_by_row_path(table):
     subs, rejects = layouts.predicates(table)
     assert _by_id(*layouts.predicate_columns(table)) == _by_id(Columns.from_subs(subs),
                                                                rejects)
+
+
+def test_predicate_rows_read_operators_as_the_tuple_form_does():
+    """A list value is the set of any spelling of 'in', 'not in' or 'between' the tuple
+    form takes ('Not  In'), and one comparison value otherwise."""
+    from spark_loader import layouts
+
+    table = pa.table({"id": [1, 2, 3, 3], "attr": ["a", "a", "a", "b"],
+                      "op": ["Not  In", " BETWEEN ", "IN", "<"],
+                      "value": [[0], [1, 2], [5], [7]]})
+    subs, rejects = layouts.predicates(table)
+    assert rejects == []
+    assert [(sub_id, preds) for sub_id, _, preds in subs] == [
+        (1, normalize([("a", "not in", [0])])), (2, normalize([("a", "between", [1, 2])])),
+        (3, normalize([("a", "in", [5]), ("b", "<", 7)]))]
+
+
+def test_a_bad_predicate_row_is_named_as_the_tuple_form_names_it():
+    """The reason of a bad row names it as the tuple form names that predicate of the
+    subscription (predicate k for the id's row k), and the other rows point at it."""
+    from spark_loader import layouts
+
+    table = pa.table({"id": [1, 2, 1, 1], "attr": ["a", "a", "b", "c"],
+                      "op": ["=", "=", "<", "="], "value": [1.0, 2.0, 3.0, math.nan]})
+    subs, rejects = layouts.predicates(table)
+    assert [sub_id for sub_id, _, _ in subs] == [2]
+    with pytest.raises(ExpressionError) as whole:
+        normalize([("a", "=", 1.0), ("b", "<", 3.0), ("c", "=", math.nan)])
+    assert str(whole.value).startswith("predicate 2 ('c', '=', nan): invalid value for c: NaN")
+    assert rejects == [(0, 1, f"another row of id 1 is bad: {whole.value}"),
+                       (2, 1, f"another row of id 1 is bad: {whole.value}"),
+                       (3, 1, str(whole.value))]

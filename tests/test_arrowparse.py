@@ -218,7 +218,7 @@ def test_predicate_columns_equal_the_row_by_row_path(table):
 def test_predicate_rows_read_operators_as_the_tuple_form_does():
     """A list value is the set of any spelling of 'in', 'not in' or 'between' the tuple
     form takes ('Not  In'), and one comparison value otherwise."""
-    from spark_loader import layouts
+    from pbtree import layouts
 
     table = pa.table({"id": [1, 2, 3, 3], "attr": ["a", "a", "a", "b"],
                       "op": ["Not  In", " BETWEEN ", "IN", "<"],
@@ -233,7 +233,7 @@ def test_predicate_rows_read_operators_as_the_tuple_form_does():
 def test_a_bad_predicate_row_is_named_as_the_tuple_form_names_it():
     """The reason of a bad row names it as the tuple form names that predicate of the
     subscription (predicate k for the id's row k), and the other rows point at it."""
-    from spark_loader import layouts
+    from pbtree import layouts
 
     table = pa.table({"id": [1, 2, 1, 1], "attr": ["a", "a", "b", "c"],
                       "op": ["=", "=", "<", "="], "value": [1.0, 2.0, 3.0, math.nan]})

@@ -3,8 +3,8 @@
 A subscription reaches the index as text or as (attribute, op, value) tuples
 (``core.normalize``), as tuples in a batch (``batch.normalize_many``, which
 ``Index.subscribe_many`` uses, leaving what it does not take to ``core.normalize``), or as
-Parquet rows in the expression or the predicate layout (``spark_loader.arrowparse``
-through ``spark_loader.layouts``, leaving what it does not take to ``core.normalize``).
+Parquet rows in the expression or the predicate layout (``pbtree.arrowparse``
+through ``pbtree.layouts``, leaving what it does not take to ``core.normalize``).
 Random subscriptions, valid and not, go through all of them: each must give the same core
 predicates (order, constants and their types: 1, 1.0 and True are not alike) or the same
 error (type, and a message naming the same predicate, attribute and problem).
@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pbtree
+from pbtree import arrowparse, layouts
 from pbtree.batch import normalize_many
 from pbtree.bulk import OPS_CORE, Columns
 from pbtree.core import BATCH_AT, MAX_ATTR_BYTES, normalize
 from pbtree.errors import ExpressionError, PbtreeError, shown
 from pbtree.expr import OP_SPELLINGS, format_attr, format_predicates, format_value, parse, rewrite
-from spark_loader import arrowparse, layouts
 
 #: as the stress tests: PBTREE_STRESS_TRIALS=320 runs 20 times the examples, a longer hunt
 SCALE = int(os.environ.get("PBTREE_STRESS_TRIALS", "16")) / 16
@@ -465,7 +465,7 @@ def as_lists(sub: list) -> list:
 def test_the_batch_path_agrees(subs: list, limit: int) -> None:
     """Whatever ``normalize_many`` gives is what ``core.normalize`` gives (which says what
     is wrong with the sources it leaves), up to ``limit`` predicates."""
-    lists, _ = normalize_many(subs, limit, MAX_ATTR_BYTES)
+    lists = normalize_many(subs, limit, MAX_ATTR_BYTES)
     assert len(lists) == len(subs)
     for sub, got in zip(subs, lists, strict=True):
         if got is None:

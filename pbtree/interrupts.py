@@ -31,10 +31,13 @@ class Interrupted(KeyboardInterrupt):
 
 class Stops:
     """While active (``with Stops() as stops``), SIGINT and SIGTERM raise ``Interrupted``,
-    except inside ``stops.batch()``: there they wait for the batch to end."""
+    except inside ``stops.batch()``: there they wait for the batch to end. Once one is
+    raised, later ones are ignored, also after the block, so that a repeated Ctrl-C
+    cannot cut the command's last words (what it saved) while it winds down."""
 
     def __init__(self) -> None:
         self._writing = False
+        self._stopped = False
         self._pending: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -45,13 +48,16 @@ class Stops:
 
     def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+            signal.signal(signum, signal.SIG_IGN if self._stopped else handler)  # type: ignore[arg-type]
         self._previous.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._stopped:
+            return
         if self._writing:
             self._pending = signum
             return
+        self._stopped = True
         raise Interrupted(signum)
 
     @contextmanager
@@ -64,4 +70,5 @@ class Stops:
             self._writing = False
         if self._pending is not None:
             signum, self._pending = self._pending, None
+            self._stopped = True
             raise Interrupted(signum)

@@ -145,11 +145,23 @@ def test_a_stop_in_a_long_file_leaves_whole_batches(empty: Path, tmp_path: Path)
 
 
 def test_a_signal_inside_a_batch_waits_for_its_end() -> None:
+    """A stop waits for the batch; the ones after it are ignored, during and after the
+    block (the command is winding down to say what it saved); with no stop, the handlers
+    come back."""
     done = []
-    with Stops() as stops, pytest.raises(Interrupted) as stop:
+    try:
+        with Stops() as stops, pytest.raises(Interrupted) as stop:
+            with stops.batch():
+                os.kill(os.getpid(), signal.SIGTERM)
+                done.append("rest of the batch")
+            done.append("next batch")
+        assert done == ["rest of the batch"] and stop.value.status == 143
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)  # ignored
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    with Stops() as stops:
         with stops.batch():
-            os.kill(os.getpid(), signal.SIGTERM)
-            done.append("rest of the batch")
-        done.append("next batch")
-    assert done == ["rest of the batch"] and stop.value.status == 143
+            done.append("a batch")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pbtree import clusters, strids
-from pbtree.columns import INT_IDS, NEEDED, STRING_ID, Column
+from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_CORE
@@ -413,7 +413,7 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
     sid_keys = fixed_rows(np.arange(len(full), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _sub_values(full), strict=True)))
     out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)))
-    out.add(NEEDED.db, _column(NEEDED, np.repeat(
+    out.add(KINDS.db, _column(KINDS, np.repeat(
         [clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
         [0] * m + [i if i.__class__ is int else STRING_ID for i in full.ids[m:]],

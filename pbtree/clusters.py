@@ -44,7 +44,7 @@ _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: candidates left from which ``Rows.matched`` checks the rest of their rows in one go
 #: rather than a row position at a time (each step costs a dozen array calls)
 FEW_CANDIDATES = 512
-#: what the ``needed`` column holds per sid: a free sid, a subscription, a predicate entry
+#: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry
 FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
 PREDICATE_ID = b"p"

@@ -168,8 +168,8 @@ class ColumnWriter:
 #: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB
 #: pages (8 KiB would take three), and a write copies two
 CHUNK_BYTES = 8176
-#: predicates per subscription (0 for a free sid)
-NEEDED = Column("needed", "<u2", CHUNK_BYTES // 2)
+#: what each sid is (``clusters``): a subscription, a predicate entry, or free (0)
+KINDS = Column("kinds", "<u2", CHUNK_BYTES // 2)
 #: integer id per sid, or STRING_ID when the id is a string (then in ``strids``)
 INT_IDS = Column("intids", "<i8", CHUNK_BYTES // 8)
 STRING_ID = -(2**63)

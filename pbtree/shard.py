@@ -1,8 +1,9 @@
 """One shard: a complete PB+tree index over some subscriptions in one LMDB environment.
 
 Databases (see docs/FORMAT.md): meta, attrs, trees, leaf, nodes, overflow and
-chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), needed
-and intids (per-sid columns, in chunks), staged (runs of folded postings).
+chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), kinds,
+intids and strids (per-sid columns, in chunks), staged (runs of folded postings), dead
+(removed subscriptions' records), preds and rows (predicate entries and check rows).
 
 A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
 ``fold_at`` sids are (``fold_due``), and the write that reaches that folds them all into
@@ -38,7 +39,7 @@ from pbtree.tree import Writer
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
-DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "needed",
+DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
             "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
@@ -49,7 +50,7 @@ VERSION = 9
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``)
 UPGRADES = (2, 3, 4, 5, 6, 7, 8)
 #: the version that brought each database a shard of an older one lacks
-ADDED = {"staged": 6, "dead": 7, strids.DB: 8, clusters.DB: 9, clusters.PREDS: 9}
+ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
 #: pending sids from which a write folds them into a staged run, by default: every
 #: matching process holds the pending ones' postings in its heap
 FOLD_AT = 10_000
@@ -76,7 +77,7 @@ KEEP_PINNED = 8
 #: meta record of the selectivity estimates (``clusters.Estimates``)
 ESTIMATES = b"estimates"
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
-_REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "needed",
+_REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "kinds",
               "intids", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
@@ -164,6 +165,10 @@ class Shard:
                 items.append((decode_id(idkey), idkey, preds))
         for name in _REWRITTEN:
             txn.drop(dbs[name], delete=False)
+        try:  # the predicate counts of versions before 9, which ``kinds`` replaces
+            txn.drop(self.env.env.open_db(b"needed", txn=txn, create=False), delete=True)
+        except lmdb.NotFoundError:
+            pass
         for name in (b"next_sid", b"folded", b"merged", b"next_node"):
             txn.delete(name, db=dbs["meta"])
         w = Writer(txn, dbs, self.node_bytes)
@@ -373,7 +378,7 @@ class Shard:
         w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
         idkeys = [clusters.PREDICATE_ID] * len(new) + list(idkeys)
         kinds = [clusters.PREDICATE] * len(new) + [clusters.SUBSCRIPTION] * len(ordered)
-        w.needed.set_run(first, kinds)
+        w.kinds.set_run(first, kinds)
         w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
                                                    for i in sub_ids])
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
@@ -425,9 +430,9 @@ class Shard:
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
-        pending = w.needed.values(w.folded, w.next_sid) != 0
+        pending = w.kinds.values(w.folded, w.next_sid) != 0
         place, keys, sids, strings = self._pending(w, txn, written, pending)
-        moved = int(np.count_nonzero(w.needed.values(w.folded, w.next_sid)
+        moved = int(np.count_nonzero(w.kinds.values(w.folded, w.next_sid)
                                      == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
@@ -437,7 +442,7 @@ class Shard:
             return moved
         self._purge(w, txn)  # the trees are rewritten anyway
         runs = staged.read(txn, self.dbs)
-        alive = w.needed.values(w.merged, w.folded) != 0
+        alive = w.kinds.values(w.merged, w.folded) != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
         for aid, family, kind, held, at in chain(  # in sid order
                 chain.from_iterable(run.places(alive, w.merged) for run in runs),
@@ -445,7 +450,7 @@ class Shard:
             w.add(tree_prefix(aid, family), kind, held, at)
         for run in runs:
             txn.delete(staged.run_key(run.first), db=db)
-        moved += int(np.count_nonzero(w.needed.values(w.merged, first)
+        moved += int(np.count_nonzero(w.kinds.values(w.merged, first)
                                       == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved
@@ -574,7 +579,7 @@ class Shard:
 
     def _forget(self, w: Writer, txn, sid: int) -> None:
         """Delete a subscription's records, and the predicate entries of its check row
-        that no other subscription uses. A sid forgotten is free (``needed`` 0), so no
+        that no other subscription uses. A sid forgotten is free (``kinds`` 0), so no
         event matches it however many of its postings remain: those in the trees stay
         until a purge (``_purge``), its record moved to ``dead`` to find them by; a staged
         or pending one's go at the next merge or fold."""

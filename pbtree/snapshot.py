@@ -7,7 +7,7 @@ import numpy as np
 
 from pbtree import clusters, staged, strids
 from pbtree.clusters import PREDICATE, SUBSCRIPTION, Rows
-from pbtree.columns import INT_IDS, NEEDED, Column, grown
+from pbtree.columns import INT_IDS, KINDS, Column, grown
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
@@ -39,7 +39,7 @@ class Snapshot:
         self.flat = 0  # trees flattened so far
         self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
-        self.kinds: np.ndarray | None = None  # ``needed`` of every sid (clusters.FREE ...)
+        self.kinds: np.ndarray | None = None  # ``kinds`` of every sid (clusters.FREE ...)
         self.hit = np.zeros(0, bool)  # a mark per sid, all False between events
         self.rows: Rows | None = None
         self.int_ids: IdTable | None = None
@@ -63,7 +63,7 @@ class Snapshot:
     def kinds_of(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """What each sid is: free, a subscription or a predicate entry (``clusters``)."""
         if self.kinds is None:
-            self.kinds = self._read(NEEDED, txn, dbs)
+            self.kinds = self._read(KINDS, txn, dbs)
         return self.kinds
 
     def rows_of(self, txn: lmdb.Transaction, dbs: dict) -> Rows:
@@ -113,13 +113,13 @@ class Snapshot:
             new.trees = self.hot()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
-        found = self._changed(NEEDED, txn, dbs, written) if self.kinds is not None else None
+        found = self._changed(KINDS, txn, dbs, written) if self.kinds is not None else None
         if found is not None:
             views, changed = found
-            kinds = grown(self.kinds, len(views) * NEEDED.size)
+            kinds = grown(self.kinds, len(views) * KINDS.size)
             for number in changed:
-                kinds[number * NEEDED.size:(number + 1) * NEEDED.size] = views[number]
-            new.kinds, new.views[NEEDED.db] = kinds, views
+                kinds[number * KINDS.size:(number + 1) * KINDS.size] = views[number]
+            new.kinds, new.views[KINDS.db] = kinds, views
         new.hit = self.hit
         if self.rows is not None:
             new.rows = self.rows.renewed(txn, dbs,

@@ -19,7 +19,7 @@ import lmdb
 import numpy as np
 
 from pbtree import clusters, delta
-from pbtree.columns import INT_IDS, NEEDED, ColumnWriter
+from pbtree.columns import INT_IDS, KINDS, ColumnWriter
 from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
@@ -101,7 +101,7 @@ class Writer:
         # set on changing a PB+tree (its leaf items, nodes, overflow sets or sentinels), which
         # readers may have flattened; packed trees and deltas are read afresh each search
         self.trees_changed = False
-        self.needed = ColumnWriter(NEEDED, txn, dbs)
+        self.kinds = ColumnWriter(KINDS, txn, dbs)
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         self.str_ids = StringIdWriter(txn, dbs)
         self.rows = clusters.RowsWriter(txn, dbs)
@@ -141,7 +141,7 @@ class Writer:
 
     def free_sid(self, sid: int) -> None:
         """Free a sid: no predicate count (no event matches it) and no id."""
-        self.needed.set(sid, 0)
+        self.kinds.set(sid, 0)
         self.int_ids.set(sid, 0)
         self.str_ids.clear(sid)
 
@@ -565,7 +565,7 @@ class Writer:
 
     def chunks(self) -> dict[str, set[int]]:
         """The chunks of each per-sid column this writer changed, by column database."""
-        return {**{writer.column.db: set(writer.dirty) for writer in (self.needed, self.int_ids)},
+        return {**{writer.column.db: set(writer.dirty) for writer in (self.kinds, self.int_ids)},
                 STRIDS: set(self.str_ids.dirty), clusters.DB: set(self.rows.dirty)}
 
     def flush(self) -> None:
@@ -601,7 +601,7 @@ class Writer:
                 txn.put(node_key(node_id), value, db=dbs["nodes"])
         for node_id in self.dropped - self.nodes.keys():
             txn.delete(node_key(node_id), db=dbs["nodes"])
-        self.needed.flush()
+        self.kinds.flush()
         self.rows.flush()
         self.int_ids.flush()
         self.str_ids.flush()

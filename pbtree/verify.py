@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 
 from pbtree import clusters, delta, staged, strids
-from pbtree.columns import INT_IDS, NEEDED, STRING_ID
+from pbtree.columns import INT_IDS, KINDS, STRING_ID
 from pbtree.errors import CorruptIndexError
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
@@ -307,7 +307,7 @@ class _Checker:
         folded = read_folded(txn, dbs["meta"], next_sid)
         merged = read_merged(txn, dbs["meta"], folded)
         self.watermarks = merged, folded
-        needed = NEEDED.chunks(txn, dbs)
+        kinds = KINDS.chunks(txn, dbs)
         int_ids = INT_IDS.chunks(txn, dbs)
         expected: dict[tuple, list[int]] = defaultdict(list)
         string_ids: dict[int, bytes] = {}
@@ -320,8 +320,8 @@ class _Checker:
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")
-            chunk = needed.get(sid // NEEDED.size)
-            kind = None if chunk is None else chunk[sid % NEEDED.size]
+            chunk = kinds.get(sid // KINDS.size)
+            kind = None if chunk is None else chunk[sid % KINDS.size]
             chunk = int_ids.get(sid // INT_IDS.size)
             int_id = None if chunk is None else chunk[sid % INT_IDS.size]
             row = rows.pop(sid, [])
@@ -338,7 +338,7 @@ class _Checker:
                 if shard_of(bytes(idkey), self.shards) != self.number:
                     self.fail(f"sid {sid}: id hashes to another shard")
                 if kind != clusters.SUBSCRIPTION:
-                    self.fail(f"sid {sid}: the needed column does not mark a subscription")
+                    self.fail(f"sid {sid}: the kinds column does not mark a subscription")
                 self.check_row(sid, preds, row, entries)
                 uses.update(map(clusters.predicate_key, preds[1:]))
                 sub_id = decode_id(idkey)
@@ -358,9 +358,9 @@ class _Checker:
         if rows:
             self.fail(f"sid {min(rows)} has a check row but is no subscription")
         self.string_ids(string_ids)
-        if sum(int(np.count_nonzero(c)) for c in needed.values()) != live:
-            self.fail("the needed column marks removed subscriptions")
-        self.dead(attrs, needed, merged, expected)
+        if sum(int(np.count_nonzero(c)) for c in kinds.values()) != live:
+            self.fail("the kinds column marks removed subscriptions")
+        self.dead(attrs, kinds, merged, expected)
         if txn.stat(dbs["ids"])["entries"] != users:
             self.fail("ids database has a different number of records than subs")
         return expected
@@ -414,18 +414,18 @@ class _Checker:
             if found and sid // strids.SIZE not in stored:
                 self.fail(f"sid {sid}: its string id is missing from the string id column")
 
-    def dead(self, attrs: dict[bytes, int], needed: dict, merged: int,
+    def dead(self, attrs: dict[bytes, int], kinds: dict, merged: int,
              expected: dict[tuple, list[int]]) -> None:
         """The removed subscriptions whose postings the trees still hold: each merged,
-        without a predicate count or an id, its postings added to ``expected``."""
+        free in ``kinds`` and without an id, its postings added to ``expected``."""
         db = self.dbs["dead"]
         for sid, idkey, _, found in stored(self.txn, db, 0):
-            chunk = needed.get(sid // NEEDED.size)  # a missing chunk reads as zeros
+            chunk = kinds.get(sid // KINDS.size)  # a missing chunk reads as zeros
             if sid >= merged:
                 self.fail(f"removed sid {sid} is not merged (merged up to sid {merged}): "
                           f"a staged or pending one keeps no dead record")
-            if chunk is not None and chunk[sid % NEEDED.size] != 0:
-                self.fail(f"removed sid {sid} still has a predicate count")
+            if chunk is not None and chunk[sid % KINDS.size] != 0:
+                self.fail(f"removed sid {sid} is not free in the kinds column")
             if bytes(self.txn.get(idkey, db=self.dbs["ids"]) or b"") == sid_key(sid):
                 self.fail(f"removed sid {sid} still has its id")
             self.places(f"removed sid {sid}", sid, found, attrs, expected)
@@ -483,7 +483,7 @@ class _Checker:
         """The postings of live sids in the staged runs, which must follow one another
         from the first staged sid to the first pending one, each sound (``sound_run``)."""
         at = merged
-        alive = NEEDED.read(self.txn, self.dbs)[0][merged:folded] != 0
+        alive = KINDS.read(self.txn, self.dbs)[0][merged:folded] != 0
         found: dict[tuple, list[np.ndarray]] = defaultdict(list)
         for run in staged.read(self.txn, self.dbs):
             what = f"staged run from sid {run.first}"

@@ -32,7 +32,9 @@ T = TypeVar("T")
 DEFAULT_MAP_SIZE = 64 << 20
 #: the share of the map the file's pages may reach before a write doubles it first
 GROW_AT = 3 / 4
-MAX_DBS = 16
+#: named databases an environment may open: a shard's sixteen, and an upgrade's look at the
+#: ones older versions had
+MAX_DBS = 24
 MAX_READERS = 512
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"

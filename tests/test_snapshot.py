@@ -22,7 +22,7 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import matcher
 from pbtree import pending as pending_module
-from pbtree.columns import INT_IDS, NEEDED, Column
+from pbtree.columns import INT_IDS, KINDS, Column
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
 from pbtree.postings import grouped
@@ -139,7 +139,7 @@ def test_tables_grown_a_chunk_at_a_time_keep_room_to_spare(tmp_path):
     rng = random.Random(5)
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         writes = Writes(ix, rng)
-        writes.subscribe_many(8 * NEEDED.size)  # eight chunks of counts, 32 of ids
+        writes.subscribe_many(8 * KINDS.size)  # eight chunks of counts, 32 of ids
         ix.match(writes.events(1)[0])
         cache = ix.shards[0]._cache
         copies = []
@@ -227,7 +227,7 @@ def test_renewal_reads_what_another_writers_commit_wrote(tmp_path, monkeypatch):
     monkeypatch.setattr(Column, "changed", changed)
     with pbtree.create(path, node_bytes=512) as ix:
         writes = Writes(ix, rng)
-        writes.subscribe_many(5000)  # sids 0 .. 4,999: chunk 0 and 1 of "needed"
+        writes.subscribe_many(5000)  # sids 0 .. 4,999: chunk 0 and 1 of "kinds"
         events = writes.events(30)
         low = set(list(writes.model)[:4000])  # ids of sids in chunk 0
         first = next(i for e in events for i in oracle_match(writes.model, e) if i in low)

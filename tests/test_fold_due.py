@@ -127,7 +127,7 @@ def test_verify_names_a_dead_record_of_a_live_subscription(tmp_path):
             raw = txn.get(b"\0\0\0\0", db=shard.dbs["subs"])
             txn.put(b"\0\0\0\0", bytes(raw), db=shard.dbs["dead"])
         with pytest.raises(pbtree.CorruptIndexError,
-                           match="removed sid 0 still has a predicate count"):
+                           match="removed sid 0 is not free in the kinds column"):
             ix.verify()
         with shard.env.env.begin(write=True) as txn:
             txn.delete(b"\0\0\0\0", db=shard.dbs["dead"])

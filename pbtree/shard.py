@@ -430,10 +430,9 @@ class Shard:
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
-        pending = w.kinds.values(w.folded, w.next_sid) != 0
-        place, keys, sids, strings = self._pending(w, txn, written, pending)
-        moved = int(np.count_nonzero(w.kinds.values(w.folded, w.next_sid)
-                                     == clusters.SUBSCRIPTION))
+        kinds = w.kinds.values(w.folded, w.next_sid)
+        place, keys, sids, strings = self._pending(w, txn, written, kinds != 0)
+        moved = int(np.count_nonzero(kinds == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
             run = staged.peeled(txn, db, staged.staged(first, w.folded, place, keys, sids,
@@ -442,7 +441,8 @@ class Shard:
             return moved
         self._purge(w, txn)  # the trees are rewritten anyway
         runs = staged.read(txn, self.dbs)
-        alive = w.kinds.values(w.merged, w.folded) != 0
+        kinds = w.kinds.values(w.merged, w.folded)
+        alive = kinds != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
         for aid, family, kind, held, at in chain(  # in sid order
                 chain.from_iterable(run.places(alive, w.merged) for run in runs),
@@ -450,8 +450,7 @@ class Shard:
             w.add(tree_prefix(aid, family), kind, held, at)
         for run in runs:
             txn.delete(staged.run_key(run.first), db=db)
-        moved += int(np.count_nonzero(w.kinds.values(w.merged, first)
-                                      == clusters.SUBSCRIPTION))
+        moved += int(np.count_nonzero(kinds[:first - w.merged] == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved
 

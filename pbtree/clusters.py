@@ -348,9 +348,11 @@ class Rows:
 
     __slots__ = ("views", "addresses", "words", "at", "held")
 
-    def __init__(self, views: dict[int, memoryview]) -> None:
+    def __init__(self, views: dict[int, memoryview],
+                 addresses: dict[int, int] | None = None) -> None:
         self.views = views  # record number -> its value on the map
-        self.addresses = {n: _address(v) for n, v in views.items()}
+        self.addresses = addresses if addresses is not None else \
+            {n: _address(v) for n, v in views.items()}
         count = max(views, default=-1) + 1
         self.at = np.full(count, -1, np.int64)
         self.held: list[np.ndarray] = []
@@ -381,15 +383,16 @@ class Rows:
         no commit since wrote (``written``) are the same pages, kept."""
         if written is None:
             return Rows.read(txn, dbs)
-        views = dict(self.views)
+        views, addresses = dict(self.views), dict(self.addresses)
         db = dbs[DB]
         for n in written:
             raw = txn.get(chunk_key(n), db=db)
             if raw is None:
                 views.pop(n, None)
+                addresses.pop(n, None)
             else:
-                views[n] = raw
-        return Rows(views)
+                views[n], addresses[n] = raw, _address(raw)
+        return Rows(views, addresses)
 
     def matched(self, candidates: np.ndarray, hit: np.ndarray) -> np.ndarray:
         """Those of ``candidates`` whose check row's sids are all ``hit`` (a bool per sid),

@@ -24,11 +24,11 @@ from pbtree import clusters, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
-from pbtree.expr import OPS_CORE
+from pbtree.expr import OPS_CORE, conjunctions
 from pbtree.ids import encode_id, shard_of
 from pbtree.lists import NODE_BYTES
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
-from pbtree.shard import ESTIMATES, Shard
+from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
 from pbtree.staging import fsync_dir
 from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from pbtree.tree import COUNTER, is_packed
@@ -67,28 +67,33 @@ class Columns:
     #: optional: the codes (into ``consts``) of each ``in`` constant's values, as a parser
     #: knows them, which spares the loader finding them again
     members: dict[int, tuple[int, ...]] | None = None
+    #: optional: each row's number among the conjunctions of its subscription, when some
+    #: subscription holds 'or' (its conjunctions are rows of one id and key, numbered from 0)
+    part: np.ndarray | None = None
 
     @classmethod
     def from_subs(cls, subs: Iterable[Sub]) -> Columns:
         """The columns of (id, encoded id, core predicates) tuples."""
-        ids, keys, counts, attr, op, const = [], [], [], [], [], []
+        ids, keys, counts, attr, op, const, part = [], [], [], [], [], [], []
         attrs: dict[str, int] = {}
         consts: dict[tuple, int] = {}
         values: list = []
-        for sub_id, key, preds in subs:
-            ids.append(sub_id)
-            keys.append(key)
-            counts.append(len(preds))
-            for name, operator, value in preds:
-                attr.append(attrs.setdefault(name, len(attrs)))
-                op.append(OP_RANK[operator])
-                code = consts.setdefault(const_key(value), len(values))
-                if code == len(values):
-                    values.append(value)
-                const.append(code)
+        for sub_id, key, found in subs:
+            for k, preds in enumerate(conjunctions(found)):
+                ids.append(sub_id)
+                keys.append(key)
+                part.append(k)
+                counts.append(len(preds))
+                for name, operator, value in preds:
+                    attr.append(attrs.setdefault(name, len(attrs)))
+                    op.append(OP_RANK[operator])
+                    code = consts.setdefault(const_key(value), len(values))
+                    if code == len(values):
+                        values.append(value)
+                    const.append(code)
         return cls(ids, keys, np.array(counts, dtype=np.int64), np.array(attr, dtype=np.int64),
                    np.array(op, dtype=np.int64), np.array(const, dtype=np.int64), list(attrs),
-                   values)
+                   values, part=np.array(part, dtype=np.int64) if any(part) else None)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -103,7 +108,8 @@ class Columns:
         listed = order.tolist()
         return Columns([self.ids[i] for i in listed], [self.keys[i] for i in listed], counts,
                        self.attr[picks], self.op[picks], self.const[picks], self.attrs,
-                       self.consts, self.members)
+                       self.consts, self.members,
+                       None if self.part is None else self.part[order])
 
     def concat(self, other: Columns) -> Columns:
         """These subscriptions followed by ``other``'s, on one attribute and constant table."""
@@ -126,10 +132,21 @@ class Columns:
                                        else other.attr)),
                        np.concatenate((self.op, other.op)),
                        np.concatenate((self.const, const_map[other.const] if other.const.size
-                                       else other.const)), names, values)
+                                       else other.const)), names, values,
+                       part=None if self.part is None and other.part is None else
+                       np.concatenate((self.parts(), other.parts())))
 
     def predicates(self) -> int:
         return int(self.counts.sum())
+
+    def parts(self) -> np.ndarray:
+        """``part``, zeros when no subscription holds 'or'."""
+        return np.zeros(len(self), np.int64) if self.part is None else self.part
+
+    def subscriptions(self) -> int:
+        """How many subscriptions the rows (conjunctions) are."""
+        return len(self) - int(np.count_nonzero(self.part)) if self.part is not None \
+            else len(self)
 
 
 def _members(consts: list, members: dict[int, tuple[int, ...]] | None
@@ -219,11 +236,12 @@ def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.nda
 def _sorted(cols: Columns, shard_no: int, shards: int) -> Columns:
     """Subscriptions in encoded-id order (their sid order), checked for duplicates and shard."""
     keys = pa.array(cols.keys, pa.binary())
-    order = pc.sort_indices(keys).to_numpy()
+    order = pc.sort_indices(pa.table({"key": keys, "part": cols.parts()}),
+                            sort_keys=[("key", "ascending"), ("part", "ascending")]).to_numpy()
     ordered = cols.take(order)
     keys = keys.take(order)
-    same = np.flatnonzero(pc.equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)) \
-        if len(keys) > 1 else []
+    same = np.flatnonzero(pc.equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+                          & (ordered.parts()[1:] == 0)) if len(keys) > 1 else []
     if len(same):
         raise DuplicateIdError(f"subscription id {ordered.ids[same[0]]!r} appears more than once")
     wrong = np.flatnonzero(np.array([shard_of(k, shards) for k in ordered.keys],
@@ -412,7 +430,13 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
 
     sid_keys = fixed_rows(np.arange(len(full), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _sub_values(full), strict=True)))
-    out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)))
+    if cols.part is None:
+        out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)))
+    else:  # a subscription's value lists its conjunctions' sids
+        joined: dict[bytes, bytes] = {}
+        for key, sid in zip(full.keys[m:], sid_keys[m:], strict=True):
+            joined[key] = joined.get(key, b"") + sid
+        out.add("ids", sorted(joined.items()))
     out.add(KINDS.db, _column(KINDS, np.repeat(
         [clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
@@ -455,6 +479,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
                 txn.put(b"next_attr", COUNTER.pack(next_attr), db=meta)
                 txn.put(NEXT_SET, COUNTER.pack(len(records.by_db["overflow"])), db=meta)
                 txn.put(ESTIMATES, estimates.encode(), db=meta)
+                txn.put(CONJUNCTIONS, COUNTER.pack(len(ordered)), db=meta)
 
             shard.env.write(load)
     finally:
@@ -462,7 +487,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
         # pyarrow's pool (mimalloc) keeps what the encoding freed, hundreds of MB at 1M
         # subscriptions, for the life of the caller's process; hand it back
         pa.default_memory_pool().release_unused()
-    return {"subscriptions": len(ordered), "predicates": ordered.predicates(),
+    return {"subscriptions": ordered.subscriptions(), "predicates": ordered.predicates(),
             "leaf_items": len(records.by_db.get("leaf", ())) + records.packed_keys,
             "nodes": len(records.by_db.get("nodes", ())),
             "packed_trees": sum(is_packed(v) for _, v in records.by_db.get("trees", ()))}

@@ -205,12 +205,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, ensure_ascii=False, default=str))
         return 0
-    for conjunction in report["conjunctions"]:
+    several = len(report["conjunctions"]) > 1
+    for n, conjunction in enumerate(report["conjunctions"]):
+        if several:
+            print(f"conjunction {n + 1}: {'holds' if conjunction['holds'] else 'fails'}")
         for row in conjunction["predicates"]:
             seen = "absent" if row["value"] is None else json.dumps(
                 row["value"], ensure_ascii=False, default=str)
-            print(f"{'holds' if row['holds'] else 'fails'}  {row['predicate']}  "
-                  f"(event: {seen})")
+            print(f"{'  ' if several else ''}{'holds' if row['holds'] else 'fails'}  "
+                  f"{row['predicate']}  (event: {seen})")
     print(f"{shown(sub_id)} {'matches' if report['matches'] else 'does not match'} the event")
     return 0
 

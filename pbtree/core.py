@@ -41,6 +41,7 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.explain import explain as explain_subscription
+from pbtree.expr import MAX_CONJUNCTIONS, conjunctions
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
 from pbtree.nested import leaves
@@ -174,22 +175,25 @@ def check_options(fold_at: int | None, map_size: int) -> None:
     check_positive("map_size", map_size, "number of bytes")
 
 
-def normalize(expr: Expr) -> list:
-    """Core predicates of an expression, with pbtree's storage limits checked."""
+def normalize(expr: Expr, limit: int = MAX_CONJUNCTIONS) -> list:
+    """Core predicates of an expression (a Disjunction of conjunctions where it holds
+    'or', at most ``limit``), with pbtree's storage limits checked."""
     if not isinstance(expr, str | list | tuple):
         raise ExpressionError(
             f"an expression is a string or a list of (attr, op, value) tuples, "
             f"not {type(expr).__name__}")
-    preds = expressions.normalize(expr)
-    if len(preds) > MAX_PREDICATES:
-        raise ExpressionError(
-            f"subscription has {len(preds)} predicates; the limit is {MAX_PREDICATES}")
-    for attr, _, _ in preds:
-        if not 0 < len(attr) <= MAX_ATTR_BYTES // 4:  # else UTF-8 may take over the limit
-            size = len(attr.encode("utf-8", "surrogatepass"))
-            if not 0 < size <= MAX_ATTR_BYTES:
-                raise ExpressionError(
-                    f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 bytes")
+    preds = expressions.normalize(expr, limit)
+    for conj in conjunctions(preds):
+        if len(conj) > MAX_PREDICATES:
+            raise ExpressionError(
+                f"subscription has {len(conj)} predicates; the limit is {MAX_PREDICATES}")
+        for attr, _, _ in conj:
+            if not 0 < len(attr) <= MAX_ATTR_BYTES // 4:  # else UTF-8 may take over the limit
+                size = len(attr.encode("utf-8", "surrogatepass"))
+                if not 0 < size <= MAX_ATTR_BYTES:
+                    raise ExpressionError(
+                        f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 "
+                        f"bytes")
     return preds
 
 
@@ -236,16 +240,11 @@ def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> No
         out.append((name, *found))
 
 
-def _canonical(preds: list) -> list:
-    """Stored core predicates (access predicate first, ``clusters``) in the order
-    ``normalize`` gives them."""
-    return normalize([(a, o, tuple(v) if o == "in" else v) for a, o, v in preds])
-
-
-def _expression(preds: list) -> str:
-    """The text of stored core predicates (MessagePack gives ``in`` values as a list)."""
-    return expressions.format_predicates([(a, o, tuple(v) if o == "in" else v)
-                                          for a, o, v in preds])
+def _canonical(conjs: list[list]) -> list:
+    """Stored core predicates of each conjunction (access predicate first, ``clusters``)
+    as ``normalize`` gives them."""
+    return expressions.disjunction([(a, o, tuple(v) if o == "in" else v) for a, o, v in conj]
+                                   for conj in conjs)
 
 
 class Index:
@@ -349,7 +348,8 @@ class Index:
                 sub_id = plain_id(sub_id)
                 idkey = encode_id(sub_id)
                 if preds is None:
-                    preds = normalize(expr)
+                    preds = normalize(expr, self._options.get("max_conjunctions",
+                                                              MAX_CONJUNCTIONS))
             except (ExpressionError, IdError) as exc:
                 raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
             groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
@@ -451,9 +451,11 @@ class Index:
                 if found:
                     raise IdError(f"event {n} matches string ids (such as {shown(found[0])}); "
                                   f"as_arrays takes integer ids only: match without it")
-            return [p if isinstance(p, EventError) else np.sort(np.concatenate(i or [_NO_IDS]))
+            return [p if isinstance(p, EventError) else np.unique(np.concatenate(i or [_NO_IDS]))
                     for i, p in zip(ints, prepared, strict=True)]
-        return [p if isinstance(p, EventError) else np.sort(np.concatenate(i)).tolist() + sorted(s)
+        # np.unique and set: a subscription with 'or' may match by several conjunctions
+        return [p if isinstance(p, EventError)
+                else np.unique(np.concatenate(i)).tolist() + sorted(set(s))
                 for i, s, p in zip(ints, strings, prepared, strict=True)]
 
     def count(self, event: Mapping) -> int:
@@ -466,8 +468,8 @@ class Index:
         prepared = self._prepared(events, return_errors)
         counts: list[int | EventError] = [p if isinstance(p, EventError) else 0
                                           for p in prepared]
-        for _, _, _, n, sids in self._matched(prepared):
-            counts[n] += sids.size
+        for shard, txn, caches, n, sids in self._matched(prepared):
+            counts[n] += shard.distinct(txn, caches, sids)
         return counts
 
     def _prepared(self, events: Iterable[Mapping],
@@ -501,7 +503,7 @@ class Index:
     def get(self, sub_id: int | str) -> str:
         """The normalised expression of a subscription; UnknownIdError (a KeyError) when
         unknown."""
-        return _expression(self._predicates(sub_id))
+        return expressions.format_predicates(self._predicates(sub_id))
 
     def explain(self, sub_id: int | str, event: Mapping) -> dict:
         """Why a subscription matches ``event`` or not: ``matches``, and per conjunction
@@ -512,21 +514,25 @@ class Index:
                                     prepare_event(event))
 
     def _predicates(self, sub_id: int | str) -> list:
-        """The stored core predicates of a subscription, or UnknownIdError."""
+        """The normalised core predicates of a subscription (a Disjunction where it holds
+        'or'), or UnknownIdError."""
         shard, idkey = self._shard_for(sub_id)
-        preds = shard.get(idkey)
-        if preds is None:
+        conjs = shard.get(idkey)
+        if conjs is None:
             raise UnknownIdError(f"no subscription with id {shown(sub_id)}")
-        return _canonical(preds)
+        return _canonical(conjs)
 
     def items(self) -> Iterator[tuple[int | str, str]]:
         """Every subscription's id and normalised expression (as ``get`` gives it), shard
         after shard, each shard's read in one snapshot: what an export needs to rebuild,
         diff or move an index."""
         for shard in self._live():
+            found: dict[bytes, list] = {}
             for sid, raw in shard.records():
                 idkey, preds, _ = decoded(sid, raw)
-                yield decode_id(idkey), _expression(_canonical(preds))
+                found.setdefault(idkey, []).append(preds)
+            for idkey, conjs in found.items():
+                yield decode_id(idkey), expressions.format_predicates(_canonical(conjs))
 
     def __len__(self) -> int:
         return sum(len(shard) for shard in self._live())
@@ -596,7 +602,7 @@ def _oldest_snapshot(shards: list[Shard]) -> dict:
 
 def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTES, *,
            map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-           fold_at: int | None = None) -> Index:
+           fold_at: int | None = None, max_conjunctions: int = MAX_CONJUNCTIONS) -> Index:
     """Create a new, empty index directory at ``path`` (which must not hold files).
 
     ``durable=False`` skips the fsync of each commit: a killed process still
@@ -609,11 +615,13 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
     4 × ``fold_at`` staged merges them into the trees; with no ``fold_at`` given, one
     that leaves 10,000, or 32 per record of the shard's trees database up to 320,000: a
     merge rewrites each small tree it adds to, so a wide schema's many trees wait for
-    more.
+    more. An expression with 'or' may expand to at most ``max_conjunctions``
+    conjunctions (``expr.dnf``), each stored and matched as a subscription of its own.
     """
     path = os.fspath(path)
     check_layout(shards, node_bytes)
     check_options(fold_at, map_size)
+    check_positive("max_conjunctions", max_conjunctions)
     if os.path.exists(path) and not os.path.isdir(path):
         raise IndexExistsError(f"{path}: is a file, not an index directory; give a new path")
     if os.path.exists(path) and os.listdir(path):
@@ -638,7 +646,8 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTE
                                f"({exc.strerror or exc}); nothing was left there") from None
         raise
     return Index(path, opened, manifest, readonly=False, identity=_identity(path),
-                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at})
+                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at,
+                          "max_conjunctions": max_conjunctions})
 
 
 def _remove_created(path: str, made: bool) -> None:
@@ -653,15 +662,17 @@ def _remove_created(path: str, made: bool) -> None:
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
          map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-         fold_at: int | None = None) -> Index:
+         fold_at: int | None = None, max_conjunctions: int = MAX_CONJUNCTIONS) -> Index:
     """Open an existing index; readonly opens allow many reader processes.
 
-    ``durable`` and ``fold_at`` as for ``create``. Without write permission on a shard's
-    lock.mdb a read-only open reads without it, with a LocklessReadWarning: writers then
-    cannot see the reader, so its answers are only sure while nobody writes the index.
+    ``durable``, ``fold_at`` and ``max_conjunctions`` as for ``create``. Without write
+    permission on a shard's lock.mdb a read-only open reads without it, with a
+    LocklessReadWarning: writers then cannot see the reader, so its answers are only sure
+    while nobody writes the index.
     """
     path = os.fspath(path)
     check_options(fold_at, map_size)
+    check_positive("max_conjunctions", max_conjunctions)
     recover(path)  # an old index a killed ``build --force`` set aside, where it left none
     identity = _identity(path)
     manifest = read_manifest(path)
@@ -691,7 +702,8 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
                       f"on lock.mdb to share it with writers)", LocklessReadWarning,
                       stacklevel=2)
     return Index(path, opened, manifest, readonly=readonly, identity=identity,
-                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at})
+                 options={"map_size": map_size, "durable": durable, "fold_at": fold_at,
+                          "max_conjunctions": max_conjunctions})
 
 
 __all__ = ["Index", "create", "open"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pbtree.expr import format_predicates
+from pbtree.expr import conjunctions, format_predicates
 from pbtree.nested import flattened
 from storage.keys import const_payload
 
@@ -37,18 +37,23 @@ def _holds(op: str, value: object, seen: tuple[int, bytes, bool] | None) -> bool
 
 def explain(sub_id: object, preds: list, event: Mapping,
             prepared: list[tuple[bytes, int, bytes, bool]]) -> dict:
-    """The verdict of one subscription's core ``preds`` on ``event`` (as given) and on its
-    ``prepared`` values (``core.prepare_event``): every predicate's text, the event value
-    it saw (None when absent or of no comparable type) and whether it holds."""
+    """The verdict of one subscription's normalised ``preds`` (a conjunction, or a
+    Disjunction of them) on ``event`` (as given) and on its ``prepared`` values
+    (``core.prepare_event``): per conjunction, every predicate's text, the event value it
+    saw (None when absent or of no comparable type) and whether it holds; the subscription
+    matches when some conjunction holds."""
     seen = {name.decode("utf-8"): (family, payload, exact)
             for name, family, payload, exact in prepared}
     event = flattened(event)
-    rows = []
-    for attr, op, value in preds:
-        value = tuple(value) if op == "in" else value
-        holds = _holds(op, value, seen.get(attr))
-        rows.append({"predicate": format_predicates([(attr, op, value)]), "attribute": attr,
-                     "value": event.get(attr) if attr in seen else None, "holds": holds})
-    verdict = all(row["holds"] for row in rows)
-    return {"id": sub_id, "matches": verdict,
-            "conjunctions": [{"holds": verdict, "predicates": rows}]}
+    found = []
+    for conj in conjunctions(preds):
+        rows = []
+        for attr, op, value in conj:
+            value = tuple(value) if op == "in" else value
+            holds = _holds(op, value, seen.get(attr))
+            rows.append({"predicate": format_predicates([(attr, op, value)]),
+                         "attribute": attr, "value": event.get(attr) if attr in seen else None,
+                         "holds": holds})
+        found.append({"holds": all(row["holds"] for row in rows), "predicates": rows})
+    return {"id": sub_id, "matches": any(conj["holds"] for conj in found),
+            "conjunctions": found}

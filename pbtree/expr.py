@@ -33,12 +33,19 @@ __all__ = [
     "OPS_CORE",
     "OP_SPELLINGS",
     "OPS_SOURCE",
+    "Disjunction",
+    "Formula",
+    "MAX_CONJUNCTIONS",
     "Predicate",
     "canonical",
+    "conjunctions",
+    "disjunction",
+    "dnf",
     "format_predicates",
     "format_value",
     "normalize",
     "parse",
+    "parse_formula",
     "parse_tuple",
     "prefix_successor",
     "rewrite",
@@ -47,6 +54,9 @@ __all__ = [
 ]
 
 Predicate = tuple[str, str, Any]
+#: a parsed expression (``parse_formula``): a Predicate, ("and" | "or", [Formula]) or
+#: ("not", Formula)
+Formula = Any
 
 #: Core operators, in canonical order: what ``rewrite`` produces and the index stores.
 OPS_CORE: tuple[str, ...] = ("=", "in", "<", "<=", ">", ">=", "!=")
@@ -65,10 +75,10 @@ _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
 OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
 #: the words a bare attribute name cannot be (in any letter case): back-quote them
 KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
-_OR_MESSAGE = (
-    "'or' is not supported: a subscription is a conjunction of predicates joined by 'and'; "
-    "split the alternatives into several subscriptions"
-)
+#: conjunctions an expression may expand to in disjunctive normal form, by default
+#: (``dnf``): each is stored as an entry of its own, so the bound keeps one subscription's
+#: cost bounded; ``pbtree.open``/``create`` take another as ``max_conjunctions``
+MAX_CONJUNCTIONS = 64
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,8 +313,6 @@ def _tokenize(src: str) -> list[Token]:
         start, end = m.span(kind)
         text = m.group(kind)
         if kind == "name":
-            if len(text) == 2 and text.lower() == "or":
-                raise ExpressionError(f"at position {start}: {_OR_MESSAGE}")
             append((_NAME, text, start, end))
         elif kind == "num":
             append((_NUM, _number(text), start, end))
@@ -337,12 +345,13 @@ def _tokenize(src: str) -> list[Token]:
 class _TextParser:
     """Recursive-descent parser over the token list of one expression."""
 
-    __slots__ = ("src", "toks", "i")
+    __slots__ = ("src", "toks", "i", "last")
 
     def __init__(self, src: str, toks: list[Token]) -> None:
         self.src = src
         self.toks = toks
         self.i = 0
+        self.last = ""  # what the parser read last, for errors
 
     def found(self, tok: Token) -> str:
         kind, value, start, end = tok
@@ -372,36 +381,65 @@ class _TextParser:
     def keyword(self, tok: Token, word: str) -> bool:
         return tok[0] == _NAME and len(tok[1]) == len(word) and tok[1].lower() == word
 
-    def parse(self) -> list[Predicate]:
+    def parse(self) -> Formula:
+        node = self.disjunction()
+        tok = self.toks[self.i]
+        if tok[0] != _END:
+            if tok[:2] == (_PUNCT, ")"):
+                raise self.fail("'and', 'or' or end of expression (this ')' closes no '(')")
+            raise self.fail(f"'and', 'or' or end of expression after {self.last}")
+        return node
+
+    def disjunction(self) -> Formula:
+        items = [self.conjunction()]
+        while self.keyword(self.toks[self.i], "or"):
+            self.i += 1
+            items.append(self.conjunction())
+        return items[0] if len(items) == 1 else ("or", items)
+
+    def conjunction(self) -> Formula:
+        items = [self.factor()]
+        while self.keyword(self.toks[self.i], "and"):
+            self.i += 1
+            items.append(self.factor())
+        return items[0] if len(items) == 1 else ("and", items)
+
+    def factor(self) -> Formula:
         toks = self.toks
+        kind, value, start, _ = tok = toks[self.i]
+        if tok[:2] == (_PUNCT, "("):
+            self.i += 1
+            node = self.disjunction()
+            if toks[self.i][:2] != (_PUNCT, ")"):
+                raise self.fail(f"'and', 'or' or ')' closing the '(' at position {start}")
+            self.i += 1
+            self.last = "')'"
+            return node
+        if self.keyword(tok, "not"):
+            self.i += 1
+            return ("not", self.factor())
+        if kind == _NAME and value.lower() not in KEYWORDS:
+            attr = value
+        elif kind == _QUOTED:
+            if not value:
+                raise ExpressionError(f"at position {start}: attribute name is empty")
+            attr = value
+            try:
+                _check_name(attr)
+            except ValueRejected as exc:
+                raise ExpressionError(f"at position {start}: attribute name: {exc}") from None
+        elif kind == _NAME:
+            raise ExpressionError(
+                f"at position {start}: expected an attribute name, found {self.found(tok)} "
+                f"(back-quote it as `{value}` to use it as a name)"
+            )
+        else:
+            raise self.fail("an attribute name, 'not' or '('")
+        self.i += 1
         preds: list[Predicate] = []
-        while True:
-            kind, value, start, _ = tok = toks[self.i]
-            if kind == _NAME and value.lower() not in KEYWORDS:
-                attr = value
-            elif kind == _QUOTED:
-                if not value:
-                    raise ExpressionError(f"at position {start}: attribute name is empty")
-                attr = value
-                try:
-                    _check_name(attr)
-                except ValueRejected as exc:
-                    raise ExpressionError(f"at position {start}: attribute name: {exc}") from None
-            elif kind == _NAME:
-                raise ExpressionError(
-                    f"at position {start}: expected an attribute name, found {self.found(tok)} "
-                    f"(back-quote it as `{value}` to use it as a name)"
-                )
-            else:
-                raise self.fail("an attribute name")
-            self.i += 1
-            self.predicate(attr, preds)
-            tok = toks[self.i]
-            if tok[0] == _END:
-                return preds
-            if not self.keyword(tok, "and"):
-                raise self.fail(f"'and' or end of expression after the predicate on {_fa(attr)}")
-            self.i += 1
+        self.predicate(attr, preds)
+        self.last = f"the predicate on {_fa(attr)}"
+        return preds[0]
 
     def predicate(self, attr: str, preds: list[Predicate]) -> None:
         kind, value, _, _ = tok = self.toks[self.i]
@@ -508,7 +546,7 @@ class _TextParser:
                 return tuple(values)
 
 
-def _parse_text(src: str) -> list[Predicate]:
+def _parse_text(src: str) -> Formula:
     toks = _tokenize(src)
     if not toks:
         raise ExpressionError("empty subscription: the expression is empty")
@@ -697,25 +735,157 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         raise fail(str(exc)) from None
 
 
+def _is_group(item: object) -> bool:
+    """Whether a tuple-form item is a group, ``("or", alternative, ...)`` or ``("not",
+    alternative)``, rather than an (attribute, op, value) predicate."""
+    return (isinstance(item, tuple | list) and len(item) >= 2 and type(item[0]) is str
+            and item[0].lower() in ("or", "not") and not isinstance(item[1], str))
+
+
+def _tuple_formula(items: object, label: str = "") -> Formula:
+    """The formula of a tuple-form conjunction: its items are predicates and groups; an
+    item's errors name it by its position (``2.1.0``: item 0 of alternative 1 of item 2)."""
+    if isinstance(items, bytes | bytearray | dict | str) or not isinstance(items, Iterable):
+        raise ExpressionError(
+            f"expected an expression string or a list of (attribute, op, value) tuples, "
+            f"not {type(items).__name__}"
+        )
+    parts: list[Formula] = []
+    for n, item in enumerate(items):
+        index = f"{label}{n}"
+        if not _is_group(item):
+            parts.append(_parse_tuple(index, item))
+            continue
+        word, alternatives = item[0].lower(), item[1:]
+        if word == "not" and len(alternatives) != 1:
+            raise ExpressionError(f"predicate {index}: ('not', x) negates one item or list")
+        found = [_tuple_formula(alt if isinstance(alt, list) else [alt], f"{index}.{k}.")
+                 for k, alt in enumerate(alternatives)]
+        parts.append(("not", found[0]) if word == "not" else ("or", found))
+    if not parts:
+        raise ExpressionError(f"empty subscription: no predicates given"
+                              f"{f' in group {label[:-1]}' if label else ''}")
+    return parts[0] if len(parts) == 1 else ("and", parts)
+
+
+# ---------------------------------------------------------------------------------------
+# disjunctive normal form
+
+_NEGATED = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<", "in": "not in",
+            "not in": "in"}
+
+
+def _negations(pred: Predicate) -> list[Predicate]:
+    """The source predicates one of which holds where ``pred`` does not, for an event
+    value of the predicate's type (under strong semantics a predicate on a value that is
+    absent or of another type is false, negated or not)."""
+    attr, op, value = pred
+    if op == "between":
+        return [(attr, "<", value[0]), (attr, ">", value[1])]
+    if op == "prefix":
+        succ = _prefix_bound(attr, value)
+        return [(attr, "<", value)] + ([] if succ is None else [(attr, ">=", succ)])
+    return [(attr, _NEGATED[op], value)]
+
+
+def _count(node: Formula, negated: bool) -> int:
+    """How many conjunctions ``_terms`` gives, without building them."""
+    if len(node) == 3:
+        return len(_negations(node)) if negated else 1
+    word, body = node
+    if word == "not":
+        return _count(body, not negated)
+    counts = [_count(item, negated) for item in body]
+    return math.prod(counts) if (word == "and") != negated else sum(counts)
+
+
+def _terms(node: Formula, negated: bool) -> list[list[Predicate]]:
+    """The conjunctions of source predicates whose disjunction ``node`` (negated: its
+    negation, pushed down to the predicates by De Morgan's laws) is."""
+    if len(node) == 3:
+        return [[p] for p in _negations(node)] if negated else [[node]]
+    word, body = node
+    if word == "not":
+        return _terms(body, not negated)
+    found = [_terms(item, negated) for item in body]
+    if (word == "and") == negated:  # a disjunction
+        return [conj for terms in found for conj in terms]
+    out: list[list[Predicate]] = [[]]
+    for terms in found:
+        out = [left + right for left in out for right in terms]
+    return out
+
+
+class Disjunction(list):
+    """The core conjunctions of a subscription that needs two or more, in canonical order
+    (``normalize``): it matches when any holds."""
+
+
+def conjunctions(preds: list) -> list[list[Predicate]]:
+    """The conjunctions of a normalised subscription: a Disjunction's, or the one."""
+    return preds if type(preds) is Disjunction else [preds]
+
+
+def disjunction(terms: Iterable[Iterable[Predicate]]) -> list[Predicate] | Disjunction:
+    """Core predicates of the disjunction of ``terms`` (conjunctions of source or core
+    predicates): each conjunction rewritten, those another one implies dropped (with a
+    duplicate, the later), in canonical order; one left is returned as it is."""
+    keyed = {}
+    for conj in terms:
+        out: dict[tuple, Predicate] = {}
+        for attr, op, value in conj:
+            _rewrite_into(out, attr, op, value)
+        keys = frozenset(out)
+        if not any(kept <= keys for kept in keyed):
+            for kept in [k for k in keyed if keys < k]:
+                del keyed[kept]
+            keyed[keys] = out
+    found = sorted((tuple(sorted(out)), out) for out in keyed.values())
+    lists = [list(map(out.__getitem__, keys)) for keys, out in found]
+    return lists[0] if len(lists) == 1 else Disjunction(lists)
+
+
+def dnf(formula: Formula, source: object, limit: int) -> list[Predicate] | Disjunction:
+    """``disjunction`` of a parsed formula's conjunctions; ExpressionError naming the
+    expression when it takes more than ``limit``."""
+    count = _count(formula, False)
+    if count > limit:
+        text = source if isinstance(source, str) else shown(source)
+        raise ExpressionError(
+            f"expression {_short(text, 80)!r} expands to {count} conjunctions in "
+            f"disjunctive normal form; the limit is {limit} (max_conjunctions)")
+    return disjunction(_terms(formula, False))
+
+
 # ---------------------------------------------------------------------------------------
 # public API
 
 
-def parse(source: str | Sequence[tuple]) -> list[Predicate]:
-    """Source-level predicates ``(attr, op, value)`` of a text expression or list of tuples.
+def parse_formula(source: str | Sequence) -> Formula:
+    """The parsed form of a text expression or tuple list: a source-level predicate
+    ``(attr, op, value)``, ``("and" | "or", [formulas])`` or ``("not", formula)``.
 
     Values are validated and canonical; ops are spelled as in OPS_SOURCE.
     """
     if isinstance(source, str):
         return _parse_text(source)
-    if isinstance(source, bytes | bytearray | dict) or not isinstance(source, Iterable):
-        raise ExpressionError(
-            f"expected an expression string or a list of (attribute, op, value) tuples, "
-            f"not {type(source).__name__}"
-        )
-    preds = [_parse_tuple(i, item) for i, item in enumerate(source)]
-    if not preds:
-        raise ExpressionError("empty subscription: no predicates given")
+    return _tuple_formula(source)
+
+
+def parse(source: str | Sequence) -> list[Predicate]:
+    """Source-level predicates ``(attr, op, value)`` of an expression that is a plain
+    conjunction (no 'or', 'not', or parentheses around them); ExpressionError otherwise:
+    ``parse_formula`` reads every expression."""
+    found = [parse_formula(source)]
+    preds: list[Predicate] = []
+    while found:
+        node = found.pop()
+        if len(node) == 3:
+            preds.append(node)
+        elif node[0] == "and":
+            found += reversed(node[1])
+        else:
+            raise ExpressionError("the expression holds 'or' or 'not': parse_formula reads it")
     return preds
 
 
@@ -767,8 +937,9 @@ def rewrite(preds: Iterable[Predicate]) -> list[Predicate]:
     return list(map(out.__getitem__, sorted(out)))
 
 
-def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate]:
-    """_rewrite_into of every tuple; plain predicates skip _parse_tuple, which reports errors."""
+def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate] | None:
+    """_rewrite_into of every tuple; plain predicates skip _parse_tuple, which reports errors;
+    None for the full parser when there is a group or none."""
     out: dict[tuple, Predicate] = {}
     family = _FAMILY_OF_TYPE.get
     for index, item in enumerate(source):
@@ -811,13 +982,18 @@ def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate]:
                             out[(attr, _GE, lo_family, lo)] = (attr, ">=", lo)
                             out[(attr, _LE, lo_family, hi)] = (attr, "<=", hi)
                             continue
+        if _is_group(item):
+            return None
         attr, op, value = _parse_tuple(index, item)
         _rewrite_into(out, attr, op, value)
-    return out
+    return out or None
 
 
-def normalize(source: str | Sequence[tuple]) -> list[Predicate]:
-    """rewrite(parse(source)): the canonical core predicates of a subscription."""
+def normalize(source: str | Sequence, limit: int = MAX_CONJUNCTIONS
+              ) -> list[Predicate] | Disjunction:
+    """The canonical core predicates of a subscription: a list for a conjunction, a
+    Disjunction of such lists for an expression that needs several (``dnf``, at most
+    ``limit``)."""
     out = None
     t = type(source)
     if t is str:
@@ -827,13 +1003,9 @@ def normalize(source: str | Sequence[tuple]) -> list[Predicate]:
             pass
     elif t is list or t is tuple:
         out = _core_of_tuples(source)  # type: ignore[arg-type]
-    if out is None:
-        preds = rewrite(parse(source))
-    else:
-        preds = list(map(out.__getitem__, sorted(out)))
-    if not preds:
-        raise ExpressionError("empty subscription: no predicates given")
-    return preds
+    if out is not None:
+        return list(map(out.__getitem__, sorted(out)))
+    return dnf(parse_formula(source), source, limit)
 
 
 # ---------------------------------------------------------------------------------------
@@ -889,7 +1061,11 @@ def format_value(value: object) -> str:
 
 
 def format_predicates(preds: Iterable[Predicate]) -> str:
-    """Canonical text of predicates (core or source ops); normalize() of it gives them back."""
+    """Canonical text of predicates (core or source ops), or of a Disjunction's conjunctions
+    joined by 'or'; normalize() of it gives them back."""
+    if type(preds) is Disjunction:
+        return " or ".join(f"({format_predicates(conj)})" if len(conj) > 1 else
+                           format_predicates(conj) for conj in preds)
     parts = []
     for attr, op, value in preds:
         name = format_attr(attr)

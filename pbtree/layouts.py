@@ -6,7 +6,8 @@ and the type of the subscription ids pbtree writes to Parquet. Both ``pbtree sub
 * predicate layout: ``id``, ``attr``, ``op``, ``value`` -- one row per predicate, the rows
   of one id forming a conjunction. ``value`` is a scalar column, or a list column whose
   rows hold one value for the comparison operators, the values of ``in`` / ``not in``,
-  and the (low, high) pair of ``between``.
+  and the (low, high) pair of ``between``. An optional ``group`` column (integers or
+  strings) splits an id's rows into conjunctions, one per group value, joined by 'or'.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from pbtree.ids import MAX_ID_BYTES, encode_id
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}
+#: the predicate layout's optional column of conjunction numbers
+GROUP = "group"
 LIST_OPS = frozenset(("in", "not in", "between"))
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates
@@ -49,6 +52,11 @@ def detect(schema: pa.Schema) -> str:
     if not (pa.types.is_integer(id_type) or pa.types.is_string(id_type)
             or pa.types.is_large_string(id_type)):
         raise LayoutError(f"column id has type {id_type}; ids are strings or integers")
+    if layout == PREDICATE and GROUP in names:
+        kind = schema.field(GROUP).type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
+                or pa.types.is_large_string(kind)):
+            raise LayoutError(f"column {GROUP} has type {kind}; groups are integers or strings")
     text = ("expr",) if layout == EXPRESSION else ("attr", "op")
     for name in text:
         kind = schema.field(name).type
@@ -174,15 +182,27 @@ def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
             groups.setdefault(_idkey(sub_id), []).append(row)
         except IdError as exc:
             rejects.append((row, sub_id, str(exc)))
+    parts = table.column(GROUP).to_pylist() if GROUP in table.column_names else None
     subs: list[Sub] = []
     for key, members in groups.items():
         sub_id = ids[members[0]]
         try:
-            subs.append((sub_id, key, normalize([_predicate(*rows[r]) for r in members])))
+            subs.append((sub_id, key, normalize(_expression(members, rows, parts))))
         except ExpressionError as exc:
             rejects.extend(_culprits(sub_id, members, rows, str(exc)))
     rejects.sort()
     return subs, rejects
+
+
+def _expression(members: list[int], rows: list[tuple], parts: list | None) -> list:
+    """The tuple form of one id's rows: a conjunction, or with several ``group`` values
+    among them an 'or' of one conjunction per group (in order of first row)."""
+    if parts is None or len({parts[r] for r in members}) < 2:
+        return [_predicate(*rows[r]) for r in members]
+    grouped: dict[object, list] = {}
+    for r in members:
+        grouped.setdefault(parts[r], []).append(_predicate(*rows[r]))
+    return [("or", *grouped.values())]
 
 
 def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
@@ -278,6 +298,11 @@ def predicate_columns(table: pa.Table) -> tuple[Columns, list[Reject]]:
     slot = np.maximum(group, 0)  # rows without an id are slow whatever their slot says
     slow_group = np.bincount(group[encoded], weights=~row_ok[encoded],
                              minlength=int(slot.max(initial=0)) + 1) > 0
+    if GROUP in table.column_names:  # ids of several groups are for ``predicates``
+        parts = table.column(GROUP).combine_chunks()
+        codes = filled(pc.dictionary_encode(parts).indices, -1).astype(np.int64)
+        pairs = np.unique(np.stack((group[encoded], codes[encoded]), axis=1), axis=0)
+        slow_group |= np.bincount(pairs[:, 0], minlength=slow_group.size) > 1
     fast_rows = np.flatnonzero(encoded & ~slow_group[slot])
     order = fast_rows[np.argsort(group[fast_rows], kind="stable")]
     members = group[order]

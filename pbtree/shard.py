@@ -28,6 +28,7 @@ import numpy as np
 from pbtree import clusters, idle, staged, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
+from pbtree.expr import Disjunction, conjunctions
 from pbtree.ids import decode_id
 from pbtree.lists import NODE_BYTES
 from pbtree.matcher import Search
@@ -35,7 +36,7 @@ from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
 from pbtree.subs import Posting, decoded, records, sid_key, sid_keys, split_sub, stored, sub_record
-from pbtree.tree import Writer
+from pbtree.tree import COUNTER, Writer, read_counter
 from storage.env import DEFAULT_MAP_SIZE, Environment
 from storage.keys import tree_prefix
 
@@ -45,10 +46,11 @@ FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
 #: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
 #: 8: string ids in a column (``strids``); 9: access predicates, predicate entries and
-#: check rows (``clusters``)
-VERSION = 9
+#: check rows (``clusters``); 10: a subscription with 'or' stores a sid per conjunction,
+#: all listed in its ``ids`` value
+VERSION = 10
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``)
-UPGRADES = (2, 3, 4, 5, 6, 7, 8)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
 #: pending sids from which a write folds them into a staged run, by default: every
@@ -76,6 +78,9 @@ PURGE_SHARE = 1 / 16
 KEEP_PINNED = 8
 #: meta record of the selectivity estimates (``clusters.Estimates``)
 ESTIMATES = b"estimates"
+#: meta record of the number of conjunctions stored (a sid each): more than the ids when
+#: some subscription holds 'or'
+CONJUNCTIONS = b"conjunctions"
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
 _REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "kinds",
               "intids", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
@@ -158,23 +163,25 @@ class Shard:
         """Store every subscription anew as this version does (a shard of an older version
         posts all its predicates and has no predicate entries), by ``estimates``."""
         dbs = self.dbs
-        items = []
+        found: dict[bytes, list] = {}
         for sid, raw in records(txn, dbs["subs"], 0):
             idkey, preds, _ = decoded(sid, raw)
             if idkey != clusters.PREDICATE_ID:
-                items.append((decode_id(idkey), idkey, preds))
+                found.setdefault(idkey, []).append(preds)
+        items = [(decode_id(idkey), idkey, conjs[0] if len(conjs) == 1 else Disjunction(conjs))
+                 for idkey, conjs in found.items()]
         for name in _REWRITTEN:
             txn.drop(dbs[name], delete=False)
         try:  # the predicate counts of versions before 9, which ``kinds`` replaces
             txn.drop(self.env.env.open_db(b"needed", txn=txn, create=False), delete=True)
         except lmdb.NotFoundError:
             pass
-        for name in (b"next_sid", b"folded", b"merged", b"next_node"):
+        for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
             txn.delete(name, db=dbs["meta"])
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
             items.sort(key=lambda item: clusters.predicate_key(
-                clusters.ordered(item[2], self.estimates)[0]))
+                clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, Written(), True)
         w.trees_changed = True  # whatever a reader had flattened is gone
@@ -328,7 +335,7 @@ class Shard:
                     if old is not None:
                         if not replace:
                             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
-                        self._forget(w, txn, int.from_bytes(old, "big"))
+                        self._forget(w, txn, idkey, old)
                 self._purge(w, txn, due=True)
             mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
@@ -347,12 +354,16 @@ class Shard:
 
     def _insert(self, w: Writer, txn, sub_ids: Sequence, idkeys: Sequence[bytes],
                 lists: Sequence[list]) -> tuple[int, int, list[list]]:
-        """Store subscriptions under new sids, each with its access predicate first and a
-        check row of predicate entries for the rest (``pbtree.clusters``), the entries
-        not stored yet given sids before them. Returns (first new sid, new sids, the
-        predicates of each), as ``Written`` takes them."""
+        """Store subscriptions under new sids, a sid per conjunction, each with its access
+        predicate first and a check row of predicate entries for the rest
+        (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
+        (first new sid, new sids, the predicates of each), as ``Written`` takes them."""
         dbs = self.dbs
-        ordered = [clusters.ordered(preds, self.estimates) for preds in lists]
+        owners, ordered = [], []
+        for n, preds in enumerate(lists):
+            for conj in conjunctions(preds):
+                owners.append(n)
+                ordered.append(clusters.ordered(conj, self.estimates))
         pack, key_of = clusters.pack, clusters.key_of
         packed = [list(map(pack, preds)) for preds in ordered]  # for keys and records alike
         by_key: dict[bytes, bytes] = {}
@@ -376,7 +387,13 @@ class Shard:
              for key, n in uses.items()])
         start = w.new_sids(len(ordered))
         w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
-        idkeys = [clusters.PREDICATE_ID] * len(new) + list(idkeys)
+        if len(owners) > len(lists):
+            sub_ids = [sub_ids[n] for n in owners]
+            owned = [idkeys[n] for n in owners]
+        else:
+            owned = list(idkeys)
+        sids = sid_keys(start, len(ordered))
+        idkeys = [clusters.PREDICATE_ID] * len(new) + owned
         kinds = [clusters.PREDICATE] * len(new) + [clusters.SUBSCRIPTION] * len(ordered)
         w.kinds.set_run(first, kinds)
         w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
@@ -386,9 +403,21 @@ class Shard:
         bodies += [clusters.array_header(len(each)) + b"".join(each) for each in packed]
         txn.cursor(db=dbs["subs"]).putmulti(list(zip(
             sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
-        txn.cursor(db=dbs["ids"]).putmulti(list(zip(idkeys[len(new):],
-                                                    sid_keys(start, len(ordered)), strict=True)))
+        if len(owners) > len(lists):  # a subscription's value lists its conjunctions' sids
+            joined: dict[bytes, bytes] = {}
+            for key, sid in zip(owned, sids, strict=True):
+                joined[key] = joined.get(key, b"") + sid
+            listed = list(joined.items())
+        else:
+            listed = list(zip(owned, sids, strict=True))
+        txn.cursor(db=dbs["ids"]).putmulti(listed)
+        self._add_conjunctions(txn, len(ordered))
         return first, len(bodies), [[pred_of[key]] for key in new] + ordered
+
+    def _add_conjunctions(self, txn, n: int) -> None:
+        """Count ``n`` conjunctions more (or fewer) in meta CONJUNCTIONS."""
+        meta = self.dbs["meta"]
+        txn.put(CONJUNCTIONS, COUNTER.pack(read_counter(txn, meta, CONJUNCTIONS) + n), db=meta)
 
     def fold_due(self, pending: int) -> bool:
         """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of
@@ -487,7 +516,7 @@ class Shard:
             for idkey in idkeys:
                 old = txn.get(idkey, db=dbs["ids"])
                 if old is not None:
-                    self._forget(w, txn, int.from_bytes(old, "big"))
+                    self._forget(w, txn, idkey, old)
                     found += 1
             self._purge(w, txn, due=True)
             w.flush()
@@ -576,18 +605,23 @@ class Shard:
         for key in sorted(keyed):
             w.remove(key[:5], key[-1], key[5:-1], keyed[key])
 
-    def _forget(self, w: Writer, txn, sid: int) -> None:
-        """Delete a subscription's records, and the predicate entries of its check row
-        that no other subscription uses. A sid forgotten is free (``kinds`` 0), so no
+    def _forget(self, w: Writer, txn, idkey: bytes, listed: bytes) -> None:
+        """Delete a subscription (``listed``: its ``ids`` value, the sid of each of its
+        conjunctions): the records of its sids, and the predicate entries of their check
+        rows that no other subscription uses. A sid forgotten is free (``kinds`` 0), so no
         event matches it however many of its postings remain: those in the trees stay
         until a purge (``_purge``), its record moved to ``dead`` to find them by; a staged
         or pending one's go at the next merge or fold."""
-        idkey = self._drop(w, txn, sid)
         txn.delete(idkey, db=self.dbs["ids"])
-        row = w.rows.row(sid)
-        if row.size:
-            w.rows.clear(sid)
-            self._unuse(w, txn, row.tolist())
+        listed = bytes(listed)
+        for at in range(0, len(listed), 4):
+            sid = int.from_bytes(listed[at:at + 4], "big")
+            self._drop(w, txn, sid)
+            row = w.rows.row(sid)
+            if row.size:
+                w.rows.clear(sid)
+                self._unuse(w, txn, row.tolist())
+        self._add_conjunctions(txn, -(len(listed) // 4))
 
     def _unuse(self, w: Writer, txn, pids: list[int]) -> None:
         """Count one use less of each predicate entry ``pids``; drop those left unused."""
@@ -692,13 +726,28 @@ class Shard:
                                     f"string id in the {strids.DB} column") from None
         return ints[~strings], found
 
-    def get(self, idkey: bytes) -> list | None:
+    def get(self, idkey: bytes) -> list[list] | None:
+        """The stored core predicates of each conjunction of a subscription, or None."""
         with self.read() as txn:
-            sid = txn.get(idkey, db=self.dbs["ids"])
-            if sid is None:
+            listed = txn.get(idkey, db=self.dbs["ids"])
+            if listed is None:
                 return None
-            raw = txn.get(bytes(sid), db=self.dbs["subs"])
-            return None if raw is None else decoded(int.from_bytes(sid, "big"), raw)[1]
+            found = []
+            for at in range(0, len(listed), 4):
+                key = bytes(listed[at:at + 4])
+                raw = txn.get(key, db=self.dbs["subs"])
+                if raw is None:
+                    return None
+                found.append(decoded(int.from_bytes(key, "big"), raw)[1])
+            return found
+
+    def distinct(self, txn, cache: Snapshot, sids: np.ndarray) -> int:
+        """How many subscriptions the matched ``sids`` (conjunctions) belong to."""
+        if read_counter(txn, self.dbs["meta"], CONJUNCTIONS) <= \
+                txn.stat(self.dbs["ids"])["entries"]:
+            return int(sids.size)  # no subscription holds 'or'
+        ints, strings = self.ids_of(txn, cache, sids)
+        return int(np.unique(ints).size) + len(set(strings))
 
     def records(self) -> list[tuple[int, bytes]]:
         """Every subscription record, (sid, ``subs`` value), copied in one snapshot

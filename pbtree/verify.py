@@ -16,6 +16,7 @@ from pbtree.lists import FIXED_WIDTH, HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, 
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from pbtree.packed import Packed, limit
 from pbtree.postings import split_code
+from pbtree.shard import CONJUNCTIONS
 from pbtree.subs import sid_key, stored
 from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
@@ -54,8 +55,10 @@ def shard_stats(shard) -> dict:
             "dead": txn.stat(dbs["dead"])["entries"],
             "pending": pending,
             "staged": staged,
-            # core predicates of the subscriptions: the access ones, and the check rows'
-            "predicates": txn.stat(dbs["ids"])["entries"] + sum(
+            # a subscription with 'or' stores a conjunction per sid
+            "conjunctions": read_counter(txn, meta, CONJUNCTIONS),
+            # core predicates of the conjunctions: the access ones, and the check rows'
+            "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
                 int(np.frombuffer(raw, "<u4", 1, 4 * (clusters.ROW_CHUNK - 1))[0])
                 for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
             # distinct predicates of the check rows, each stored once
@@ -333,7 +336,9 @@ class _Checker:
                 if kind != clusters.PREDICATE or int_id != 0 or row:
                     self.fail(f"sid {sid}: the per-sid columns of a predicate entry disagree")
             else:
-                if bytes(txn.get(idkey, db=dbs["ids"]) or b"") != sid_key(sid):
+                listed = bytes(txn.get(idkey, db=dbs["ids"]) or b"")
+                if len(listed) % 4 or sid_key(sid) not in {listed[at:at + 4] for at in
+                                                          range(0, len(listed), 4)}:
                     self.fail(f"sid {sid}: id records disagree")
                 if shard_of(bytes(idkey), self.shards) != self.number:
                     self.fail(f"sid {sid}: id hashes to another shard")
@@ -357,12 +362,15 @@ class _Checker:
                 self.fail(f"predicate entry {sid} counts {count} uses, not {uses[key]}")
         if rows:
             self.fail(f"sid {min(rows)} has a check row but is no subscription")
+        listed = sum(len(value) // 4 for value in txn.cursor(db=dbs["ids"]).iternext(keys=False))
+        counted = read_counter(txn, dbs["meta"], CONJUNCTIONS)
+        if not listed == users == counted:
+            self.fail(f"the ids list {listed} sids, the subscription records are {users} and "
+                      f"meta counts {counted} conjunctions")
         self.string_ids(string_ids)
         if sum(int(np.count_nonzero(c)) for c in kinds.values()) != live:
             self.fail("the kinds column marks removed subscriptions")
         self.dead(attrs, kinds, merged, expected)
-        if txn.stat(dbs["ids"])["entries"] != users:
-            self.fail("ids database has a different number of records than subs")
         return expected
 
     def rows(self) -> dict[int, list[int]]:

@@ -202,7 +202,7 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
             shutil.rmtree(mine, ignore_errors=True)
     first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
     return pa.RecordBatch.from_pylist([{
-        "shard": shard, "rows": table.num_rows, "subscriptions": len(subs),
+        "shard": shard, "rows": table.num_rows, "subscriptions": subs.subscriptions(),
         "predicates": subs.predicates(), "rejected": len(rejects),
         "first_reject": first, "parse_cpu": parsed - start,
         "load_cpu": time.process_time() - parsed}], schema=SUMMARY)

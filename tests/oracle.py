@@ -1,15 +1,19 @@
 """Brute-force matching oracle: evaluates source-level predicates on an event, no index.
 
-Written from DESIGN.md §1 alone; the only thing taken from pbtree is ``parse`` (for text input).
+Written from DESIGN.md §1 and §8.3 alone; the only thing taken from pbtree is
+``parse_formula`` (for expressions). An expression's tree is evaluated as it stands, with
+no normal form: ``not`` negates the predicates under it (De Morgan's laws for ``and`` and
+``or``), and a predicate on an attribute an event lacks, or holds in another type, is false
+whether negated or not.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from pbtree.expr import parse
+from pbtree.expr import parse_formula
 
 _COMPARE = {
     "=": operator.eq,
@@ -52,19 +56,56 @@ def _holds(op: str, const: object, value: object) -> bool:
     return family(const) == fam and _COMPARE[op](value, const)
 
 
-def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mapping) -> bool:
-    """True when every predicate holds (strong semantics: an attribute absent, None or of a
-    value no predicate can compare makes its predicates false). Numbers compare exactly.
+_OPS = frozenset((*_COMPARE, "in", "not in", "between", "prefix"))
+#: the negation of each operator, for a value of the constant's type: one predicate, or
+#: (between, prefix) either of two
+_OPPOSITE = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<",
+             "in": "not in", "not in": "in"}
 
-    ``source_preds`` is parse() output (ops as in OPS_SOURCE) or an expression string.
-    """
-    if isinstance(source_preds, str):
-        source_preds = parse(source_preds)
-    for attr, op, const in source_preds:
-        value = lookup(event, attr)
-        if family(value) is None or not _holds(op, const, value):
-            return False
-    return True
+
+def _successor(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix``, if any."""
+    chars = prefix.rstrip("\U0010ffff")
+    if not chars:
+        return None
+    last = ord(chars[-1]) + 1
+    return chars[:-1] + chr(0xE000 if last == 0xD800 else last)
+
+
+def _negations(attr: str, op: str, const: object) -> list[tuple[str, str, object]]:
+    if op == "between":
+        return [(attr, "<", const[0]), (attr, ">", const[1])]  # type: ignore[index]
+    if op == "prefix":
+        succ = _successor(const)  # type: ignore[arg-type]
+        return [(attr, "<", const)] + ([] if succ is None else [(attr, ">=", succ)])
+    return [(attr, _OPPOSITE[op], const)]
+
+
+def _predicate_holds(attr: str, op: str, const: object, event: Mapping) -> bool:
+    value = lookup(event, attr)
+    return family(value) is not None and _holds(op, const, value)
+
+
+def _evaluate(node, event: Mapping, negated: bool) -> bool:
+    if len(node) == 3:
+        if negated:
+            return any(_predicate_holds(*pred, event) for pred in _negations(*node))
+        return _predicate_holds(*node, event)
+    word, body = node
+    if word == "not":
+        return _evaluate(body, event, not negated)
+    found = (_evaluate(item, event, negated) for item in body)
+    return all(found) if (word == "and") != negated else any(found)
+
+
+def matches(source, event: Mapping) -> bool:
+    """Whether an expression (text, tuple list, or a list of parse() predicates) holds for
+    ``event`` (strong semantics: an attribute absent, None or of a value no predicate can
+    compare makes its predicates false, negated or not). Numbers compare exactly."""
+    if isinstance(source, list) and all(type(p) is tuple and len(p) == 3 and type(p[1]) is str
+                                        and p[1] in _OPS for p in source):  # parse() output: read already
+        return all(_predicate_holds(*pred, event) for pred in source)
+    return _evaluate(parse_formula(source), event, False)
 
 
 def lookup(event: Mapping, attr: str) -> object:

@@ -63,3 +63,39 @@ def random_subscription(rng: random.Random, attrs: list[str], domain: int) -> li
 
 def random_event(rng: random.Random, attrs: list[str], domain: int) -> dict:
     return {a: random_value(rng, domain) for a in attrs if rng.random() < 0.7}
+
+#: expressions with 'or', 'not' and parentheses, as parse_formula's trees: a predicate,
+#: ("and" | "or", [trees]) or ("not", tree)
+formulas = st.recursive(
+    predicates,
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(["and", "or"]), st.lists(inner, min_size=2, max_size=3)),
+        st.tuples(st.just("not"), inner),
+    ),
+    max_leaves=6,
+)
+
+
+def formula_text(node) -> str:
+    """The expression text of a formula tree, every group in parentheses."""
+    from pbtree.expr import format_predicates
+
+    if len(node) == 3:
+        attr, op, value = node
+        return format_predicates([(attr, op, tuple(value) if op in ("in", "not in") else value)])
+    word, body = node
+    if word == "not":
+        return f"not ({formula_text(body)})"
+    return f" {word} ".join(f"({formula_text(item)})" for item in body)
+
+
+def formula_tuples(node) -> list:
+    """The tuple form of a formula tree: a list of items, 'or' and 'not' as groups."""
+    if len(node) == 3:
+        return [node]
+    word, body = node
+    if word == "not":
+        return [("not", formula_tuples(body))]
+    if word == "and":
+        return [item for part in body for item in formula_tuples(part)]
+    return [("or", *map(formula_tuples, body))]

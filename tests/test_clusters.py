@@ -22,7 +22,7 @@ DOMAIN = 12
 
 def _access(ix: pbtree.Index, sub_id: object) -> tuple:
     """The access predicate of a subscription: the first of its stored record."""
-    return tuple(ix.shards[0].get(encode_id(sub_id))[0])
+    return tuple(ix.shards[0].get(encode_id(sub_id))[0][0])
 
 
 @pytest.mark.parametrize("few", [0, clusters.FEW_CANDIDATES], ids=["stepwise", "at once"])

@@ -260,6 +260,13 @@ def _as_version(path: Path, old: int) -> None:
     record, and for version 2 no ``folded`` one. What the trees and ``needed`` hold is
     left: an upgrade stores every subscription anew from its record."""
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    if old == 9:  # as this one but for the count of conjunctions (none held 'or')
+        with env.begin(write=True) as txn:
+            meta = env.open_db(b"meta", txn=txn)
+            assert txn.delete(shard_module.CONJUNCTIONS, db=meta)
+            txn.put(b"version", old.to_bytes(4, "little"), db=meta)
+        env.close()
+        return
     with env.begin(write=True) as txn:
         subs = env.open_db(b"subs", txn=txn)
         entries = [bytes(k) for k, v in txn.cursor(db=subs) if split_sub(v)[0] == PREDICATE_ID]
@@ -275,12 +282,13 @@ def _as_version(path: Path, old: int) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("old", [2, 3, 5, 6, 8])
+@pytest.mark.parametrize("old", [2, 3, 5, 6, 8, 9])
 def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
     """Version 2 had no pending sids (no folded record), version 3 no packed trees,
     version 5 no staged runs (no staged database), version 6 no removed subscriptions
     left in the trees (no dead database), version 8 and older posted every predicate
-    with no predicate entries or check rows. Read-only, such a shard is refused, naming
+    with no predicate entries or check rows, version 9 had no count of conjunctions.
+    Read-only, such a shard is refused, naming
     the way out, and left as it is; opened for writing, it is stored anew in the current
     version (the databases it lacks made), and answers as the oracle, then read-only
     too, and takes staged and pending subscriptions."""

@@ -138,6 +138,47 @@ def test_predicate_layout_with_list_values(spark, tmp_path):
         assert built.get("sub-7") == api.get("sub-7")
 
 
+def test_or_in_both_layouts(spark, tmp_path):
+    """Expressions with 'or', and predicate rows split into conjunctions by a ``group``
+    column, build the index subscribe gives."""
+    rng = random.Random(6)
+
+    def alternatives() -> list:
+        return [random_subscription(rng, ATTRS, 10) for _ in range(rng.randint(1, 3))]
+
+    texts = {n: " or ".join(f"({format_predicates(parse(c))})" for c in alternatives())
+             for n in range(200)}
+    pq.write_table(pa.table({"id": list(texts), "expr": list(texts.values())}),
+                   tmp_path / "exprs.parquet")
+    result = _build(spark, tmp_path / "exprs.parquet", tmp_path / "ix", shards=2)
+    assert (result.rows, result.subscriptions, result.rejected) == (200, 200, 0)
+    with pbtree.open(tmp_path / "ix") as built, _api_index(tmp_path / "api", texts, 2) as api:
+        _same_behaviour(built, api, texts, 7)
+        assert built.stats()["conjunctions"] == api.stats()["conjunctions"] > 200
+    def numeric() -> list:
+        op = rng.choice(["<", "<=", "=", "!=", ">=", ">", "in", "between"])
+        value = ((lo := rng.randrange(8)), lo + rng.randrange(4)) if op == "between" else \
+            [rng.randrange(10) for _ in range(rng.randint(1, 3))] if op == "in" else \
+            rng.randrange(10) + rng.choice([0, 0.5])
+        return [(rng.choice(ATTRS), op, value) for _ in range(rng.randint(1, 3))]
+
+    groups = {f"g{n}": [numeric() for _ in range(rng.randint(1, 3))] for n in range(150)}
+    rows: dict[str, list] = {"id": [], "attr": [], "op": [], "value": [], "group": []}
+    for sub_id, conjs in groups.items():
+        for number, conj in enumerate(conjs):
+            part = _predicate_rows({sub_id: conj})
+            for name in ("id", "attr", "op", "value"):
+                rows[name] += part[name]
+            rows["group"] += [number] * len(conj)
+    table = pa.table({**rows, "value": pa.array(rows["value"], pa.list_(pa.float64()))})
+    pq.write_table(table, tmp_path / "rows.parquet")
+    model = {i: [("or", *conjs)] for i, conjs in groups.items()}
+    result = _build(spark, tmp_path / "rows.parquet", tmp_path / "ix2", shards=2)
+    assert (result.layout, result.subscriptions, result.rejected) == ("predicate", 150, 0)
+    with pbtree.open(tmp_path / "ix2") as built, _api_index(tmp_path / "api2", model, 2) as api:
+        _same_behaviour(built, api, model, 8)
+
+
 def test_predicate_layout_with_scalar_string_values(spark, tmp_path):
     table = pa.table({"id": [1, 1, 2, 3, 3], "attr": ["b", "a", "b", "b", "b"],
                       "op": ["=", "!=", "<", ">=", "<="], "value": ["x", "y", "m", "k", "k"]})

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pbtree import config
 from pbtree.expr import OP_SPELLINGS, OPS_CORE
 from pbtree.postings import constants, heads
 from pbtree.subs import OP_RANK
@@ -116,10 +117,6 @@ def _columns(subs: list) -> tuple[tuple, np.ndarray, tuple] | None:
         return None
 
 
-#: the most attribute names ``Names`` keeps: ~150 bytes each
-KEEP_NAMES = 1 << 15
-
-
 class Known(NamedTuple):
     """The attribute names a ``Names`` holds, numbered in the order they came: their
     numbers (``rank``), the names by number, and each number's place in name order
@@ -162,7 +159,7 @@ class Names:
     known are replaced whole, never changed in place: a batch in another thread sees one
     whole set."""
 
-    def __init__(self, keep: int = KEEP_NAMES) -> None:
+    def __init__(self, keep: int = config.KEEP_NAMES) -> None:
         self.keep = keep
         self.known = _none_known(0)
 

@@ -20,13 +20,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pbtree import clusters, strids
+from pbtree import clusters, config, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_CORE, conjunctions
 from pbtree.ids import encode_id, shard_of
-from pbtree.lists import NODE_BYTES
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
 from pbtree.staging import fsync_dir
@@ -34,7 +33,6 @@ from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
 from pbtree.tree import COUNTER, is_packed
 from pbtree.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
-from storage.env import DEFAULT_MAP_SIZE
 from storage.keys import const_payload, tree_prefix
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
@@ -451,7 +449,7 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
     return out, len(full), trees.next_node, len(names)
 
 
-def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = NODE_BYTES,
+def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = config.NODE_BYTES,
                 shard_no: int = 0, shards: int = 1,
                 estimates: clusters.Estimates | None = None) -> dict:
     """Write a new shard environment at ``path`` holding ``subs``; returns its counts.
@@ -466,7 +464,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = N
     if estimates is None and len(ordered):
         estimates = own_estimates(ordered)
     records, next_sid, next_node, next_attr = _records(ordered, node_bytes, estimates)
-    map_size = max(DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
+    map_size = max(config.DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
     try:
         if len(ordered):
@@ -503,7 +501,7 @@ def _build_into(path: str, groups: list[list[Sub]], node_bytes: int,
 
 
 def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
-          shards: int = 1, node_bytes: int = NODE_BYTES,
+          shards: int = 1, node_bytes: int = config.NODE_BYTES,
           sample: Iterable[Mapping] | None = None) -> int:
     """Create a new index at ``path`` from (id, expression) pairs in one bulk pass.
 

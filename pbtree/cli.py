@@ -20,6 +20,7 @@ from contextlib import closing, contextmanager
 from typing import Any
 
 import pbtree
+from pbtree import config
 from pbtree.clicommon import common_options, note
 from pbtree.cliio import (
     Bad,
@@ -38,14 +39,11 @@ from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
 from pbtree.interrupts import SIGNALS, Interrupted, Stops
-from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
+from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 from pbtree.progress import Progress
-from pbtree.shard import FOLD_AT
 from pbtree.subscribing import Item, Saved
 
 PROG = "pbtree"
-SUB_BATCH = 10_000
-EVENT_BATCH = 1000
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
@@ -647,8 +645,8 @@ def _add_file_options(parser: argparse.ArgumentParser, file_help: str, switch: s
     parser.add_argument("-f", "--file", metavar="FILE",
                         help=f"{file_help}; - for standard input")
     parser.add_argument(switch, action="store_true", help=switch_help)
-    parser.add_argument("--batch", type=_int_in(1), default=SUB_BATCH, metavar="N",
-                        help=f"{noun} per transaction (default {SUB_BATCH})")
+    parser.add_argument("--batch", type=_int_in(1), default=config.SUB_BATCH,
+                        metavar="N", help=f"{noun} per transaction (default {config.SUB_BATCH})")
     _add_id_options(parser)
 
 
@@ -670,9 +668,10 @@ def build_parser() -> Parser:
     p.add_argument("index", metavar="INDEX", help="directory to create (must not hold files)")
     p.add_argument("--shards", type=_int_in(1, 4096), default=1, metavar="K",
                    help="number of shards (default 1)")
-    p.add_argument("--node-bytes", type=_int_in(MIN_NODE_BYTES, MAX_NODE_BYTES), default=NODE_BYTES,
+    p.add_argument("--node-bytes", type=_int_in(MIN_NODE_BYTES, MAX_NODE_BYTES),
+                   default=config.NODE_BYTES,
                    metavar="N", help=f"list node size in bytes, {MIN_NODE_BYTES} to "
-                                     f"{MAX_NODE_BYTES} (default {NODE_BYTES})")
+                                     f"{MAX_NODE_BYTES} (default {config.NODE_BYTES})")
 
     p = _command(sub, "subscribe", cmd_subscribe, "add subscriptions",
                  "pbtree subscribe alerts.pbt 1 \"price < 100 and brand = 'acme'\"\n"
@@ -714,8 +713,8 @@ def build_parser() -> Parser:
                         "labelled by line number (JSON Lines, from 1) or row (Parquet, from 0)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip events that cannot be matched (reported on standard error)")
-    p.add_argument("--batch", type=_int_in(1), default=EVENT_BATCH, metavar="N",
-                   help=f"events matched together (default {EVENT_BATCH})")
+    p.add_argument("--batch", type=_int_in(1), default=config.EVENT_BATCH, metavar="N",
+                   help=f"events matched together (default {config.EVENT_BATCH})")
 
     p = _command(sub, "get", cmd_get, "print the normalised expression of a subscription",
                  "pbtree get alerts.pbt 1")
@@ -769,12 +768,12 @@ def build_parser() -> Parser:
     p.add_argument("--events", metavar="FILE",
                    help="sample events, JSON Lines or Parquet (default: no sample; the "
                         "subscriptions' constants stand for the events)")
-    p.add_argument("--sample", type=int, default=10_000, metavar="N",
-                   help="events read from FILE at most (default 10,000)")
+    p.add_argument("--sample", type=int, default=config.SAMPLE_EVENTS, metavar="N",
+                   help=f"events read from FILE at most (default {config.SAMPLE_EVENTS:,})")
 
     p = _command(sub, "fold", cmd_fold,
                  "move pending and staged subscriptions into the trees, and removed ones' "
-                 f"postings out of them, now (writes fold every {FOLD_AT:,} per shard into "
+                 f"postings out of them, now (writes fold every {config.FOLD_AT:,} per shard into "
                  "staged runs, merge those later, and purge removed ones in bulk)",
                  "pbtree fold alerts.pbt")
     p.add_argument("index", metavar="INDEX")

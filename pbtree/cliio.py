@@ -20,11 +20,9 @@ from decimal import Decimal
 from typing import IO, Any
 
 import pbtree
+from pbtree import config
 from pbtree.samples import is_parquet_path
 from pbtree.staging import as_created
-
-READ_ROWS = 1000  # Parquet rows decoded at a time
-
 
 #: longest integer literal read from JSON: beyond ±2^63 every id and value is refused
 #: anyway, and Python refuses to read ones over 4,300 digits with an obscure message
@@ -171,7 +169,7 @@ class Source:
 
     def _parquet_rows(self) -> Iterator[Record]:
         n = 0
-        for batch in self.file.iter_batches(batch_size=READ_ROWS, use_threads=False):
+        for batch in self.file.iter_batches(batch_size=config.READ_ROWS, use_threads=False):
             for row in batch.to_pylist():
                 yield n, row
                 n += 1

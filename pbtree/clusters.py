@@ -30,6 +30,7 @@ import lmdb
 import msgpack
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
 from pbtree.values import searched
@@ -41,25 +42,12 @@ DB, PREDS = "rows", "preds"
 #: overflow pages of its own, so that its words are aligned on the map
 ROW_CHUNK = 1024
 _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
-#: candidates left from which ``Rows.matched`` checks the rest of their rows in one go
-#: rather than a row position at a time (each step costs a dozen array calls)
-FEW_CANDIDATES = 512
 #: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry
 FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
 PREDICATE_ID = b"p"
 #: the longest ``preds`` key (LMDB's limit is 511 bytes)
 MAX_KEY = 400
-#: the estimated chance that an equality holds, for want of statistics: an event's value
-#: is one of an attribute's about a hundred
-EQ_SHARE = 0.01
-#: ... that a range (<, <=, >, >=) holds: a third of the domain
-RANGE_SHARE = 0.3
-
-#: payloads an estimate keeps per attribute and family
-SAMPLE_KEYS = 1024
-#: estimates an Estimates keeps made, at most (writes meet the same predicates often)
-KNOWN_MOST = 1 << 16
 #: the weight of the static estimate added to a sampled one, to break its ties
 TIE = 1e-9
 _ENTRY = struct.Struct("<II")
@@ -74,12 +62,12 @@ def estimate(pred: Sequence) -> float:
     range more, ``!=`` most."""
     op = pred[1]
     if op == "=":
-        return EQ_SHARE
+        return config.EQ_SHARE
     if op == "in":
-        return EQ_SHARE * len(pred[2])
+        return config.EQ_SHARE * len(pred[2])
     if op == "!=":
-        return 1 - EQ_SHARE
-    return RANGE_SHARE
+        return 1 - config.EQ_SHARE
+    return config.RANGE_SHARE
 
 
 class Estimates:
@@ -109,13 +97,14 @@ class Estimates:
                 keys = sorted(counts)
                 ends = np.cumsum([counts[k] for k in keys])
                 total = int(ends[-1])
-                if len(keys) > SAMPLE_KEYS:  # evenly spread over the weight
-                    at = np.searchsorted(ends, np.linspace(0, total - 1, SAMPLE_KEYS), "right")
+                if len(keys) > config.SAMPLE_KEYS:  # evenly spread over the weight
+                    at = np.searchsorted(ends, np.linspace(0, total - 1, config.SAMPLE_KEYS),
+                                         "right")
                     keys = [keys[i] for i in at.tolist()]
                 else:
-                    keys = list(chain.from_iterable([k] * max(1, round(SAMPLE_KEYS * counts[k]
-                                                                       / total))
-                                                    for k in keys))
+                    keys = list(chain.from_iterable(
+                        [k] * max(1, round(config.SAMPLE_KEYS * counts[k] / total))
+                        for k in keys))
                 held[family] = (total, keys)
             attrs[attr] = (sum(c for c, _ in held.values()), held)
         return cls(n, attrs)
@@ -164,7 +153,7 @@ class Estimates:
         key = (attr, op, tuple(value) if op == "in" else value, type(value))
         known = self._known.get(key)
         if known is None:
-            if len(self._known) >= KNOWN_MOST:
+            if len(self._known) >= config.KNOWN_MOST:
                 self._known.clear()
             known = self._known[key] = self._estimate(attr, op, value, estimate(pred))
         return known
@@ -417,7 +406,7 @@ class Rows:
         if rows.size < cands.size:
             done.append(cands[left == 0])
             cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
-        while cands.size > FEW_CANDIDATES:
+        while cands.size > config.FEW_CANDIDATES:
             ok = hit.take(words.take(pos))
             left -= 1
             last = ok & (left == 0)

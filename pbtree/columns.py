@@ -13,6 +13,8 @@ from itertools import repeat
 import lmdb
 import numpy as np
 
+from pbtree import config
+
 
 class Column:
     """A column's database name, element type and chunk size (elements per record)."""
@@ -97,17 +99,13 @@ class Column:
                 for k, v in txn.cursor(db=dbs[self.db])}
 
 
-#: a per-sid table grown takes room for this fraction more sids than it had: one grown a
-#: chunk at a time (a renewal after each batch of 1,000) is copied once per eighth
-ROOM = 1 / 8
-
-
 def grown(table: np.ndarray, size: int, fill: int | bytes = 0) -> np.ndarray:
-    """A per-sid table itself, or a copy of at least ``size`` sids and ``ROOM`` more than
-    it had, the new ones ``fill``."""
+    """A per-sid table itself, or a copy of at least ``size`` sids and ``config.TABLE_ROOM``
+    more than it had, the new ones ``fill``."""
     if size <= table.size:
         return table
-    out = np.full(max(size, table.size + math.ceil(ROOM * table.size)), fill, table.dtype)
+    out = np.full(max(size, table.size + math.ceil(config.TABLE_ROOM * table.size)), fill,
+                  table.dtype)
     out[:table.size] = table
     return out
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from pbtree import config
 from pbtree import expr as expressions
 from pbtree.batch import Names, normalize_many
 from pbtree.clusters import Estimates
@@ -41,15 +42,14 @@ from pbtree.errors import (
     shown,
 )
 from pbtree.explain import explain as explain_subscription
-from pbtree.expr import MAX_CONJUNCTIONS, conjunctions
+from pbtree.expr import conjunctions
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
-from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES, NODE_BYTES
+from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 from pbtree.nested import leaves
 from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
 from pbtree.values import searched
-from storage.env import DEFAULT_MAP_SIZE
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
@@ -62,11 +62,6 @@ FILES_SPARE = 16
 #: one below the count that marks a free sid in the counter (snapshot.FREE), which the
 #: stale pending postings of a removed subscription must never reach
 MAX_PREDICATES = 65534
-#: seconds between two looks at whether the index directory was replaced (``Index._follow``)
-REPLACED_CHECK_SECONDS = 1.0
-#: the smallest batch normalised in array steps (``batch.normalize_many``): their fixed
-#: cost (~0.6 ms on a slow machine) outweighs one by one below ~120 subscriptions
-BATCH_AT = 128
 
 #: the types of ids kept as given (``plain_id``)
 _PLAIN_IDS = frozenset((int, str))
@@ -175,7 +170,7 @@ def check_options(fold_at: int | None, map_size: int) -> None:
     check_positive("map_size", map_size, "number of bytes")
 
 
-def normalize(expr: Expr, limit: int = MAX_CONJUNCTIONS) -> list:
+def normalize(expr: Expr, limit: int = config.MAX_CONJUNCTIONS) -> list:
     """Core predicates of an expression (a Disjunction of conjunctions where it holds
     'or', at most ``limit``), with pbtree's storage limits checked."""
     if not isinstance(expr, str | list | tuple):
@@ -261,7 +256,7 @@ class Index:
         self.reopened = 0  # times it opened the directory put at its path since (``_follow``)
         self._identity = identity  # (device, inode) of the directory its shards are in
         self._options = options or {}  # the options it was opened with, to reopen
-        self._look_at = time.monotonic() + REPLACED_CHECK_SECONDS
+        self._look_at = time.monotonic() + config.REPLACED_CHECK_SECONDS
         self._refused: tuple[int, int] | None = None  # a replacement it could not open
 
     # --- lifecycle ------------------------------------------------------------------
@@ -288,7 +283,7 @@ class Index:
             raise PbtreeError(f"{self.path}: the index is closed")
         now = time.monotonic()
         if now >= self._look_at and self._identity is not None:
-            self._look_at = now + REPLACED_CHECK_SECONDS
+            self._look_at = now + config.REPLACED_CHECK_SECONDS
             self._follow()
         return self.shards
 
@@ -322,7 +317,7 @@ class Index:
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
         pairs = list(pairs)
-        if len(pairs) < BATCH_AT:
+        if len(pairs) < config.BATCH_AT:
             fast = [None] * len(pairs)
         else:
             fast = normalize_many([p[1] if type(p) is tuple and len(p) == 2 else None
@@ -349,7 +344,7 @@ class Index:
                 idkey = encode_id(sub_id)
                 if preds is None:
                     preds = normalize(expr, self._options.get("max_conjunctions",
-                                                              MAX_CONJUNCTIONS))
+                                                              config.MAX_CONJUNCTIONS))
             except (ExpressionError, IdError) as exc:
                 raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
             groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
@@ -600,9 +595,9 @@ def _oldest_snapshot(shards: list[Shard]) -> dict:
     return {"oldest_snapshot_behind": behind, "oldest_snapshot_pid": pid}
 
 
-def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = NODE_BYTES, *,
-           map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-           fold_at: int | None = None, max_conjunctions: int = MAX_CONJUNCTIONS) -> Index:
+def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = config.NODE_BYTES, *,
+           map_size: int = config.DEFAULT_MAP_SIZE, durable: bool = True,
+           fold_at: int | None = None, max_conjunctions: int = config.MAX_CONJUNCTIONS) -> Index:
     """Create a new, empty index directory at ``path`` (which must not hold files).
 
     ``durable=False`` skips the fsync of each commit: a killed process still
@@ -661,8 +656,8 @@ def _remove_created(path: str, made: bool) -> None:
 
 
 def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
-         map_size: int = DEFAULT_MAP_SIZE, durable: bool = True,
-         fold_at: int | None = None, max_conjunctions: int = MAX_CONJUNCTIONS) -> Index:
+         map_size: int = config.DEFAULT_MAP_SIZE, durable: bool = True,
+         fold_at: int | None = None, max_conjunctions: int = config.MAX_CONJUNCTIONS) -> Index:
     """Open an existing index; readonly opens allow many reader processes.
 
     ``durable``, ``fold_at`` and ``max_conjunctions`` as for ``create``. Without write

@@ -15,30 +15,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.packed import Packed, record_sids
 
 #: key suffix of a tree's delta record in the trees database, after the tree's prefix
 SUFFIX = b"+"
-#: list nodes' worth of bytes any delta may take before it is merged into its tree: a
-#: merge then inserts the postings of many folds
-DELTA_NODES = 16
-#: ... or, if larger, this many times what the last write grew it by: a tree of many
-#: distinct keys (prices) would otherwise fill its delta in a fold or two, and each merge
-#: would insert a few sids per place, paying per place; each fold rewrites the delta ...
-FOLDS = 64
-#: ... up to this many times ``DELTA_NODES`` list nodes' worth
-GROWTH = 64
 
 
 def least(node_bytes: int) -> int:
     """Bytes any delta may take in a shard of ``node_bytes`` list nodes."""
-    return DELTA_NODES * node_bytes
+    return config.DELTA_NODES * node_bytes
 
 
 def most(node_bytes: int) -> int:
     """Bytes a delta may take after a write that grew it fast, or did not grow it."""
-    return GROWTH * least(node_bytes)
+    return config.DELTA_GROWTH * least(node_bytes)
 
 
 def limit(node_bytes: int, grown: int) -> int:
@@ -46,7 +38,7 @@ def limit(node_bytes: int, grown: int) -> int:
     of removals): ``most`` after one that did not grow it (removals never merge it)."""
     if grown <= 0:
         return most(node_bytes)
-    return min(max(least(node_bytes), FOLDS * grown), most(node_bytes))
+    return min(max(least(node_bytes), config.DELTA_FOLDS * grown), most(node_bytes))
 
 
 def key(prefix: bytes) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import ExpressionError, shown
 from pbtree.values import epoch_seconds
 from storage.keys import (
@@ -35,7 +36,6 @@ __all__ = [
     "OPS_SOURCE",
     "Disjunction",
     "Formula",
-    "MAX_CONJUNCTIONS",
     "Predicate",
     "canonical",
     "conjunctions",
@@ -75,10 +75,6 @@ _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
 OP_SPELLINGS = {op: op for op in OPS_SOURCE} | {"==": "=", "<>": "!="}
 #: the words a bare attribute name cannot be (in any letter case): back-quote them
 KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "false", "inf"))
-#: conjunctions an expression may expand to in disjunctive normal form, by default
-#: (``dnf``): each is stored as an entry of its own, so the bound keeps one subscription's
-#: cost bounded; ``pbtree.open``/``create`` take another as ``max_conjunctions``
-MAX_CONJUNCTIONS = 64
 
 
 # ---------------------------------------------------------------------------------------
@@ -582,7 +578,6 @@ _FAST_PRED_RE = re.compile(
     re.S | re.X,
 )
 _LITERALS: dict[str, tuple[int, object]] = {}  # a cache of _literal, for short texts
-_LITERALS_MAX = 4096
 
 
 def _literal(text: str) -> tuple[int, object] | None:
@@ -608,8 +603,8 @@ def _literal(text: str) -> tuple[int, object] | None:
             raise value.rejected()
         value = _constant(value)
     pair = (_family(value), value)
-    if len(text) <= 100:
-        if len(_LITERALS) >= _LITERALS_MAX:
+    if len(text) <= config.LITERAL_CHARS:
+        if len(_LITERALS) >= config.LITERALS_CACHED:
             _LITERALS.clear()
         _LITERALS[text] = pair
     return pair
@@ -989,7 +984,7 @@ def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate] | None:
     return out or None
 
 
-def normalize(source: str | Sequence, limit: int = MAX_CONJUNCTIONS
+def normalize(source: str | Sequence, limit: int = config.MAX_CONJUNCTIONS
               ) -> list[Predicate] | Disjunction:
     """The canonical core predicates of a subscription: a list for a conjunction, a
     Disjunction of such lists for an expression that needs several (``dnf``, at most

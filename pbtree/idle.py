@@ -3,10 +3,11 @@
 A shard keeps its last read snapshot between matches (``Shard.matching``), and LMDB
 reuses no page freed after the oldest snapshot open in any process: a reader left idle
 would make every writer's file grow. One daemon thread per process looks at the shards
-every TICK seconds and releases a snapshot no match (nor write of this process) has used
-for IDLE_SECONDS once any commit followed it, or for BEHIND_IDLE_SECONDS once
+every IDLE_TICK seconds and releases a snapshot no match (nor write of this process) has
+used for IDLE_SECONDS once any commit followed it, or for BEHIND_IDLE_SECONDS once
 RELEASE_BEHIND commits of other processes did (this process's own writes keep it for
 KEEP_PINNED commits, ``Shard._write``); the next match then reads the shard's tables anew.
+Those numbers are in ``pbtree.config``.
 """
 
 from __future__ import annotations
@@ -17,21 +18,14 @@ import time
 import weakref
 from typing import Protocol
 
-#: seconds a snapshot that commits have followed may stay pinned unused
-IDLE_SECONDS = 2.0
-#: commits of other processes after which an unused snapshot is released sooner ...
-RELEASE_BEHIND = 4
-#: ... once unused this many seconds (a reader between two matches is not idle)
-BEHIND_IDLE_SECONDS = 0.1
-#: seconds between two looks at the shards
-TICK = 0.05
+from pbtree import config
 
 
 def due(behind: int, foreign: int, unused: float) -> bool:
     """Whether a snapshot ``behind`` commits old, ``foreign`` of them by other processes (or
     Index objects), unused for ``unused`` seconds, is to be released."""
-    return behind > 0 and unused >= IDLE_SECONDS or \
-        foreign >= RELEASE_BEHIND and unused >= BEHIND_IDLE_SECONDS
+    return behind > 0 and unused >= config.IDLE_SECONDS or \
+        foreign >= config.RELEASE_BEHIND and unused >= config.BEHIND_IDLE_SECONDS
 
 
 class Releasing(Protocol):
@@ -63,7 +57,7 @@ def _watch() -> None:
     """Release idle snapshots until no shard is left to watch."""
     global _running_in
     while True:
-        time.sleep(TICK)
+        time.sleep(config.IDLE_TICK)
         with _guard:
             shards = list(_shards)
             if not shards:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pbtree import columns
+from pbtree import columns, config
 from pbtree.columns import STRING_ID
 
 #: what the narrow table holds for a sid whose id is held apart
@@ -18,9 +18,6 @@ APART = np.iinfo(np.int32).min
 #: ... and for a sid whose id is a string (``columns.STRING_ID``), so that an index of
 #: string ids keeps the narrow table
 STRING = APART + 1
-#: held apart, an id costs 16 bytes (its mark, sid and id): beyond this share of the sids,
-#: a table of 8 bytes a sid is smaller
-MAX_APART = 1 / 4
 _NO_SIDS = np.zeros(0, np.int64)
 
 
@@ -72,7 +69,7 @@ class IdTable:
         strings = ids == STRING_ID
         wide = np.flatnonzero(((ids <= STRING) | (ids > np.iinfo(np.int32).max)) & ~strings)
         lo, hi = np.searchsorted(self.sids, (start, end)).tolist()  # those apart now
-        if self.sids.size - (hi - lo) + wide.size > MAX_APART * table.size:
+        if self.sids.size - (hi - lo) + wide.size > config.MAX_APART * table.size:
             table = table.astype(np.int64)
             table[table == STRING] = STRING_ID  # the value marks strings only (held apart else)
             table[self.sids] = self.ids

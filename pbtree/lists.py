@@ -38,10 +38,6 @@ FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
 #: the node capacities an index may have (``core.check_layout``)
 MIN_NODE_BYTES, MAX_NODE_BYTES = 256, 1 << 20
-#: a new index's node capacity, 16 KiB of payload, so a hot list comes to the counter in a
-#: quarter as many arrays as with 4 KiB nodes (a record over about half a page lives on
-#: overflow pages anyway: a full 4 KiB node takes two pages, a full 16 KiB node five)
-NODE_BYTES = 16384
 
 
 def node_key(node_id: int) -> bytes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import lmdb
 import numpy as np
 
-from pbtree import delta, packed
+from pbtree import config, delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
@@ -19,16 +19,6 @@ from pbtree.snapshot import HOT, Snapshot
 from pbtree.tree import is_packed, tree_sentinels
 from storage import sidset
 
-#: walks of a tree in one snapshot before it is flattened: flattening costs a few walks,
-#: so trees touched rarely (sparse workloads, frequent writes) keep the plain walk
-FLATTEN_AFTER = 8
-#: bound on the trees a snapshot flattens, so the matcher's own memory stays a small
-#: fraction of the index: about 3 KB each for trees of single-node lists, whose keys and
-#: sids stay on the map (nodes of trees walked are parsed afresh: a header is cheap)
-MAX_FLAT = 2048
-#: bound on the overflow EQ sets a snapshot keeps in its flattened trees (``Flat.equal``):
-#: views of their chunks on the map, about 500 bytes for one chunk, ~300 more per chunk
-MAX_EQUAL = 8192
 HAS_INEQ = HAS[INEQ]
 
 
@@ -99,8 +89,8 @@ class Search:
             return
         ends = TREE.unpack(raw)
         if state >= HOT:  # flattened in the snapshot before: walked once, then flattened
-            state = FLATTEN_AFTER - 1
-        elif state >= FLATTEN_AFTER and self.snapshot.flat < MAX_FLAT:
+            state = config.FLATTEN_AFTER - 1
+        elif state >= config.FLATTEN_AFTER and self.snapshot.flat < config.MAX_FLAT:
             self.trees[prefix] = flatten(self, prefix, tree_sentinels(raw))
             self.snapshot.flat += 1
             self.attribute(prefix, payload, exact)
@@ -119,7 +109,7 @@ class Search:
         if leaf is None:
             return
         flags = HEADER.unpack_from(leaf)[3]
-        if flags & EQ_OVERFLOW and not flat.lists and self.snapshot.equal < MAX_EQUAL:
+        if flags & EQ_OVERFLOW and not flat.lists and self.snapshot.equal < config.MAX_EQUAL:
             found = flat.equal[payload] = tuple(self.overflow(overflow_key(EQ, target)))
             self.snapshot.equal += 1
             self.out += found

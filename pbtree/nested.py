@@ -3,9 +3,9 @@
 A key of the event itself wins over a nested path of the same name: ``{"user.country": "DE",
 "user": {"country": "FR"}}`` holds ``DE``. Between two nested paths of one name, the one
 with fewer levels wins (``{"a": {"b": {"c": 2}, "b.c": 1}}`` holds ``a.b.c`` = 1), then the
-first in the event's order. Objects nested deeper than
-MAX_DEPTH levels are not read. A list is a value like any other (absent for every predicate
-until arrays are matched); objects inside lists are not read.
+first in the event's order. Objects nested deeper than ``config.MAX_DEPTH`` levels are not
+read. A list is a value like any other (absent for every predicate until arrays are matched);
+objects inside lists are not read.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator, Mapping
 
-#: levels of nested objects read below an event's own keys
-MAX_DEPTH = 16
+from pbtree import config
 
 
 def leaves(nested: list[tuple[str, Mapping]], taken: set[str]) -> Iterator[tuple[str, object]]:
@@ -30,7 +29,7 @@ def leaves(nested: list[tuple[str, Mapping]], taken: set[str]) -> Iterator[tuple
                 continue
             name = f"{prefix}.{key}"
             if isinstance(value, Mapping):
-                if depth < MAX_DEPTH:
+                if depth < config.MAX_DEPTH:
                     queue.append((name, value, depth + 1))
             elif name not in seen:
                 seen.add(name)

@@ -27,6 +27,7 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, GT, INEQ, KIND_NAMES, LT
 from pbtree.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
@@ -38,14 +39,10 @@ _U32 = struct.Struct("<I")
 _SID = sidset.DTYPE
 
 
-#: list nodes' worth of bytes a packed tree record may take: rewriting it on a write then
-#: costs about what the node writes of a PB+tree would (0: every tree is a PB+tree)
-PACKED_NODES = 4
-
 
 def limit(node_bytes: int) -> int:
     """Bytes a packed tree record may take in a shard of ``node_bytes`` list nodes."""
-    return PACKED_NODES * node_bytes
+    return config.PACKED_NODES * node_bytes
 
 
 def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, int, int | None]:

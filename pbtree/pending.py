@@ -15,6 +15,7 @@ from functools import partial
 import lmdb
 import numpy as np
 
+from pbtree import config
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
@@ -221,8 +222,6 @@ class Run:
             index.search(values, out)
 
 
-#: the most integers per value that ``ranked_distinct`` spans with a table
-TABLE_SPAN = 8
 
 
 def distinct(values: np.ndarray) -> np.ndarray:
@@ -241,7 +240,7 @@ def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return values, np.zeros(0, np.int64)
     low = values.min()
     span = int(values.max()) - int(low) + 1
-    if span <= TABLE_SPAN * values.size:
+    if span <= config.TABLE_SPAN * values.size:
         offset = (values - low).astype(np.int64)
         present = np.zeros(span, bool)
         present[offset] = True
@@ -270,10 +269,8 @@ class Written:
     subscription's postings are left out by the fold, and reach no event when pending).
     A write keeps the predicate lists of its new sids (grouped when taken) once it has
     committed (a fold in the same write takes them through ``plus``). Older
-    writes are dropped while the newer still hold HELD subscriptions: a fold of up to
-    HELD (twice ``shard.FOLD_AT``) finds all it needs, whatever size the batches."""
-
-    HELD = 20_000
+    writes are dropped while the newer still hold ``config.WRITTEN_HELD`` subscriptions: a
+    fold of up to that many finds all it needs, whatever size the batches."""
 
     __slots__ = ("chunks", "held")
 
@@ -288,7 +285,7 @@ class Written:
             self.held -= self.chunks.pop()[1]
         self.chunks.append((first, count, held))
         self.held += count
-        while self.chunks and self.held - self.chunks[0][1] >= self.HELD:
+        while self.chunks and self.held - self.chunks[0][1] >= config.WRITTEN_HELD:
             self.held -= self.chunks.pop(0)[1]
 
     def plus(self, first: int, count: int, held: list) -> Written:

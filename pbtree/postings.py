@@ -18,6 +18,7 @@ import lmdb
 import msgpack
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.lists import FIXED_WIDTH
 from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND, constant, records, split_sub, stored
@@ -66,20 +67,13 @@ _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError
                   msgpack.UnpackException)
 
 
-#: records decoded at a time by ``grouped``: the predicates of all pending records
-#: decoded at once left the heap fragmented (a fresh matcher with 76,000 pending grew by
-#: about twice what it kept). Pieces of 4,096 each still pinned new 1 MiB arenas of
-#: pymalloc (1M ``dense`` with 10,200 pending: 5 more than with none, 1 in pieces of 256,
-#: whose memory is reused piece after piece); small pieces read no slower
-GROUP_RECORDS = 256
-
 
 def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
     """The postings, unsorted, of the subs records of sids ``first .. end`` that exist,
-    decoded GROUP_RECORDS at a time (each caller sorts them its own way, once). A record
+    decoded ``config.GROUP_RECORDS`` at a time (each caller sorts them its own way, once). A record
     that does not decode to predicates is a CorruptIndexError naming its sid."""
-    return concatenated([_grouped(txn, db, lo, min(lo + GROUP_RECORDS, end))
-                         for lo in range(first, end, GROUP_RECORDS)] or [NOTHING])
+    return concatenated([_grouped(txn, db, lo, min(lo + config.GROUP_RECORDS, end))
+                         for lo in range(first, end, config.GROUP_RECORDS)] or [NOTHING])
 
 
 def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:

@@ -25,19 +25,18 @@ from itertools import chain
 import lmdb
 import numpy as np
 
-from pbtree import clusters, idle, staged, strids
+from pbtree import clusters, config, idle, staged, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.expr import Disjunction, conjunctions
 from pbtree.ids import decode_id
-from pbtree.lists import NODE_BYTES
 from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
 from pbtree.subs import Posting, decoded, records, sid_key, sid_keys, split_sub, stored, sub_record
 from pbtree.tree import COUNTER, Writer, read_counter
-from storage.env import DEFAULT_MAP_SIZE, Environment
+from storage.env import Environment
 from storage.keys import tree_prefix
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
@@ -53,29 +52,6 @@ VERSION = 10
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
-#: pending sids from which a write folds them into a staged run, by default: every
-#: matching process holds the pending ones' postings in its heap
-FOLD_AT = 10_000
-#: staged sids from which a fold merges them into the trees, by default at the least
-MERGE_AT = FOLD_AT
-#: ... and per record of the trees database: a merge rewrites every small tree (packed
-#: record or delta) it adds to, so a shard of many (a wide schema) merges less often,
-#: each rewrite then carrying more postings
-MERGE_PER_TREE = 32
-#: ... but at most this many, as matching searches the staged runs
-MERGE_MOST = 320_000
-#: with ``fold_at`` given, folds per merge
-MERGE_FOLDS = 4
-#: removed subscriptions whose postings the trees still hold (``dead``) from which a
-#: write purges them, by default at the least (with ``fold_at`` given: ``fold_at``)
-PURGE_AT = 1_000
-#: ... and per live subscription: a purge costs about a pass over the trees however few
-#: it removes, and every dead one's postings cost matching a little until then
-PURGE_SHARE = 1 / 16
-#: commits a write may follow the pinned snapshot by and keep it: the next match then
-#: renews its per-sid tables chunk by chunk (``Snapshot.renewed``), not reading them
-#: whole (~20 ms on 1M ``sparse``); it pins the pages those commits freed meanwhile
-KEEP_PINNED = 8
 #: meta record of the selectivity estimates (``clusters.Estimates``)
 ESTIMATES = b"estimates"
 #: meta record of the number of conjunctions stored (a sid each): more than the ids when
@@ -92,7 +68,7 @@ class Shard:
     """A shard directory: subscribe, unsubscribe and match inside one environment."""
 
     def __init__(self, path: str, *, create: bool = False, readonly: bool = False,
-                 node_bytes: int = NODE_BYTES, map_size: int = DEFAULT_MAP_SIZE,
+                 node_bytes: int = config.NODE_BYTES, map_size: int = config.DEFAULT_MAP_SIZE,
                  durable: bool = True, fold_at: int | None = None) -> None:
         self.path = path
         self.fold_at = fold_at
@@ -422,16 +398,16 @@ class Shard:
     def fold_due(self, pending: int) -> bool:
         """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of
         them, by default FOLD_AT."""
-        return pending >= (FOLD_AT if self.fold_at is None else self.fold_at)
+        return pending >= (config.FOLD_AT if self.fold_at is None else self.fold_at)
 
     def merge_due(self, staged: int, txn: lmdb.Transaction) -> bool:
         """Whether ``staged`` sids are to be merged into the trees: MERGE_FOLDS times
         ``fold_at``, or by default MERGE_AT, MERGE_PER_TREE per trees record, or
         MERGE_MOST, whichever is in between."""
         if self.fold_at is not None:
-            return staged >= MERGE_FOLDS * self.fold_at
-        return staged >= MERGE_MOST or staged >= MERGE_AT and \
-            staged >= MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
+            return staged >= config.MERGE_FOLDS * self.fold_at
+        return staged >= config.MERGE_MOST or staged >= config.MERGE_AT and \
+            staged >= config.MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
 
     def fold(self) -> int:
         """Fold every pending and staged subscription into the trees, and purge removed
@@ -534,7 +510,7 @@ class Shard:
         only then does ``Written`` take what it wrote, so it never holds a try that was
         aborted (its sids given again, maybe to another process's write) or failed."""
         with self._lock:
-            if self._stale(KEEP_PINNED - 1):
+            if self._stale(config.KEEP_PINNED - 1):
                 self._release()
             self._named, self._writers = {}, []
             try:
@@ -679,7 +655,7 @@ class Shard:
         PURGE_SHARE of the live ones."""
         if self.fold_at is not None:
             return dead >= self.fold_at
-        return dead >= max(PURGE_AT, PURGE_SHARE * live)
+        return dead >= max(config.PURGE_AT, config.PURGE_SHARE * live)
 
     # --- reads ----------------------------------------------------------------------
     def _attr(self, txn, name: bytes) -> int | None:

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import lmdb
 import numpy as np
 
+from pbtree import config
 from pbtree.columns import grown
 from pbtree.subs import split_sub
 
@@ -27,8 +28,6 @@ DB = "strids"
 #: rewrites one or two chunks
 SIZE = 1024
 _ENDS = np.dtype("<u4")
-#: the share of the string ids a table's width may leave to be held apart
-APART_SHARE = 1 / 64
 #: bytes an id held apart takes besides its own: a Python string, its sid and pointer
 APART_BYTES = 96
 #: the byte that begins each row of the table, so that the rows' bytes are the ids joined
@@ -151,15 +150,16 @@ class StringIdTable:
 
     @classmethod
     def of(cls, views: dict[int, np.ndarray]) -> StringIdTable:
-        """The table of every chunk in ``views``: its width leaves out at most APART_SHARE
-        of the ids, unless the table (a row for every sid, string id or not) would take
-        more than holding them all apart (few string ids among many integer ones)."""
+        """The table of every chunk in ``views``: its width leaves out at most
+        ``config.APART_SHARE`` of the ids, unless the table (a row for every sid, string id
+        or not) would take more than holding them all apart (few string ids among many
+        integer ones)."""
         lengths = [_split(view)[1] for view in views.values()]
         found = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
         found = found[found > 0]
         size = SIZE * (max(views) + 1) if views else 0
         width = 0 if not found.size else max(1, int(np.quantile(
-            found, 1 - APART_SHARE, method="higher")))
+            found, 1 - config.APART_SHARE, method="higher")))
         if size * (width + 1) > found.size * APART_BYTES + int(found.sum()):
             width = 0
         out = cls(width, size)

@@ -14,6 +14,7 @@ import lmdb
 import msgpack
 import numpy as np
 
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import OPS_CORE
 from pbtree.leaf import EQ, GT, INEQ, LT
@@ -29,7 +30,6 @@ SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in O
                        np.int64)
 
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
-CACHED_CHARS = 64
 
 
 def postings(preds: list) -> Iterator[Posting]:
@@ -47,12 +47,12 @@ def postings(preds: list) -> Iterator[Posting]:
 def constant(value: object) -> tuple[int, bytes]:
     """(family, payload) of a stored constant (``const_payload``, remembered but for long
     strings)."""
-    if type(value) is str and len(value) > CACHED_CHARS:
+    if type(value) is str and len(value) > config.CACHED_CHARS:
         return const_payload(value)
     return _cached_payload(value)
 
 
-@lru_cache(maxsize=1 << 14, typed=True)  # typed: 1, 1.0 and True stay apart
+@lru_cache(maxsize=config.CACHED_PAYLOADS, typed=True)  # typed: 1, 1.0 and True stay apart
 def _cached_payload(value: object) -> tuple[int, bytes]:
     """``const_payload``, remembered: folds and pending reads meet the same constants over
     and over (strings up to CACHED_CHARS only, so the cache stays a few MB)."""

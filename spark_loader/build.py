@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pbtree import bulk, layouts
+from pbtree import bulk, config, layouts
 from pbtree.arrowparse import filled
 from pbtree.clusters import Estimates
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
-from pbtree.lists import NODE_BYTES
 from pbtree.staging import check_outputs, commit_with, stage_outputs
 from spark_loader.progress import Timings
 from spark_loader.session import (
@@ -57,7 +56,7 @@ class BuildOptions:
     input: str
     output: str
     shards: int | None = None
-    node_bytes: int = NODE_BYTES
+    node_bytes: int = config.NODE_BYTES
     rejects: str | None = None
     force: bool = False
     #: selectivity estimates from sample events (``clusters.Estimates.encode``); None: each

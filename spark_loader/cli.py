@@ -11,12 +11,9 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from pbtree import config
 from pbtree.clicommon import common_options, note
 from pbtree.errors import PbtreeError
-from pbtree.lists import NODE_BYTES
-
-#: sample events read for a build's estimates, at most
-SAMPLE = 10_000
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
@@ -43,8 +40,8 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                        help="index directory to create")
     build.add_argument("--shards", type=int, help="number of shards (default: Spark's "
                                                   "default parallelism)")
-    build.add_argument("--node-bytes", type=int, default=NODE_BYTES,
-                       help=f"list node size in bytes (default {NODE_BYTES})")
+    build.add_argument("--node-bytes", type=int, default=config.NODE_BYTES,
+                       help=f"list node size in bytes (default {config.NODE_BYTES})")
     build.add_argument("--rejects", metavar="PATH", help="write bad rows, with a reason "
                        "column, to Parquet at PATH and index the rest (default: fail)")
     build.add_argument("--force", action="store_true", help="replace an existing INDEX "
@@ -91,7 +88,8 @@ def build_command(args: argparse.Namespace) -> int:
         from pbtree.cliio import sample_events
         from pbtree.clusters import Estimates
 
-        estimates = Estimates.of_events(sample_events(args.sample_events, SAMPLE)).encode()
+        sampled = sample_events(args.sample_events, config.SAMPLE_EVENTS)
+        estimates = Estimates.of_events(sampled).encode()
     opts = build.BuildOptions(args.input, args.output, args.shards, args.node_bytes,
                               args.rejects, args.force, estimates)
     build.check(opts)

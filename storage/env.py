@@ -29,7 +29,6 @@ from storage.errors import CorruptIndexError, NotAnIndexError, ReadOnlyError, St
 
 T = TypeVar("T")
 
-DEFAULT_MAP_SIZE = 64 << 20
 #: the share of the map the file's pages may reach before a write doubles it first
 GROW_AT = 3 / 4
 #: named databases an environment may open: a shard's sixteen, and an upgrade's look at the
@@ -101,9 +100,9 @@ class Environment:
         path: str,
         db_names: tuple[str, ...],
         *,
+        map_size: int,
         readonly: bool = False,
         create: bool = False,
-        map_size: int = DEFAULT_MAP_SIZE,
         sync: bool = True,
     ) -> None:
         self.path = path

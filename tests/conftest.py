@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from pbtree import delta, idle, packed
+from pbtree import config
 
 sys.path.insert(0, os.path.dirname(__file__))
 
@@ -23,8 +23,8 @@ def pytest_collect_file(file_path, parent):
 def pbtrees(monkeypatch):
     """Every tree stored as a PB+tree, none packed, postings put in it by every fold (no
     delta kept): for tests of leaf items and lists."""
-    monkeypatch.setattr(packed, "PACKED_NODES", 0)
-    monkeypatch.setattr(delta, "DELTA_NODES", 0)
+    monkeypatch.setattr(config, "PACKED_NODES", 0)
+    monkeypatch.setattr(config, "DELTA_NODES", 0)
 
 
 @pytest.fixture
@@ -32,5 +32,5 @@ def kept_snapshots(monkeypatch):
     """The idle-snapshot watcher (``pbtree.idle``) releases no snapshot: for tests of how
     pinned snapshots are kept and renewed across steps that a loaded machine may make
     take seconds."""
-    monkeypatch.setattr(idle, "IDLE_SECONDS", float("inf"))
-    monkeypatch.setattr(idle, "BEHIND_IDLE_SECONDS", float("inf"))
+    monkeypatch.setattr(config, "IDLE_SECONDS", float("inf"))
+    monkeypatch.setattr(config, "BEHIND_IDLE_SECONDS", float("inf"))

@@ -103,7 +103,7 @@ def matches(source, event: Mapping) -> bool:
     ``event`` (strong semantics: an attribute absent, None or of a value no predicate can
     compare makes its predicates false, negated or not). Numbers compare exactly."""
     if isinstance(source, list) and all(type(p) is tuple and len(p) == 3 and type(p[1]) is str
-                                        and p[1] in _OPS for p in source):  # parse() output: read already
+                                        and p[1] in _OPS for p in source):  # parse()'s output
         return all(_predicate_holds(*pred, event) for pred in source)
     return _evaluate(parse_formula(source), event, False)
 

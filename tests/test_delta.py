@@ -11,8 +11,7 @@ from oracle import oracle_match
 from strategies import random_event
 
 import pbtree
-from pbtree import delta, matcher, packed
-from pbtree import shard as shard_module
+from pbtree import config, delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.flat import Flat
@@ -21,7 +20,7 @@ from storage.keys import BOOL, NUMBER
 
 @pytest.fixture
 def no_packing(monkeypatch):
-    monkeypatch.setattr(packed, "PACKED_NODES", 0)
+    monkeypatch.setattr(config, "PACKED_NODES", 0)
 
 
 def _check(ix, model: dict, attrs: list[str], seed: int) -> dict:
@@ -37,7 +36,7 @@ def _check(ix, model: dict, attrs: list[str], seed: int) -> dict:
 def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing, monkeypatch):
     """Folds add to the delta and leave the tree's items alone until the delta outgrows
     its limit; then the tree holds them all and the delta starts again."""
-    monkeypatch.setattr(delta, "FOLDS", 1)  # the least limit holds: folds add little
+    monkeypatch.setattr(config, "DELTA_FOLDS", 1)  # the least limit holds: folds add little
     model: dict = {}
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
         sizes = []
@@ -71,8 +70,8 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
     """A fold that grows a delta's record by g bytes keeps it while it takes at most the
     larger of the least limit and FOLDS * g bytes, never over ``delta.most``; a merge
     leaves every key in the tree; removals never merge a delta."""
-    monkeypatch.setattr(delta, "FOLDS", 3)
-    monkeypatch.setattr(delta, "GROWTH", 8)
+    monkeypatch.setattr(config, "DELTA_FOLDS", 3)
+    monkeypatch.setattr(config, "DELTA_GROWTH", 8)
     node_bytes, model, held, fates = 256, {}, 0, []
 
     def size(keys: int) -> int:  # of a delta of ``keys`` GT keys, one sid each
@@ -118,11 +117,11 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
 def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, monkeypatch):
     model: dict = {}
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
-        monkeypatch.setattr(delta, "DELTA_NODES", 0)  # the first fold goes into the tree
+        monkeypatch.setattr(config, "DELTA_NODES", 0)  # the first fold goes into the tree
         old = {n: f"a > {n % 40} and a != {n % 9}" for n in range(300)}
         ix.subscribe_many(old.items())
         ix.fold()
-        monkeypatch.setattr(delta, "DELTA_NODES", 16)
+        monkeypatch.setattr(config, "DELTA_NODES", 16)
         new = {n: f"a > {n % 35} and a != {n % 7}" for n in range(300, 500)}
         ix.subscribe_many(new.items())
         ix.fold()
@@ -139,7 +138,7 @@ def test_a_write_that_replaces_from_a_delta_and_folds_into_it(tmp_path, no_packi
                                                                monkeypatch):
     """``replace`` removes the old postings from the delta and the fold in the same write
     adds the new ones (removals merged first, then the additions), each fold merged."""
-    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 1)
+    monkeypatch.setattr(config, "MERGE_FOLDS", 1)
     rng, model, deltas = random.Random(7), {}, []
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=50) as ix:
         ix.subscribe_many((n, f"a > {n % 30} and a != {n % 7}") for n in range(100))
@@ -161,13 +160,13 @@ def test_an_emptied_tree_takes_its_delta_along(tmp_path, monkeypatch, packing):
     """Removing every sid the tree holds drops it; the delta's postings become a new tree
     (packed when it fits), in the same write."""
     if not packing:
-        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+        monkeypatch.setattr(config, "PACKED_NODES", 0)
     with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6) as ix:
-        monkeypatch.setattr(delta, "DELTA_NODES", 0)
-        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+        monkeypatch.setattr(config, "DELTA_NODES", 0)
+        monkeypatch.setattr(config, "PACKED_NODES", 0)
         ix.subscribe_many((n, f"a > {n}") for n in range(100))
         ix.fold()
-        monkeypatch.setattr(delta, "DELTA_NODES", 16)
+        monkeypatch.setattr(config, "DELTA_NODES", 16)
         if packing:
             monkeypatch.undo()
         ix.subscribe_many((n, f"a < {n}") for n in range(100, 110))
@@ -223,7 +222,7 @@ def test_verify_refuses_a_delta_over_its_limit(tmp_path, no_packing, monkeypatch
     ix, _, _ = _delta_shard(tmp_path)
     with ix:
         ix.verify()
-        monkeypatch.setattr(delta, "DELTA_NODES", 0)
+        monkeypatch.setattr(config, "DELTA_NODES", 0)
         with pytest.raises(CorruptIndexError, match="delta .* over the 0 it may take"):
             ix.verify()
 
@@ -280,7 +279,7 @@ def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeyp
     (and search the deltas beside them); one that merges a delta into its tree drops them.
     Each batch posts to both trees: its subscriptions their access predicates on ``a``,
     and the predicate entries of its new ``b !=`` constants."""
-    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    monkeypatch.setattr(config, "FLATTEN_AFTER", 1)
     exprs = {n: f"a > {n % 7} and b != {n % 3 + 3 * (n // 50)}" for n in range(300)}
     model = {n: parse(e) for n, e in exprs.items() if n < 200}
     event = {"a": 5, "b": 1}
@@ -298,7 +297,7 @@ def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeyp
         assert ix.verify()["deltas"] == 2
         assert ix.match(event) == oracle_match(model, event)
         assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
-        monkeypatch.setattr(delta, "DELTA_NODES", 0)  # the next fold merges the deltas
+        monkeypatch.setattr(config, "DELTA_NODES", 0)  # the next fold merges the deltas
         ix.subscribe_many((n, exprs[n]) for n in range(250, 300))
         ix.fold()
         model.update((n, parse(exprs[n])) for n in range(250, 300))

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from oracle import oracle_match
 
 import pbtree
-from pbtree import delta, packed
+from pbtree import config
 from pbtree.errors import shown
 from pbtree.expr import parse
 
@@ -167,9 +167,9 @@ predicates = st.one_of(
 def test_huge_integers_against_the_oracle(tmp_path_factory, monkeypatch, subs, events,
                                           fold_at, trees):
     """Pending, staged and merged subscriptions, in packed trees and PB+trees."""
-    monkeypatch.setattr(packed, "PACKED_NODES", 0 if trees == "pbtree" else
-                        packed.PACKED_NODES)
-    monkeypatch.setattr(delta, "DELTA_NODES", 0 if trees == "pbtree" else delta.DELTA_NODES)
+    monkeypatch.setattr(config, "PACKED_NODES", 0 if trees == "pbtree" else
+                        config.PACKED_NODES)
+    monkeypatch.setattr(config, "DELTA_NODES", 0 if trees == "pbtree" else config.DELTA_NODES)
     model = {n: [parse([p])[0] for p in preds] for n, preds in enumerate(subs)}
     with pbtree.create(tmp_path_factory.mktemp("big") / "ix", node_bytes=256,
                        fold_at=fold_at) as ix:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pbtree import config
 from pbtree.errors import ExpressionError
 from pbtree.expr import (
-    MAX_CONJUNCTIONS,
     OPS_CORE,
     OPS_SOURCE,
     canonical,
@@ -663,7 +663,7 @@ def outcome(normalizer, source: object) -> object:
 
 def reference(source: object) -> list:
     """The full parser's normal form, without the fast paths."""
-    return dnf(parse_formula(source), source, MAX_CONJUNCTIONS)  # type: ignore[arg-type]
+    return dnf(parse_formula(source), source, config.MAX_CONJUNCTIONS)  # type: ignore[arg-type]
 
 
 _SOUP_TOKENS = [

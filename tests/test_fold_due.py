@@ -15,15 +15,15 @@ from oracle import oracle_match
 from strategies import random_event
 
 import pbtree
-from pbtree import shard as shard_module
+from pbtree import config
 
 
 @pytest.fixture
 def small_constants(monkeypatch) -> None:
-    monkeypatch.setattr(shard_module, "FOLD_AT", 10)
-    monkeypatch.setattr(shard_module, "MERGE_AT", 10)
-    monkeypatch.setattr(shard_module, "MERGE_PER_TREE", 2)
-    monkeypatch.setattr(shard_module, "MERGE_MOST", 50)
+    monkeypatch.setattr(config, "FOLD_AT", 10)
+    monkeypatch.setattr(config, "MERGE_AT", 10)
+    monkeypatch.setattr(config, "MERGE_PER_TREE", 2)
+    monkeypatch.setattr(config, "MERGE_MOST", 50)
 
 
 def _trees(ix) -> int:
@@ -92,8 +92,8 @@ def test_removed_postings_stay_in_the_trees_until_enough_are_dead(tmp_path, monk
     matching it; the removal that brings the dead ones to the bound removes all of theirs
     from the trees. Pending and staged ones never count: their postings go at the fold or
     merge."""
-    monkeypatch.setattr(shard_module, "PURGE_AT", 3)
-    monkeypatch.setattr(shard_module, "PURGE_SHARE", 1 / 8)
+    monkeypatch.setattr(config, "PURGE_AT", 3)
+    monkeypatch.setattr(config, "PURGE_SHARE", 1 / 8)
     model = {n: f"a > {n % 7} and b != {n % 3}" for n in range(64)}
     with pbtree.create(tmp_path / "ix", fold_at=fold_at) as ix:
         ix.subscribe_many(model.items())

@@ -6,8 +6,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pbtree import config
 from pbtree.columns import STRING_ID
-from pbtree.idtable import APART, MAX_APART, STRING, IdTable
+from pbtree.idtable import APART, STRING, IdTable
 
 #: ids at and around the int32 bounds, the mark and STRING_ID, and some of every range
 EDGES = [0, 1, -1, 2**31 - 1, 2**31, APART, APART + 1, APART - 1, 2**40, -2**40,
@@ -26,7 +27,7 @@ def check(table: IdTable, model: np.ndarray) -> None:
     assert np.array_equal(table[picked], model[picked])
     if table.table.dtype == np.int32:
         assert np.array_equal(table.sids, np.sort(table.sids))
-        assert table.sids.size <= MAX_APART * table.size
+        assert table.sids.size <= config.MAX_APART * table.size
         assert np.array_equal(table.sids, np.flatnonzero(
             ((model <= STRING) | (model > 2**31 - 1)) & (model != STRING_ID)))
 

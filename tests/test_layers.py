@@ -15,7 +15,9 @@ spark-cli  spark_loader/cli.py                              all but tools, and n
 tools      tools/                                           anything
 =========  ===============================================  =================================
 
-A new module of pbtree belongs to the library unless ``CLI_MODULES`` names it. The pbtree
+A new module of pbtree belongs to the library unless ``CLI_MODULES`` names it. One module of
+the library, ``BOTTOM`` (pbtree.config, every tunable threshold), imports none of the
+packages, so that every module may import it. The pbtree
 command reaches Spark through one hook only (``HOOK``): pbtree.cli imports spark_loader.cli,
 inside one function, to register build and match-batch; spark_loader.cli takes what the
 two share from pbtree.clicommon. The command may import tools (``pbtree generate``'s
@@ -46,6 +48,8 @@ CLI_MODULES = frozenset({
 })
 #: the one import from pbtree's command into spark_loader: (importer, imported)
 HOOK = ("pbtree.cli", "spark_loader.cli")
+#: the module that imports none of the packages: the thresholds, which any module reads
+BOTTOM = "pbtree.config"
 
 ALLOWED = {
     "storage": {"storage"},
@@ -188,6 +192,9 @@ def violations(found: list[Import]) -> list[str]:
         elif source == "spark-cli" and imp.target == HOOK[0]:
             bad.append(f"{imp}\n    pbtree.cli loads spark_loader.cli: import what both "
                        f"need from pbtree.clicommon instead")
+        elif imp.source == BOTTOM:
+            bad.append(f"{imp}\n    {BOTTOM} imports nothing of {PACKAGES}: every module "
+                       f"may import it")
         elif target not in ALLOWED[source]:
             bad.append(f"{imp}\n    {source} may not import {target}: {WHY[source]}")
     hooks = [imp for imp in found if (imp.source, imp.target) == HOOK]
@@ -252,7 +259,7 @@ FOUND, UNFOLLOWED = imports()
 
 def test_the_modules_are_found():
     assert {"storage.env", "pbtree.core", "pbtree.cli", "spark_loader.cli",
-            "tools.workloads"} <= set(modules(ROOT))
+            "tools.workloads", BOTTOM} <= set(modules(ROOT))
     assert CLI_MODULES <= set(modules(ROOT)), "CLI_MODULES names a module that is gone"
     assert any((imp.source, imp.target) == HOOK for imp in FOUND), "the hook is gone"
 
@@ -292,6 +299,7 @@ def test_the_checks_catch_what_they_guard_against(tmp_path):
     _tree(tmp_path, {
         "storage/env.py": "from pbtree.errors import StorageError\n",
         "pbtree/errors.py": "",
+        "pbtree/config.py": "from storage import env\n",
         "pbtree/core.py": "def f():\n    from .cli import main\n",
         "pbtree/cli.py": "import importlib\nimport spark_loader.cli\n"
                          "def g(name):\n    importlib.import_module(name)\n",
@@ -303,6 +311,7 @@ def test_the_checks_catch_what_they_guard_against(tmp_path):
     found, unfollowed = imports(tmp_path)
     bad = "\n".join(violations(found))
     assert "storage/env.py:1: storage.env imports pbtree.errors" in bad
+    assert "pbtree/config.py:1: pbtree.config imports storage.env" in bad
     assert "pbtree/core.py:2: pbtree.core imports pbtree.cli: `from .cli import main` " \
            "(inside a function)\n    library may not import cli" in bad
     assert "pbtree/cli.py:2: pbtree.cli imports spark_loader.cli" in bad  # not in a function

@@ -15,7 +15,7 @@ from oracle import oracle_match
 from strategies import EVENT_ONLY, STRINGS, events, random_event, random_subscription, subscriptions
 
 import pbtree
-from pbtree import delta, matcher, packed
+from pbtree import config
 from pbtree.expr import parse
 
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -28,13 +28,13 @@ def form(request, monkeypatch):
     from its second use or searched by the plain walk only; folds then go into the trees
     at once (no deltas) or into deltas of one node that are merged every few folds."""
     if request.param != "packed":  # also "pbtree": PB+trees flattened as by default
-        monkeypatch.setattr(packed, "PACKED_NODES", 0)
+        monkeypatch.setattr(config, "PACKED_NODES", 0)
     if request.param in ("flatten-at-once", "walk-only"):
-        monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1 if request.param == "flatten-at-once"
+        monkeypatch.setattr(config, "FLATTEN_AFTER", 1 if request.param == "flatten-at-once"
                             else 10**9)
-        monkeypatch.setattr(delta, "DELTA_NODES", 0 if request.param == "flatten-at-once"
+        monkeypatch.setattr(config, "DELTA_NODES", 0 if request.param == "flatten-at-once"
                             else 1)
-        monkeypatch.setattr(delta, "GROWTH", 1)  # one node at most, whatever a fold adds
+        monkeypatch.setattr(config, "DELTA_GROWTH", 1)  # one node at most, whatever a fold adds
     return request.param
 
 

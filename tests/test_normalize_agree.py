@@ -28,10 +28,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pbtree
-from pbtree import arrowparse, layouts
+from pbtree import arrowparse, config, layouts
 from pbtree.batch import normalize_many
 from pbtree.bulk import OPS_CORE, Columns
-from pbtree.core import BATCH_AT, MAX_ATTR_BYTES, normalize
+from pbtree.core import MAX_ATTR_BYTES, normalize
 from pbtree.errors import ExpressionError, PbtreeError, shown
 from pbtree.expr import OP_SPELLINGS, format_attr, format_predicates, format_value, parse, rewrite
 
@@ -490,7 +490,7 @@ def test_subscribe_many_stores_what_normalize_gives(index_path, subs: list, more
                                                     ) -> None:
     """Through an index: a batch big enough for ``normalize_many`` stores each source as
     ``core.normalize`` normalises it, or refuses the first bad one with its error."""
-    subs = (subs * (BATCH_AT // len(subs) + 1))[:BATCH_AT + more]
+    subs = (subs * (config.BATCH_AT // len(subs) + 1))[:config.BATCH_AT + more]
     wants = [outcome(normalize, sub) for sub in subs]
     bad = [n for n, want in enumerate(wants) if isinstance(want, Failed)]
     with pbtree.open(index_path) as ix:

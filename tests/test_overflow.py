@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from oracle import oracle_match
 
 import pbtree
+from pbtree.config import NODE_BYTES
 from pbtree.expr import parse
-from pbtree.lists import NODE_BYTES
 from pbtree.overflow import capacity, pieces
 
 #: shapes that all land in the same few places: eq(1), GT 0, LT 9, INEQ 4; the last ones

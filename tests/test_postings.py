@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from strategies import ATTRS, random_subscription, subscriptions
 
 import pbtree
-from pbtree import postings
+from pbtree import config
 from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Sorted, Written, ranked_distinct
@@ -54,7 +54,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
     the same order, for any range of sids, with removed subscriptions left out, however
     many records are decoded at a time (once sorted: ``grouped`` leaves them unsorted)."""
     path = tmp_path_factory.mktemp("grouped") / "index"
-    at_a_time = data.draw(st.sampled_from([1, 2, 3, 7, postings.GROUP_RECORDS]))
+    at_a_time = data.draw(st.sampled_from([1, 2, 3, 7, config.GROUP_RECORDS]))
     with pbtree.create(path, fold_at=10**6) as ix:
         ix.subscribe_many(list(enumerate(subs)))
         gone = data.draw(st.sets(st.integers(0, len(subs) - 1)))
@@ -62,7 +62,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
         first = data.draw(st.integers(0, len(subs)))
         end = data.draw(st.integers(first, len(subs) + 1))
         shard = ix.shards[0]
-        with shard.read() as txn, patch.object(postings, "GROUP_RECORDS", at_a_time):
+        with shard.read() as txn, patch.object(config, "GROUP_RECORDS", at_a_time):
             found = joined([grouped(txn, shard.dbs["subs"], first, end)])
             want = _by_hand(txn, shard.dbs["subs"], first, end)
     assert _as_pairs(found) == want
@@ -70,7 +70,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
                                    for pairs in kinds.values())
 
 
-@pytest.mark.parametrize("at_a_time", [700, postings.GROUP_RECORDS])
+@pytest.mark.parametrize("at_a_time", [700, config.GROUP_RECORDS])
 def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_time):
     """Thousands of subscriptions on a small domain, so that places hold many equal keys
     posted by different operators (GT from both > and >=): every posting once, also across
@@ -81,7 +81,7 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_tim
         ix.subscribe_many(subs)
         ix.unsubscribe_many(range(0, 3000, 7))
         shard = ix.shards[0]
-        with shard.read() as txn, patch.object(postings, "GROUP_RECORDS", at_a_time):
+        with shard.read() as txn, patch.object(config, "GROUP_RECORDS", at_a_time):
             for first, end in ((0, 3000), (1000, 2500)):
                 found = joined([grouped(txn, shard.dbs["subs"], first, end)])
                 want = _by_hand(txn, shard.dbs["subs"], first, end)

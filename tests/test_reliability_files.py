@@ -25,6 +25,7 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
+from pbtree import config
 from pbtree import shard as shard_module
 from pbtree.clusters import PREDICATE_ID
 from pbtree.expr import parse
@@ -625,7 +626,7 @@ def test_missing_overflow_chunks_name_the_shard_when_matching_and_writing(tmp_pa
     path = _chunked_index(tmp_path, "a = 1", 300,
                           lambda txn, chunks: txn.drop(chunks, delete=False))
     shard = str(path / "shard-0000")
-    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 1)  # each fold merges
+    monkeypatch.setattr(config, "MERGE_FOLDS", 1)  # each fold merges
     with pbtree.open(path, fold_at=1) as ix:  # a subscribe writes to the damaged set at once
         with pytest.raises(pbtree.CorruptIndexError, match=f"^{re.escape(shard)}: .*no chunks"):
             ix.match({"a": 1})

@@ -19,9 +19,8 @@ import pytest
 from oracle import oracle_match
 
 import pbtree
-from pbtree import core, idle
+from pbtree import config, idle
 from pbtree.expr import parse
-from pbtree.shard import KEEP_PINNED
 
 PBTREE = str(Path(sys.executable).with_name("pbtree"))
 NOBODY = 65534
@@ -140,7 +139,7 @@ def _replace(path: Path, subs: dict[int, str]) -> None:
 def test_an_open_index_follows_a_replaced_directory(tmp_path, monkeypatch):
     """An Index kept open opens the directory put at its path on its next call; while
     no directory is there (between the renames) it keeps the old one."""
-    monkeypatch.setattr(core, "REPLACED_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(config, "REPLACED_CHECK_SECONDS", 0.0)
     path = tmp_path / "index"
     with pbtree.create(path) as ix:
         ix.subscribe_many([(1, "a = 1"), (2, "a = 2")])
@@ -158,7 +157,7 @@ def test_an_open_index_follows_a_replaced_directory(tmp_path, monkeypatch):
 
 def test_an_unusable_replacement_is_warned_of_once_and_the_old_index_kept(tmp_path,
                                                                        monkeypatch):
-    monkeypatch.setattr(core, "REPLACED_CHECK_SECONDS", 0.0)
+    monkeypatch.setattr(config, "REPLACED_CHECK_SECONDS", 0.0)
     path = tmp_path / "index"
     with pbtree.create(path) as ix:
         ix.subscribe(1, "a = 1")
@@ -211,12 +210,13 @@ def test_release_policy():
     """Released once unused IDLE_SECONDS after any commit, or BEHIND_IDLE_SECONDS after
     RELEASE_BEHIND commits of others; never with no commit after it, nor for this process's
     own few writes soon after a match (KEEP_PINNED keeps those)."""
-    assert not idle.due(0, 0, 10 * idle.IDLE_SECONDS)
-    assert idle.due(1, 0, idle.IDLE_SECONDS) and idle.due(1, 1, idle.IDLE_SECONDS)
-    assert not idle.due(KEEP_PINNED, 0, idle.BEHIND_IDLE_SECONDS)
-    assert idle.due(idle.RELEASE_BEHIND, idle.RELEASE_BEHIND, idle.BEHIND_IDLE_SECONDS)
-    assert not idle.due(idle.RELEASE_BEHIND, idle.RELEASE_BEHIND, 0.0)
-    assert not idle.due(idle.RELEASE_BEHIND, idle.RELEASE_BEHIND - 1, idle.BEHIND_IDLE_SECONDS)
+    assert not idle.due(0, 0, 10 * config.IDLE_SECONDS)
+    assert idle.due(1, 0, config.IDLE_SECONDS) and idle.due(1, 1, config.IDLE_SECONDS)
+    assert not idle.due(config.KEEP_PINNED, 0, config.BEHIND_IDLE_SECONDS)
+    assert idle.due(config.RELEASE_BEHIND, config.RELEASE_BEHIND, config.BEHIND_IDLE_SECONDS)
+    assert not idle.due(config.RELEASE_BEHIND, config.RELEASE_BEHIND, 0.0)
+    assert not idle.due(config.RELEASE_BEHIND, config.RELEASE_BEHIND - 1,
+                        config.BEHIND_IDLE_SECONDS)
 
 
 WRITE_ELSEWHERE = """
@@ -240,7 +240,7 @@ def test_a_released_snapshot_is_read_anew_by_the_next_match(tmp_path, fold_at):
         subprocess.run([sys.executable, "-c", WRITE_ELSEWHERE, str(path), "20", "30"],
                        check=True, timeout=120)
         model.update((n, parse(f"a > {n % 5}")) for n in range(20, 30))
-        shard.release_idle(time.monotonic() + idle.IDLE_SECONDS)
+        shard.release_idle(time.monotonic() + config.IDLE_SECONDS)
         assert shard._snapshot is None
         for event in ({"a": 3}, {"a": 1}, {"a": 0}):
             assert ix.match(event) == oracle_match(model, event)
@@ -256,5 +256,5 @@ def test_a_snapshot_with_no_commit_after_it_is_kept(tmp_path):
         assert ix.match({"a": 1}) == [1]
         shard = ix.shards[0]
         pinned = shard._snapshot
-        assert not shard.release_idle(time.monotonic() + 100 * idle.IDLE_SECONDS)
+        assert not shard.release_idle(time.monotonic() + 100 * config.IDLE_SECONDS)
         assert shard._snapshot is pinned

@@ -20,13 +20,12 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
-from pbtree import matcher
+from pbtree import config
 from pbtree import pending as pending_module
 from pbtree.columns import INT_IDS, KINDS, Column
 from pbtree.expr import parse
 from pbtree.flat import Flat, FlatList, One
 from pbtree.postings import grouped
-from pbtree.shard import KEEP_PINNED
 from pbtree.snapshot import Snapshot
 from pbtree.subs import postings
 
@@ -250,7 +249,7 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
     """A pending subscribe writes no tree record, nor does removing a folded
     subscription, so the next snapshot keeps the same flattened trees; purging the
     removed one's postings changes trees, and they go."""
-    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    monkeypatch.setattr(config, "FLATTEN_AFTER", 1)
     model = {n: parse(f"a > {n % 7} and b != {n % 3}") for n in range(200)}
     event = {"a": 5, "b": 1}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -282,7 +281,7 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
     """A flattened tree keeps a list of one node as that node's record, numeric keys as a
     view of it (no copy in the matcher's memory); a list of several nodes is joined into
     copies. Both answer as the walk does."""
-    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
+    monkeypatch.setattr(config, "FLATTEN_AFTER", 1)
     subs = [(n, f"a > {n % 50} and s != 'v{n:03d}'") for n in range(400)]
     subs += [(1000 + n, f"b < {n} and t != 'w{n}'") for n in range(3)]
     model = {n: parse(text) for n, text in subs}
@@ -307,14 +306,14 @@ def _flats(ix: pbtree.Index) -> list[Flat]:
     return [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, Flat)]
 
 
-@pytest.mark.parametrize("bound", [2, matcher.MAX_EQUAL])
+@pytest.mark.parametrize("bound", [2, config.MAX_EQUAL])
 def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pbtrees, bound):
     """A flattened tree of EQ items only keeps the overflow sets events meet, up to the
     snapshot's bound; a tree with lists keeps none. A commit that changes no tree leaves
     them to the next snapshot, with their count; one write that adds to a kept set drops
     them, and so does a removal. Every answer is the oracle's."""
-    monkeypatch.setattr(matcher, "FLATTEN_AFTER", 1)
-    monkeypatch.setattr(matcher, "MAX_EQUAL", bound)
+    monkeypatch.setattr(config, "FLATTEN_AFTER", 1)
+    monkeypatch.setattr(config, "MAX_EQUAL", bound)
     texts = {n: f"a = {n % 5} and b {'<' if n % 2 else '='} {n % 3}" for n in range(600)}
     texts.update({1000 + n: f"a in ({n % 5}, 9)" for n in range(100)})
     model = {n: parse(text) for n, text in texts.items()}
@@ -361,7 +360,7 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
         return grouped(txn, db, first, end)
 
     monkeypatch.setattr(pending_module, "grouped", recorded)
-    monkeypatch.setattr(pending_module.Written, "HELD", 0)  # records read, not lists kept
+    monkeypatch.setattr(config, "WRITTEN_HELD", 0)  # records read, not lists kept
     rng = random.Random(7)
     model = {}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -398,7 +397,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
         decoded_from.append(first)
         return grouped(txn, db, first, end)
 
-    monkeypatch.setattr(pending_module.Written, "HELD", 0)  # records read, not lists kept
+    monkeypatch.setattr(config, "WRITTEN_HELD", 0)  # records read, not lists kept
     rng = random.Random(11)
     model = {}
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
@@ -437,12 +436,12 @@ def test_writes_keep_the_pinned_snapshot_for_a_few_commits(tmp_path, pbtrees):
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         ix.subscribe_many(model.items())
         ix.fold()
-        for _ in range(matcher.FLATTEN_AFTER + 1):
+        for _ in range(config.FLATTEN_AFTER + 1):
             assert ix.match({"a": 4}) == oracle_match(model, {"a": 4})
         shard = ix.shards[0]
         flat = dict(shard._cache.trees)
         assert any(isinstance(tree, Flat) for tree in flat.values())
-        for writes, kept in ((KEEP_PINNED, True), (KEEP_PINNED + 1, False)):
+        for writes, kept in ((config.KEEP_PINNED, True), (config.KEEP_PINNED + 1, False)):
             kinds, first = shard._cache.kinds, shard._snapshot.id()
             for k in range(writes):
                 sub_id = 1000 * writes + k
@@ -469,7 +468,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
         ix.subscribe(100, "c = 1")
         model[100] = parse("c = 1")
         ix.fold()
-        for _ in range(matcher.FLATTEN_AFTER + 1):
+        for _ in range(config.FLATTEN_AFTER + 1):
             assert ix.match(event) == oracle_match(model, event)
         assert ix.match(cold) == [100]
 
@@ -484,7 +483,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
                 assert ix.unsubscribe(n) and ix.fold() == 0
                 del model[n]
             elif kind == "burst":  # the last write finds the pinned snapshot too old
-                for k in range(KEEP_PINNED + 1):
+                for k in range(config.KEEP_PINNED + 1):
                     ix.subscribe(200 + 20 * n + k, "a > 1" if k % 2 else "b != 2")
                     model[200 + 20 * n + k] = parse("a > 1" if k % 2 else "b != 2")
             else:
@@ -501,7 +500,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
         change("purge", 4)  # a snapshot that uses the hot trees once: they go cold
         assert ix.match(event) == oracle_match(model, event)
         change("purge", 5)
-        for _ in range(matcher.FLATTEN_AFTER):
+        for _ in range(config.FLATTEN_AFTER):
             assert ix.match(event) == oracle_match(model, event)
             assert flat() == set()
         assert ix.match(event) == oracle_match(model, event)

@@ -27,8 +27,8 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import cli as pbtree_cli
+from pbtree.config import NODE_BYTES
 from pbtree.expr import format_predicates, parse
-from pbtree.lists import NODE_BYTES
 from pbtree.staging import Staging
 
 pytest.importorskip("pyspark")

@@ -14,8 +14,7 @@ from oracle import oracle_match
 from strategies import events, subscriptions
 
 import pbtree
-from pbtree import shard as shard_module
-from pbtree import staged
+from pbtree import config, staged
 from pbtree.core import normalize, prepare_event
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
@@ -176,7 +175,7 @@ def test_verify_names_damaged_staged_runs(tmp_path, change, message):
 def test_folds_keep_few_staged_runs(tmp_path, monkeypatch):
     """Each fold joins its run with the ones before while those are at most twice its
     size, so 66 folds of one subscription leave a handful of runs, not 66."""
-    monkeypatch.setattr(shard_module, "MERGE_FOLDS", 100)
+    monkeypatch.setattr(config, "MERGE_FOLDS", 100)
     with pbtree.create(tmp_path / "ix", fold_at=1) as ix:
         for i in range(66):
             ix.subscribe(i, f"a = {i}")

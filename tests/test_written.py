@@ -17,6 +17,7 @@ from strategies import random_event, random_subscription
 from test_postings import listed
 
 import pbtree
+from pbtree import config
 from pbtree import pending as pending_module
 from pbtree.expr import parse
 from pbtree.pending import Written
@@ -270,8 +271,8 @@ def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
     assert not taken(12, 21) and taken(20, 22)
     assert [written.held_from(0, 18), written.held_from(0, 19), written.held_from(12, 21),
             written.held_from(21, 22)] == [0, 19, 20, 21]
-    add(22, "v", Written.HELD - 5)  # 15 over: the oldest 10 and 3 go
-    assert not taken(10, 11) and taken(13, 16) and written.held == Written.HELD + 2
+    add(22, "v", config.WRITTEN_HELD - 5)  # 15 over: the oldest 10 and 3 go
+    assert not taken(10, 11) and taken(13, 16) and written.held == config.WRITTEN_HELD + 2
     assert written.held_from(0, 16) == 13
-    add(Written.HELD + 17, "u", 1)  # 3 over: the oldest 3 go, the next 2 are needed
-    assert not taken(13, 14) and taken(16, 18) and written.held == Written.HELD
+    add(config.WRITTEN_HELD + 17, "u", 1)  # 3 over: the oldest 3 go, the next 2 are needed
+    assert not taken(13, 14) and taken(16, 18) and written.held == config.WRITTEN_HELD

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pbtree.lists import NODE_BYTES
+from pbtree.config import NODE_BYTES
 
 #: the harness folds once, timed, after its update phase (``fold``), rather than
 #: whenever a shard reaches the default fold_at in the middle of a timed phase

@@ -122,6 +122,8 @@ DEFAULT_MAP_SIZE = 64 << 20
 
 #: conjunctions an expression may expand to (DNF), by default: each is stored as an entry
 MAX_CONJUNCTIONS = 64
+#: levels of parentheses, 'not' and tuple groups an expression may nest: the parser recurses
+MAX_NESTING = 100
 #: literal texts the expression parser remembers parsed, at most: parsing one costs a regex
 LITERALS_CACHED = 4096
 #: ... of this many characters at most, so that cache stays well under 1 MB

@@ -341,13 +341,14 @@ def _tokenize(src: str) -> list[Token]:
 class _TextParser:
     """Recursive-descent parser over the token list of one expression."""
 
-    __slots__ = ("src", "toks", "i", "last")
+    __slots__ = ("src", "toks", "i", "last", "depth")
 
     def __init__(self, src: str, toks: list[Token]) -> None:
         self.src = src
         self.toks = toks
         self.i = 0
         self.last = ""  # what the parser read last, for errors
+        self.depth = 0  # groups and 'not' open at the token read
 
     def found(self, tok: Token) -> str:
         kind, value, start, end = tok
@@ -403,17 +404,22 @@ class _TextParser:
     def factor(self) -> Formula:
         toks = self.toks
         kind, value, start, _ = tok = toks[self.i]
-        if tok[:2] == (_PUNCT, "("):
+        if tok[:2] == (_PUNCT, "(") or self.keyword(tok, "not"):
+            self.depth += 1
+            if self.depth > config.MAX_NESTING:
+                raise ExpressionError(f"at position {start}: parentheses and 'not' nest "
+                                      f"deeper than {config.MAX_NESTING} levels")
             self.i += 1
-            node = self.disjunction()
-            if toks[self.i][:2] != (_PUNCT, ")"):
-                raise self.fail(f"'and', 'or' or ')' closing the '(' at position {start}")
-            self.i += 1
-            self.last = "')'"
+            if tok[0] == _PUNCT:
+                node = self.disjunction()
+                if toks[self.i][:2] != (_PUNCT, ")"):
+                    raise self.fail(f"'and', 'or' or ')' closing the '(' at position {start}")
+                self.i += 1
+                self.last = "')'"
+            else:
+                node = ("not", self.factor())
+            self.depth -= 1
             return node
-        if self.keyword(tok, "not"):
-            self.i += 1
-            return ("not", self.factor())
         if kind == _NAME and value.lower() not in KEYWORDS:
             attr = value
         elif kind == _QUOTED:
@@ -752,6 +758,9 @@ def _tuple_formula(items: object, label: str = "") -> Formula:
             parts.append(_parse_tuple(index, item))
             continue
         word, alternatives = item[0].lower(), item[1:]
+        if label.count(".") >= 2 * config.MAX_NESTING:  # each group adds two to the label
+            raise ExpressionError(f"predicate {index}: groups nest deeper than "
+                                  f"{config.MAX_NESTING} levels")
         if word == "not" and len(alternatives) != 1:
             raise ExpressionError(f"predicate {index}: ('not', x) negates one item or list")
         found = [_tuple_formula(alt if isinstance(alt, list) else [alt], f"{index}.{k}.")

@@ -380,3 +380,17 @@ def test_mismatch_names_the_first_wrong_event_and_its_ids():
     assert mismatch(scan, sample) is None
     assert mismatch(Off(), sample) == {"events_wrong": 1, "first_event": k,
                                        "missing": [sample[k][1][0]], "extra": [-1]}
+
+
+def test_mixed_workload_runs_small():
+    """The mixed workload (or, nested objects, arrays) builds, and pbtree agrees with the
+    brute-force evaluation of the semantics on every event (``mixedbench.run`` checks)."""
+    from tools import mixedbench
+
+    report = mixedbench.run(3000, rounds=1, events=40, sample=40, log=lambda *_: None)
+    assert report["conjunctions"] > 3000
+    assert report["matches_per_event"]["mixed"] > 0
+    subs, events, _ = mixedbench.mixed(generate("dense", "full", 0, n_subs=200))
+    assert any(" or " in text for _, text in subs)
+    assert any(isinstance(v, dict) for e in events for v in e.values())
+    assert any(isinstance(v, list) for e in events for v in e.values())

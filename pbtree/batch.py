@@ -24,9 +24,10 @@ from pbtree.subs import OP_RANK
 _EQ, _IN, _LE, _GE, _NE = (OP_RANK[op] for op in ("=", "in", "<=", ">=", "!="))
 _NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
 #: an operator as ``expr`` spells it -> its core rank (scalar operators and 'in'), or
-#: _NOT_IN, _BETWEEN ('prefix' is left to ``expr``)
-_SOURCE_OP = {spelled: OP_RANK.get(op, _NOT_IN if op == "not in" else _BETWEEN)
-              for spelled, op in OP_SPELLINGS.items() if op != "prefix"}
+#: _NOT_IN ('between' and 'prefix', one interval predicate each, are left to ``expr``;
+#: _BETWEEN's columnar rewriting into two bounds is kept for a later interval column)
+_SOURCE_OP = {spelled: OP_RANK[op] if op in OPS_CORE else _NOT_IN
+              for spelled, op in OP_SPELLINGS.items() if op in OPS_CORE or op == "not in"}
 _CORE_OP = np.array(OPS_CORE, object)
 _SCALAR = np.array([rank < len(OPS_CORE) and rank != _IN for rank in range(_BETWEEN + 1)])
 _SEQUENCE = frozenset((tuple, list))

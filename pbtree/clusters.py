@@ -69,6 +69,8 @@ _ENTRY = struct.Struct("<II")
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
+#: the event values that are arrays (``core.is_array``)
+_ARRAYS = (list, tuple, np.ndarray)
 
 
 def estimate(pred: Sequence) -> float:
@@ -145,9 +147,12 @@ class Estimates:
 
     @classmethod
     def of_events(cls, events: Sequence[Mapping]) -> Estimates:
-        """The estimates of a sample of events (nested objects by their dotted names)."""
-        return cls.of(len(events), ((attr, value, 1) for e in events
-                                    for attr, value in flattened(e).items()))
+        """The estimates of a sample of events (nested objects by their dotted names, an
+        array's elements each)."""
+        return cls.of(len(events), ((attr, item, 1) for e in events
+                                    for attr, value in flattened(e).items()
+                                    for item in (value if isinstance(value, _ARRAYS)
+                                                 else (value,))))
 
     def encode(self) -> bytes:
         return msgpack.packb([self.n, {a: [c, {f: list(v) for f, v in fams.items()}]

@@ -1,6 +1,7 @@
 """Brute-force matching oracle: evaluates source-level predicates on an event, no index.
 
-Written from DESIGN.md §1 alone; the only thing taken from pbtree is ``parse`` (for text input).
+Written from DESIGN.md §1 and §8.3 (arrays) alone; the only thing taken from pbtree is
+``parse`` (for text input).
 """
 
 from __future__ import annotations
@@ -52,17 +53,46 @@ def _holds(op: str, const: object, value: object) -> bool:
     return family(const) == fam and _COMPARE[op](value, const)
 
 
+def elements(value: object) -> list:
+    """The comparable values an event value gives a predicate (DESIGN §8.3): a scalar
+    itself, an array (list, tuple, numpy array) its elements that are comparable scalars
+    (objects, nested arrays, None, NaN left out); none: the attribute is absent."""
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # a numpy array
+        value = value.tolist()
+    items = value if isinstance(value, list | tuple) else [value]
+    return [v for v in items if family(v) is not None]
+
+
+def _equal(a: object, b: object) -> bool:
+    return family(a) == family(b) and a == b
+
+
+def _holds_some(op: str, const: object, values: list) -> bool:
+    """A predicate on an attribute holding ``values`` (one, or an array's elements): it
+    holds when it holds for some element; ``!=`` and ``not in`` when no element equals
+    (a listed constant) and, by strong semantics, some element is of its family."""
+    if op == "!=":
+        consts = [const]
+    elif op == "not in":
+        consts = list(const)  # type: ignore[call-overload]
+    else:
+        return any(_holds(op, const, v) for v in values)
+    return all(any(family(v) == family(c) for v in values) and
+               not any(_equal(v, c) for v in values) for c in consts)
+
+
 def matches(source_preds: str | Iterable[tuple[str, str, object]], event: Mapping) -> bool:
     """True when every predicate holds (strong semantics: an attribute absent, None or of a
     value no predicate can compare makes its predicates false). Numbers compare exactly.
+    An attribute holding an array: see ``_holds_some``.
 
     ``source_preds`` is parse() output (ops as in OPS_SOURCE) or an expression string.
     """
     if isinstance(source_preds, str):
         source_preds = parse(source_preds)
     for attr, op, const in source_preds:
-        value = lookup(event, attr)
-        if family(value) is None or not _holds(op, const, value):
+        values = elements(lookup(event, attr))
+        if not values or not _holds_some(op, const, values):
             return False
     return True
 

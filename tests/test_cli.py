@@ -132,7 +132,7 @@ def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
                      "value": [[100], [8, 9], [4], [20, 60]]})
     pq.write_table(rows, tmp_path / "preds.parquet")
     run("subscribe", path, "--file", tmp_path / "preds.parquet")
-    assert run("get", path, 2).stdout == "price <= 60 and price >= 20 and size in (8, 9)\n"
+    assert run("get", path, 2).stdout == "price between 20 and 60 and size in (8, 9)\n"
     out = run("match", path, "--event", '{"price": 42, "rating": 4.5, "size": 9}')
     assert lines(out.stdout) == [{"event": 1, "matches": [1, 2]}]
     pq.write_table(rows.set_column(2, "op", pa.array(["<", "in", "=", "~"])),

@@ -198,3 +198,46 @@ def test_bulk_and_api_indexes_agree_on_array_events(tmp_path, seed):
             index.fold()
             index.verify()
             assert index.match_many(events) == [oracle_match(left, e) for e in events]
+
+
+def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
+    """Version 9 stored between and prefix as two bounds and a != access predicate
+    without its entry in its row: opened for writing, the shard is stored anew (the row
+    gets the entry, so arrays are matched right); the bounds stay two predicates."""
+    import lmdb
+
+    from pbtree import shard as shard_module
+
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe(1, "price >= 50 and price <= 60")
+        ix.subscribe(2, "a != 5")
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:  # as version 9 left it: no entry in the != row
+        rows = env.open_db(clusters.DB.encode(), txn=txn)
+        preds = env.open_db(clusters.PREDS.encode(), txn=txn)
+        subs = env.open_db(b"subs", txn=txn)
+        kinds = env.open_db(b"kinds", txn=txn)
+        key = clusters.predicate_key(("a", "!=", 5))
+        sid = clusters.decode_entry(txn.get(key, db=preds))[0]
+        txn.delete(key, db=preds)
+        txn.delete(sid.to_bytes(4, "big"), db=subs)
+        chunk = bytearray(txn.get((0).to_bytes(4, "big"), db=kinds))
+        chunk[2 * sid:2 * sid + 2] = b"\0\0"
+        txn.put((0).to_bytes(4, "big"), bytes(chunk), db=kinds)
+        lengths, pids = clusters.decode_chunk(txn.get((0).to_bytes(4, "big"), db=rows))
+        keep = pids != sid
+        owner = np.repeat(np.arange(clusters.ROW_CHUNK), lengths)
+        lengths = np.bincount(owner[keep], minlength=clusters.ROW_CHUNK)
+        txn.put((0).to_bytes(4, "big"), clusters.encode_chunk(lengths, pids[keep]), db=rows)
+        txn.put(b"version", (9).to_bytes(4, "little"), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with pytest.raises(pbtree.FormatVersionError, match="version 9 is older"):
+        pbtree.open(path, readonly=True)
+    with pbtree.open(path) as ix:
+        assert ix.shards[0].upgraded_from == 9
+        ix.verify()
+        assert ix.get(1) == "price <= 60 and price >= 50"
+        assert ix.match({"price": [1, 100], "a": [5, 6]}) == [1]
+        assert ix.match({"a": [6, 7]}) == [2]
+    assert shard_module.VERSION == 10

@@ -275,12 +275,13 @@ def _as_version(path: Path, old: int) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("old", [2, 3, 5, 6, 8])
+@pytest.mark.parametrize("old", [2, 3, 5, 6, 8, 9])
 def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
     """Version 2 had no pending sids (no folded record), version 3 no packed trees,
     version 5 no staged runs (no staged database), version 6 no removed subscriptions
     left in the trees (no dead database), version 8 and older posted every predicate
-    with no predicate entries or check rows. Read-only, such a shard is refused, naming
+    with no predicate entries or check rows, version 9 had no interval entries and no
+    entry of a != access predicate in its row. Read-only, such a shard is refused, naming
     the way out, and left as it is; opened for writing, it is stored anew in the current
     version (the databases it lacks made), and answers as the oracle, then read-only
     too, and takes staged and pending subscriptions."""

@@ -73,7 +73,7 @@ _IN = OP_RANK["in"]
 #: a plain constant's type -> code: its family, and 0 for an int (checked for range)
 _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
-                  msgpack.UnpackException)
+                  IndexError, msgpack.UnpackException)
 
 
 #: records decoded at a time by ``grouped``: the predicates of all pending records

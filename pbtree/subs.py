@@ -120,7 +120,7 @@ def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Postin
     try:
         preds = msgpack.unpackb(packed)
         return idkey, preds, list(postings(preds, idkey == ENTRY_ID))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
                                 f"({type(exc).__name__}: {exc})") from None
 

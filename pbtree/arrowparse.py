@@ -1,7 +1,8 @@
 """Vectorised parsing of the common expression grammar on Arrow arrays.
 
-``parse(texts)`` handles rows made only of bare ASCII attribute names, the comparisons,
-``in`` / ``not in`` lists and ``between``, with number, bool and plain string literals
+``parse(texts)`` handles rows made only of bare ASCII attribute names, the comparisons and
+``in`` / ``not in`` lists (a row with ``between``, one interval predicate, is left to
+``normalize``), with number, bool and plain string literals
 (no escapes, no whitespace, quotes, commas, parentheses or backslashes inside). Their core
 predicates are exactly ``pbtree.core.normalize``'s (same values, rewriting, order); every
 other row, and any row whose value or shape the full parser might refuse, is returned for
@@ -188,6 +189,8 @@ def parse(texts: pa.Array) -> tuple[np.ndarray, Columns]:
     which = _np(encoded.indices).astype(np.int64)
     bad_piece, attr, piece, op, code, consts, members = _pieces(encoded.dictionary)
     bad = np.zeros(n, dtype=bool)
+    # a 'between' (marked by the replacement) is one interval predicate: ``normalize``'s
+    bad[row[_np(pc.match_substring(pc.list_flatten(pieces), _MARK))]] = True
     bad[_np(pc.match_substring(texts, _MARK))] = True
     bad[row[bad_piece[which]]] = True
 

@@ -5,7 +5,8 @@ batch's predicates become columns (attribute, operator, value), are checked and 
 keys in C-level maps and array steps, and one sort puts each subscription's core
 predicates in canonical order (DESIGN §1). Only the common shapes are taken: a non-empty
 list or tuple of (attribute, op, value) lists or tuples, an ASCII attribute, an operator
-spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it, and constants that are plain
+spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it but ``between`` and ``prefix``
+(one interval predicate each), and constants that are plain
 ints, floats, bools or short ASCII strings. Whatever else a subscription holds is left to
 ``core.normalize``, which gives the same predicates or names what is wrong.
 """
@@ -22,14 +23,14 @@ from pbtree.expr import OP_SPELLINGS, OPS_CORE
 from pbtree.postings import constants, heads
 from pbtree.subs import OP_RANK
 
-_EQ, _IN, _LE, _GE, _NE = (OP_RANK[op] for op in ("=", "in", "<=", ">=", "!="))
-_NOT_IN, _BETWEEN = len(OPS_CORE), len(OPS_CORE) + 1
+_EQ, _IN, _NE = (OP_RANK[op] for op in ("=", "in", "!="))
+_NOT_IN = len(OPS_CORE)
 #: an operator as ``expr`` spells it -> its core rank (scalar operators and 'in'), or
-#: _NOT_IN, _BETWEEN ('prefix' is left to ``expr``)
-_SOURCE_OP = {spelled: OP_RANK.get(op, _NOT_IN if op == "not in" else _BETWEEN)
-              for spelled, op in OP_SPELLINGS.items() if op != "prefix"}
+#: _NOT_IN ('between' and 'prefix', one interval predicate each, are left to ``expr``)
+_SOURCE_OP = {spelled: OP_RANK[op] if op in OPS_CORE else _NOT_IN
+              for spelled, op in OP_SPELLINGS.items() if op in OPS_CORE or op == "not in"}
 _CORE_OP = np.array(OPS_CORE, object)
-_SCALAR = np.array([rank < len(OPS_CORE) and rank != _IN for rank in range(_BETWEEN + 1)])
+_SCALAR = np.array([rank < len(OPS_CORE) and rank != _IN for rank in range(_NOT_IN + 1)])
 _SEQUENCE = frozenset((tuple, list))
 _STR = {str}
 
@@ -58,9 +59,9 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     known, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
     rows = _Rows(known, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
-    grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in', 'between'
+    grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in'
     sets = [values[i] for i in grouped.tolist()]
-    sizes = _sizes(sets, op[grouped] == _BETWEEN)
+    sizes = _sizes(sets)
     ok[grouped[sizes == 0]] = False
     of = grouped[np.repeat(np.arange(grouped.size), sizes)]  # each set value's predicate
     plain, family, keys, canon, rows.texts = constants([*values, *chain.from_iterable(
@@ -68,18 +69,13 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     m = len(values)
     ok[~plain[:m] & _SCALAR[op]] = False
     ok[of[~plain[m:]]] = False
-    pairs = np.flatnonzero(op[of] == _BETWEEN) + m
-    ok[of[pairs[0::2] - m][family[pairs[0::2]] != family[pairs[1::2]]]] = False
     scalar = np.flatnonzero(ok & _SCALAR[op])
     rows.add(scalar, op[scalar], family[scalar], keys[scalar], canon[scalar])
     kept = np.flatnonzero(ok[of])
-    for source_op in (_IN, _NOT_IN, _BETWEEN):
+    for source_op in (_IN, _NOT_IN):
         part = kept[op[of[kept]] == source_op]
         pred, at = of[part], part + m
-        if source_op == _BETWEEN:
-            rows.add(pred[0::2], _GE, family[at[0::2]], keys[at[0::2]], canon[at[0::2]])
-            rows.add(pred[1::2], _LE, family[at[1::2]], keys[at[1::2]], canon[at[1::2]])
-        elif source_op == _NOT_IN:
+        if source_op == _NOT_IN:
             rows.add(pred, _NE, family[at], keys[at], canon[at])
         else:
             rows.add_in(pred, family[at], keys[at], canon[at])
@@ -196,13 +192,12 @@ def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.n
     return attr
 
 
-def _sizes(sets: list, between: np.ndarray) -> np.ndarray:
+def _sizes(sets: list) -> np.ndarray:
     """How many values each set holds, 0 where it is not a list or tuple of one or more
-    values (two for ``between``)."""
+    values."""
     shaped = np.fromiter(map(_SEQUENCE.__contains__, map(type, sets)), bool, len(sets))
     sizes = np.zeros(len(sets), np.int64)
     sizes[shaped] = np.fromiter(map(len, compress(sets, shaped)), np.int64)
-    sizes[between & (sizes != 2)] = 0
     return sizes
 
 

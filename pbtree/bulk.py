@@ -24,12 +24,12 @@ from pbtree import clusters, config, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
-from pbtree.expr import OPS_CORE, conjunctions
+from pbtree.expr import OPS_STORED, conjunctions, prefix_successor
 from pbtree.ids import encode_id, shard_of
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
 from pbtree.staging import fsync_dir
-from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND
+from pbtree.subs import FIRST_KIND, OP_RANK, OWN_ENTRY, SECOND_KIND
 from pbtree.tree import COUNTER, is_packed
 from pbtree.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
@@ -50,7 +50,7 @@ class Columns:
     """Subscriptions as arrays, in any order: subscription n has ``counts[n]`` core
     predicates (canonical order, as ``normalize`` gives them) following those of n - 1.
 
-    Each predicate is ``attrs[attr[i]] OPS_CORE[op[i]] consts[const[i]]``; an ``in``
+    Each predicate is ``attrs[attr[i]] OPS_STORED[op[i]] consts[const[i]]``; an ``in``
     constant is the tuple of its values. Far cheaper to build and load than Sub tuples.
     """
 
@@ -283,12 +283,12 @@ def _sub_values(cols: Columns) -> list[bytes]:
     Each distinct predicate is packed once; a list is its array header and their bytes.
     """
     size = len(cols.consts)
-    triple = (cols.attr * len(OPS_CORE) + cols.op) * size + cols.const
+    triple = (cols.attr * len(OPS_STORED) + cols.op) * size + cols.const
     distinct = pc.dictionary_encode(pa.array(triple))  # hashing: no sort needed here
     unique, index = distinct.dictionary.to_numpy(), distinct.indices.to_numpy()
     rest, const = np.divmod(unique, size)
-    attr, op = np.divmod(rest, len(OPS_CORE))
-    packed = pa.array([msgpack.packb((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+    attr, op = np.divmod(rest, len(OPS_STORED))
+    packed = pa.array([msgpack.packb((cols.attrs[a], OPS_STORED[o], cols.consts[c]))
                        for a, o, c in zip(attr.tolist(), op.tolist(), const.tolist(),
                                           strict=True)], pa.binary())
     offsets = np.concatenate(([0], np.cumsum(cols.counts))).astype(np.int64)
@@ -323,11 +323,11 @@ def _scores(cols: Columns, estimates: clusters.Estimates | None) -> np.ndarray:
     ``cols``, once per distinct one."""
     estimate = clusters.estimate if estimates is None else estimates.estimate
     size = max(len(cols.consts), 1)
-    triple = (cols.attr * len(OPS_CORE) + cols.op) * size + cols.const
+    triple = (cols.attr * len(OPS_STORED) + cols.op) * size + cols.const
     unique, index = np.unique(triple, return_inverse=True)
     rest, const = np.divmod(unique, size)
-    attr, op = np.divmod(rest, len(OPS_CORE))
-    found = [estimate((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+    attr, op = np.divmod(rest, len(OPS_STORED))
+    found = [estimate((cols.attrs[a], OPS_STORED[o], cols.consts[c]))
              for a, o, c in zip(attr.tolist(), op.tolist(), const.tolist(), strict=True)]
     return np.array(found, dtype=np.float64)[index.reshape(-1)]
 
@@ -358,28 +358,31 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     # subscriptions of one access predicate take consecutive sids, so that the candidates
     # an event brings read their rows in runs
     access = order[first]
-    by_access = np.argsort((cols.attr[access] * len(OPS_CORE) + cols.op[access]) * size
+    by_access = np.argsort((cols.attr[access] * len(OPS_STORED) + cols.op[access]) * size
                            + cols.const[access], kind="stable")
     if not np.array_equal(by_access, np.arange(n)):
         cols = cols.take(by_access)
         sub, first, order = _ordered(cols, estimates)
     attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
-    rest = np.flatnonzero(~first)
-    triple = (attr[rest] * len(OPS_CORE) + op[rest]) * size + const[rest]
+    own = first & np.isin(op, _OWN_ENTRY)  # access predicates in their own check row too
+    rest = np.flatnonzero(~first | own)
+    triple = (attr[rest] * len(OPS_STORED) + op[rest]) * size + const[rest]
     unique, entry = np.unique(triple, return_inverse=True)
     m = unique.size
     e_rest, e_const = np.divmod(unique, size)
-    e_attr, e_op = np.divmod(e_rest, len(OPS_CORE))
+    e_attr, e_op = np.divmod(e_rest, len(OPS_STORED))
     ones = np.ones(m, dtype=np.int64)
     full = Columns([0] * m + cols.ids, [clusters.PREDICATE_ID] * m + cols.keys,
                    np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
                    np.concatenate((e_op, op)), np.concatenate((e_const, const)), cols.attrs,
                    cols.consts, cols.members)
-    posted = Columns(full.ids, full.keys, np.ones(m + n, dtype=np.int64),
-                     np.concatenate((e_attr, attr[first])), np.concatenate((e_op, op[first])),
-                     np.concatenate((e_const, const[first])), cols.attrs, cols.consts,
-                     cols.members)
-    lengths = np.concatenate((np.zeros(m, dtype=np.int64), cols.counts - 1))
+    posted = _bounds(Columns(full.ids, full.keys, np.ones(m + n, dtype=np.int64),
+                             np.concatenate((e_attr, attr[first])),
+                             np.concatenate((e_op, op[first])),
+                             np.concatenate((e_const, const[first])), cols.attrs, cols.consts,
+                             cols.members), m)
+    lengths = np.concatenate((np.zeros(m, dtype=np.int64),
+                              cols.counts - 1 + own[first].astype(np.int64)))
     row_sub = sub[rest] + m  # sids of the rows' owners, in sid order
     rows = []
     for number in range(-(-(m + n) // clusters.ROW_CHUNK)):
@@ -391,11 +394,53 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
             a, b = np.searchsorted(row_sub, (lo, hi))
             rows.append((clusters.chunk_key(number), clusters.encode_chunk(part, entry[a:b])))
     uses = np.bincount(entry, minlength=m).tolist()
-    keys = [clusters.predicate_key((cols.attrs[a], OPS_CORE[o], cols.consts[c]))
+    keys = [clusters.predicate_key((cols.attrs[a], OPS_STORED[o], cols.consts[c]))
             for a, o, c in zip(e_attr.tolist(), e_op.tolist(), e_const.tolist(), strict=True)]
     preds = sorted((key, clusters.encode_entry(sid, count))
                    for sid, (key, count) in enumerate(zip(keys, uses, strict=True)))
     return full, posted, rows, preds
+
+
+_OWN_ENTRY = np.array([OP_RANK[op] for op in OWN_ENTRY], dtype=np.int64)
+_INTERVAL = np.array([OP_RANK["between"], OP_RANK["prefix"]], dtype=np.int64)
+_GE, _LE, _LT = OP_RANK[">="], OP_RANK["<="], OP_RANK["<"]
+
+
+def _bounds(posted: Columns, entries: int) -> Columns:
+    """``posted`` (one predicate a record) with each interval as the core predicates it
+    posts (``subs.posted``): an interval entry's (the first ``entries`` records) as its
+    two bounds, a subscription's interval access as its lower bound."""
+    at = np.flatnonzero(np.isin(posted.op, _INTERVAL))
+    if not at.size:
+        return posted
+    consts = list(posted.consts)
+    codes = {const_key(v): n for n, v in enumerate(consts)}
+
+    def code(value: object) -> int:
+        found = codes.setdefault(const_key(value), len(consts))
+        if found == len(consts):
+            consts.append(value)
+        return found
+
+    attr, op, const = posted.attr.copy(), posted.op.copy(), posted.const.copy()
+    extra_at, extra_op, extra_const = [], [], []
+    for i in at.tolist():
+        value = consts[const[i]]
+        if op[i] == OP_RANK["between"]:
+            lo, hi, upper = value[0], value[1], _LE
+        else:
+            lo, hi, upper = value, prefix_successor(value), _LT
+        op[i], const[i] = _GE, code(lo)
+        if i < entries:
+            extra_at.append(i)
+            extra_op.append(upper)
+            extra_const.append(code(hi))
+    counts = posted.counts.copy()
+    counts[extra_at] += 1
+    where = np.array(extra_at, dtype=np.int64) + 1  # each upper bound after its lower
+    return Columns(posted.ids, posted.keys, counts, np.insert(attr, where, attr[where - 1]),
+                   np.insert(op, where, extra_op), np.insert(const, where, extra_const),
+                   posted.attrs, consts, posted.members)
 
 
 def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | None
@@ -435,8 +480,9 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
         for key, sid in zip(full.keys[m:], sid_keys[m:], strict=True):
             joined[key] = joined.get(key, b"") + sid
         out.add("ids", sorted(joined.items()))
-    out.add(KINDS.db, _column(KINDS, np.repeat(
-        [clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])))
+    kinds = np.repeat([clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])
+    kinds[:m][np.isin(full.op[:m], _INTERVAL)] = clusters.INTERVAL
+    out.add(KINDS.db, _column(KINDS, kinds))
     out.add(INT_IDS.db, _column(INT_IDS, np.array(
         [0] * m + [i if i.__class__ is int else STRING_ID for i in full.ids[m:]],
         dtype=np.int64)))

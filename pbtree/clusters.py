@@ -33,6 +33,7 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
+from pbtree.subs import INTERVALS, OWN_ENTRY, bounds
 from pbtree.values import searched
 from storage.keys import const_payload
 
@@ -42,8 +43,10 @@ DB, PREDS = "rows", "preds"
 #: overflow pages of its own, so that its words are aligned on the map
 ROW_CHUNK = 1024
 _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
-#: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry
-FREE, SUBSCRIPTION, PREDICATE = 0, 1, 2
+#: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry,
+#: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
+#: bounds: it holds for a value that hits it twice)
+FREE, SUBSCRIPTION, PREDICATE, INTERVAL = 0, 1, 2, 3
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
 PREDICATE_ID = b"p"
 #: the longest ``preds`` key (LMDB's limit is 511 bytes)
@@ -54,13 +57,18 @@ _ENTRY = struct.Struct("<II")
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
+#: the event values that are arrays (``core.is_array``)
+_ARRAYS = (list, tuple, np.ndarray)
 
 
 def estimate(pred: Sequence) -> float:
     """The estimated chance that a core predicate holds for an event, for want of
     statistics (DESIGN §8.1): an equality a small share, an ``in`` that share per value, a
-    range more, ``!=`` most."""
+    range more, ``!=`` most. An interval is estimated by its lower bound, the one it
+    posts as an access predicate (``subs.posted``)."""
     op = pred[1]
+    if op in INTERVALS:
+        return estimate(bounds(pred)[0])
     if op == "=":
         return config.EQ_SHARE
     if op == "in":
@@ -120,7 +128,7 @@ class Estimates:
             for preds in subs:
                 n += 1
                 for attr, op, value in preds:
-                    for v in value if op == "in" else (value,):
+                    for v in value if op == "in" or op == "between" else (value,):
                         yield attr, v, 1
 
         attrs = cls.of(0, values()).attrs
@@ -128,9 +136,12 @@ class Estimates:
 
     @classmethod
     def of_events(cls, events: Sequence[Mapping]) -> Estimates:
-        """The estimates of a sample of events (nested objects by their dotted names)."""
-        return cls.of(len(events), ((attr, value, 1) for e in events
-                                    for attr, value in flattened(e).items()))
+        """The estimates of a sample of events (nested objects by their dotted names, an
+        array's elements each)."""
+        return cls.of(len(events), ((attr, item, 1) for e in events
+                                    for attr, value in flattened(e).items()
+                                    for item in (value if isinstance(value, _ARRAYS)
+                                                 else (value,))))
 
     def encode(self) -> bytes:
         return msgpack.packb([self.n, {a: [c, {f: list(v) for f, v in fams.items()}]
@@ -150,6 +161,8 @@ class Estimates:
         """The share of the samples a core predicate holds for; the static ``estimate``
         breaks ties and stands in, scaled down, where the samples lack the attribute."""
         attr, op, value = pred
+        if op in INTERVALS:  # by its lower bound, as ``estimate``
+            attr, op, value = bounds(pred)[0]
         key = (attr, op, tuple(value) if op == "in" else value, type(value))
         known = self._known.get(key)
         if known is None:
@@ -183,11 +196,20 @@ class Estimates:
 
 
 def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
-    """A subscription's core predicates, the least likely to hold first: the first is its
-    access predicate, the rest its check row in order (ties keep their given order)."""
+    """A subscription's predicates, the least likely to hold first: the first is its
+    access predicate, the rest its check row in order (ties keep their given order; an
+    interval by its lower bound, which it posts as an access predicate)."""
     if len(preds) == 1:
         return list(preds)
     return sorted(preds, key=estimate if estimates is None else estimates.estimate)
+
+
+def checked(preds: Sequence) -> Sequence:
+    """The predicates of an ordered subscription (``ordered``) its check row lists the
+    entries of: all but the first, and the first too when its posting alone does not
+    decide it (``subs.OWN_ENTRY``: an interval's access posts one bound; ``!=`` against
+    an array)."""
+    return preds if preds[0][1] in OWN_ENTRY else preds[1:]
 
 
 def predicate_key(pred: Sequence) -> bytes:

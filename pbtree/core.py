@@ -13,6 +13,7 @@ import json
 import os
 import resource
 import shutil
+import struct
 import tempfile
 import time
 import warnings
@@ -23,7 +24,7 @@ import numpy as np
 from pbtree import config
 from pbtree import expr as expressions
 from pbtree.batch import Names, normalize_many
-from pbtree.clusters import Estimates
+from pbtree.clusters import Estimates, predicate_key
 from pbtree.collector import collector_paused
 from pbtree.errors import (
     CorruptIndexError,
@@ -50,6 +51,7 @@ from pbtree.shard import Shard
 from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
 from pbtree.values import searched
+from storage.keys import MAX_EXACT_INT, NUMBER, STRING
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"
@@ -69,6 +71,7 @@ _PLAIN_IDS = frozenset((int, str))
 Expr = str | Sequence[tuple]
 PreparedEvent = list[tuple[bytes, int, bytes, bool]]
 _NO_IDS = np.zeros(0, np.int64)
+_SIGN, _ALL = 1 << 63, (1 << 64) - 1
 
 
 def shard_dir(path: str, shard: int) -> str:
@@ -192,24 +195,43 @@ def normalize(expr: Expr, limit: int = config.MAX_CONJUNCTIONS) -> list:
     return preds
 
 
+class ArrayEvent(list):
+    """A prepared event some attribute of which holds two or more distinct comparable
+    values (an array): each is searched as its own value, and ``unequal`` lists the
+    ``preds`` keys of ``attribute != element`` for each element, whose entries' marks the
+    match clears (``snapshot.matched``): ``!=`` holds when no element equals."""
+
+    __slots__ = ("unequal",)
+
+
+def is_array(value: object) -> bool:
+    """Whether an event value is an array: a list, a tuple or a numpy array."""
+    return type(value) is list or isinstance(value, list | tuple | np.ndarray)
+
+
 def prepare_event(event: Mapping) -> PreparedEvent:
     """Encode each value of an event for search (``pbtree.values``).
 
     Only an event that is not a mapping is an error. A nested object's values are the
     attributes of their dotted names (``pbtree.nested``). A value no predicate can compare
-    (None, a list, bytes, NaN, ...) is absent: every predicate on its attribute is false,
-    ``!=`` included. An attribute no subscription can name (not a string, not valid
+    (None, bytes, NaN, ...) is absent: every predicate on its attribute is false,
+    ``!=`` included. An array (list, tuple, numpy array) is its comparable elements, each
+    searched (objects, nested arrays and other values no predicate compares are left
+    out; an array of none is absent); with two or more distinct ones the event is an
+    ``ArrayEvent``. An attribute no subscription can name (not a string, not valid
     Unicode, longer than the limit) is ignored whatever its value.
     """
     if not isinstance(event, Mapping):
         raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
     out: PreparedEvent = []
-    nested = []
+    nested, arrays = [], []
     for attr, value in event.items():
         found = searched(value)
         if found is None:
             if isinstance(value, Mapping) and isinstance(attr, str):
                 nested.append((attr, value))
+            elif is_array(value):
+                arrays.append((attr, value))
             continue
         _add(out, attr, found)
     if nested:
@@ -217,7 +239,56 @@ def prepare_event(event: Mapping) -> PreparedEvent:
             found = searched(value)
             if found is not None:
                 _add(out, attr, found)
+            elif is_array(value):
+                arrays.append((attr, value))
+    if arrays:
+        return _with_arrays(out, arrays)
     return out
+
+
+def _with_arrays(out: PreparedEvent, arrays: list[tuple[object, object]]) -> PreparedEvent:
+    """``out`` and the comparable elements of each array, an ArrayEvent if one holds two
+    or more distinct ones."""
+    unequal: list[bytes] = []
+    for attr, value in arrays:
+        found = list(dict.fromkeys(filter(None, map(searched, value))))  # distinct, in order
+        if len(found) == 1:
+            _add(out, attr, found[0])
+        elif found:
+            start = len(out)
+            for each in found:
+                _add(out, attr, each)
+            if len(out) > start:
+                unequal += _unequal_keys(attr, found)
+    if not unequal:
+        return out
+    event = ArrayEvent(out)
+    event.unequal = unequal
+    return event
+
+
+def _unequal_keys(attr: str, found: list[tuple[int, bytes, bool]]) -> list[bytes]:
+    """The ``preds`` keys of ``attr != v`` for each element v searched as ``found`` (those
+    that are constants a subscription can hold: exact)."""
+    keys = []
+    for family, payload, exact in found:
+        if not exact:
+            continue
+        if family == NUMBER:
+            bits = int.from_bytes(payload, "big")
+            bits = bits ^ _SIGN if bits & _SIGN else bits ^ _ALL
+            value: object = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
+            if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+                value = int(value)
+        elif family == STRING:
+            value = payload.decode("utf-8", "surrogatepass")
+        else:
+            value = payload == b"\x01"
+        try:
+            keys.append(predicate_key((str(attr), "!=", value)))
+        except (ValueError, TypeError, UnicodeEncodeError):  # no subscription holds it
+            pass
+    return keys
 
 
 def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> None:
@@ -235,10 +306,14 @@ def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> No
         out.append((name, *found))
 
 
+#: stored operators whose value MessagePack gives back as a list
+_LISTED = frozenset(("in", "between"))
+
+
 def _canonical(conjs: list[list]) -> list:
     """Stored core predicates of each conjunction (access predicate first, ``clusters``)
     as ``normalize`` gives them."""
-    return expressions.disjunction([(a, o, tuple(v) if o == "in" else v) for a, o, v in conj]
+    return expressions.disjunction([(a, o, tuple(v) if o in _LISTED else v) for a, o, v in conj]
                                    for conj in conjs)
 
 

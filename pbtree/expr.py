@@ -32,6 +32,8 @@ from storage.keys import const_payload as _const_payload
 __all__ = [
     "KEYWORDS",
     "OPS_CORE",
+    "OPS_INTERVAL",
+    "OPS_STORED",
     "OP_SPELLINGS",
     "OPS_SOURCE",
     "Disjunction",
@@ -62,9 +64,15 @@ Formula = Any
 OPS_CORE: tuple[str, ...] = ("=", "in", "<", "<=", ">", ">=", "!=")
 #: Every operator ``parse`` produces (core plus sugar).
 OPS_SOURCE: tuple[str, ...] = OPS_CORE + ("not in", "between", "prefix")
+#: The interval operators ``rewrite`` keeps as one predicate each (so that against an
+#: array each holds for one element): ``between`` with value ``(lo, hi)``, and ``prefix``
+#: of a string that has a successor (one without is ``>=``).
+OPS_INTERVAL: tuple[str, ...] = ("between", "prefix")
+#: Every operator of a normalised subscription, in canonical order.
+OPS_STORED: tuple[str, ...] = OPS_CORE + OPS_INTERVAL
 
-_OP_RANK = {op: i for i, op in enumerate(OPS_CORE)}
-_EQ, _IN, _LT, _LE, _GT, _GE, _NE = range(len(OPS_CORE))
+_OP_RANK = {op: i for i, op in enumerate(OPS_STORED)}
+_EQ, _IN, _LT, _LE, _GT, _GE, _NE, _BT, _PX = range(len(OPS_STORED))
 _SCALAR_CORE = frozenset(("=", "<", "<=", ">", ">=", "!="))
 #: Every spelling of a scalar operator -> (canonical op, rank).
 _SCALAR_SPELLINGS = {op: (op, _OP_RANK[op]) for op in _SCALAR_CORE} | {
@@ -639,8 +647,8 @@ def _core_of_text(src: str) -> dict[tuple, Predicate] | None:
             hi_pair = cached(hi) or _literal(hi)
             if lo_pair is None or hi_pair is None or lo_pair[0] != hi_pair[0]:
                 return None
-            out[(attr, _GE, *lo_pair)] = (attr, ">=", lo_pair[1])
-            out[(attr, _LE, *hi_pair)] = (attr, "<=", hi_pair[1])
+            out[(attr, _BT, lo_pair[0], (lo_pair[1], hi_pair[1]))] = (
+                attr, "between", (lo_pair[1], hi_pair[1]))
         elif prefix:
             _rewrite_into(out, attr, "prefix", _literal(prefix)[1])  # type: ignore[index]
         else:
@@ -922,19 +930,19 @@ def _rewrite_into(out: dict[tuple, Predicate], attr: str, op: str, value: Any) -
         _add_in(out, attr, op == "not in", _distinct(value))
     elif op == "between":
         lo, hi = value
-        out[(attr, _GE, _family(lo), lo)] = (attr, ">=", lo)
-        out[(attr, _LE, _family(hi), hi)] = (attr, "<=", hi)
+        out[(attr, _BT, _family(lo), (lo, hi))] = (attr, "between", (lo, hi))
     elif op == "prefix":
-        out[(attr, _GE, STRING, value)] = (attr, ">=", value)
-        succ = _prefix_bound(attr, value)
-        if succ is not None:
-            out[(attr, _LT, STRING, succ)] = (attr, "<", succ)
+        if _prefix_bound(attr, value) is None:  # no string above all it begins: >= only
+            out[(attr, _GE, STRING, value)] = (attr, ">=", value)
+        else:
+            out[(attr, _PX, STRING, value)] = (attr, "prefix", value)
     else:
         raise ExpressionError(f"unknown operator {op!r} in predicate on {_fa(attr)}")
 
 
 def rewrite(preds: Iterable[Predicate]) -> list[Predicate]:
-    """Core predicates (ops in OPS_CORE), duplicates collapsed, in canonical order (DESIGN §1)."""
+    """Normalised predicates (ops in OPS_STORED: core and intervals), duplicates collapsed,
+    in canonical order (DESIGN §1)."""
     out: dict[tuple, Predicate] = {}
     for attr, op, value in preds:
         _rewrite_into(out, attr, op, value)
@@ -983,8 +991,7 @@ def _core_of_tuples(source: list | tuple) -> dict[tuple, Predicate] | None:
                     else:
                         lo_family = family(type(lo), NUMBER)
                         if lo_family == family(type(hi), NUMBER):
-                            out[(attr, _GE, lo_family, lo)] = (attr, ">=", lo)
-                            out[(attr, _LE, lo_family, hi)] = (attr, "<=", hi)
+                            out[(attr, _BT, lo_family, (lo, hi))] = (attr, "between", (lo, hi))
                             continue
         if _is_group(item):
             return None

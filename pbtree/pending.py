@@ -279,8 +279,8 @@ class Written:
         self.held = 0
 
     def add(self, first: int, count: int, held: list) -> None:
-        """Keep the predicate lists of the committed sids ``first .. first + count``, in
-        place of any held from ``first`` on."""
+        """Keep the posted predicates (``subs.posted``) of the committed sids ``first ..
+        first + count``, in place of any held from ``first`` on."""
         while self.chunks and self.chunks[-1][0] >= first:
             self.held -= self.chunks.pop()[1]
         self.chunks.append((first, count, held))
@@ -324,7 +324,7 @@ class Written:
         lists: list = []
         for lo, hi, first, _, held in spans:
             lists += held[lo - first:hi - first]
-        return unsorted(np.arange(start, end, dtype=np.uint32), lists)
+        return unsorted(np.arange(start, end, dtype=np.uint32), lists, True)
 
     def clear(self) -> None:
         self.chunks, self.held = [], 0

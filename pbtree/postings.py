@@ -21,7 +21,17 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.lists import FIXED_WIDTH
-from pbtree.subs import FIRST_KIND, OP_RANK, SECOND_KIND, constant, records, split_sub, stored
+from pbtree.subs import (
+    ENTRY_ID,
+    FIRST_KIND,
+    OP_RANK,
+    SECOND_KIND,
+    constant,
+    posted,
+    records,
+    split_sub,
+    stored,
+)
 from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
@@ -64,7 +74,7 @@ _IN = OP_RANK["in"]
 #: a plain constant's type -> code: its family, and 0 for an int (checked for range)
 _TYPE_CODE = {int: 0, float: NUMBER, str: STRING, bool: BOOL}
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
-                  msgpack.UnpackException)
+                  IndexError, msgpack.UnpackException)
 
 
 
@@ -83,8 +93,11 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
         return NOTHING
     try:
         unpack = msgpack.unpackb
-        lists = [unpack(split_sub(raw)[1], use_list=False) for _, raw in found]
-        return unsorted(np.array([sid for sid, _ in found], np.uint32), lists)
+        lists = []
+        for _, raw in found:
+            idkey, packed = split_sub(raw)
+            lists.append(posted(unpack(packed, use_list=False), idkey == ENTRY_ID))
+        return unsorted(np.array([sid for sid, _ in found], np.uint32), lists, True)
     except (*_DECODE_ERRORS, CorruptIndexError):
         for _ in stored(txn, db, first, end):  # names the damaged record
             pass
@@ -92,11 +105,13 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
                                 f"damaged") from None
 
 
-def unsorted(sids: np.ndarray, lists: list) -> Grouped:
+def unsorted(sids: np.ndarray, lists: list, posts: bool = False) -> Grouped:
     """The postings, unsorted, of the predicate lists of ``sids`` (as decoded, or as
     ``normalize`` gave them: tuples, an 'in' set a tuple); ``joined`` sorts them. A list
-    posts its first predicate only (``subs.postings``)."""
-    lists = [preds[:1] for preds in lists]
+    posts its first predicate only (``subs.postings``); with ``posts`` the lists are
+    already what each posts (``subs.posted``: an interval as its bounds)."""
+    if not posts:
+        lists = [posted(preds, False) if preds else preds for preds in lists]
     preds = list(chain.from_iterable(lists))
     n = len(preds)
     if n and (min(map(len, preds)) != 3 or max(map(len, preds)) != 3):

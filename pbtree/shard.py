@@ -34,7 +34,18 @@ from pbtree.matcher import Search
 from pbtree.pending import Written, distinct, pending_postings
 from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
-from pbtree.subs import Posting, decoded, records, sid_key, sid_keys, split_sub, stored, sub_record
+from pbtree.subs import (
+    INTERVALS,
+    Posting,
+    decoded,
+    posted,
+    records,
+    sid_key,
+    sid_keys,
+    split_sub,
+    stored,
+    sub_record,
+)
 from pbtree.tree import COUNTER, Writer, read_counter
 from storage.env import Environment
 from storage.keys import tree_prefix
@@ -46,9 +57,11 @@ FORMAT = b"pbtree-shard"
 #: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
 #: 8: string ids in a column (``strids``); 9: access predicates, predicate entries and
 #: check rows (``clusters``); 10: a subscription with 'or' stores a sid per conjunction,
-#: all listed in its ``ids`` value
+#: all listed in its ``ids`` value; interval entries (``between``, ``prefix`` one
+#: predicate each, kind INTERVAL) and the entry of a ``!=`` access predicate in its row
 VERSION = 10
-#: older versions this one upgrades on opening for writes (``pbtree upgrade``)
+#: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
+#: shard's subscriptions keep the bounds its rewriting of between and prefix split
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
@@ -333,7 +346,8 @@ class Shard:
         """Store subscriptions under new sids, a sid per conjunction, each with its access
         predicate first and a check row of predicate entries for the rest
         (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
-        (first new sid, new sids, the predicates of each), as ``Written`` takes them."""
+        (first new sid, new sids, the predicates each posts, ``subs.posted``), as
+        ``Written`` takes them."""
         dbs = self.dbs
         owners, ordered = [], []
         for n, preds in enumerate(lists):
@@ -346,9 +360,10 @@ class Shard:
         pred_of: dict[bytes, Sequence] = {}
         keyed = []
         for each, preds in zip(packed, ordered, strict=True):
-            keys = list(map(key_of, each[1:]))
-            by_key.update(zip(keys, each[1:], strict=True))
-            pred_of.update(zip(keys, preds[1:], strict=True))
+            skip = len(preds) - len(clusters.checked(preds))  # the access predicate's, or 0
+            keys = list(map(key_of, each[skip:]))
+            by_key.update(zip(keys, each[skip:], strict=True))
+            pred_of.update(zip(keys, preds[skip:], strict=True))
             keyed.append(keys)
         uses = Counter(chain.from_iterable(keyed))
         entries = dict(map(clusters.found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
@@ -370,7 +385,8 @@ class Shard:
             owned = list(idkeys)
         sids = sid_keys(start, len(ordered))
         idkeys = [clusters.PREDICATE_ID] * len(new) + owned
-        kinds = [clusters.PREDICATE] * len(new) + [clusters.SUBSCRIPTION] * len(ordered)
+        kinds = [clusters.INTERVAL if pred_of[key][1] in INTERVALS else clusters.PREDICATE
+                 for key in new] + [clusters.SUBSCRIPTION] * len(ordered)
         w.kinds.set_run(first, kinds)
         w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
                                                    for i in sub_ids])
@@ -388,7 +404,8 @@ class Shard:
             listed = list(zip(owned, sids, strict=True))
         txn.cursor(db=dbs["ids"]).putmulti(listed)
         self._add_conjunctions(txn, len(ordered))
-        return first, len(bodies), [[pred_of[key]] for key in new] + ordered
+        return first, len(bodies), [posted([pred_of[key]], True) for key in new] + \
+            [posted(preds, False) for preds in ordered]
 
     def _add_conjunctions(self, txn, n: int) -> None:
         """Count ``n`` conjunctions more (or fewer) in meta CONJUNCTIONS."""
@@ -673,6 +690,8 @@ class Shard:
         search = Search(txn, self.dbs, cache)
         try:
             pending = cache.pending_of(txn, self.dbs, self._written)
+            if type(event) is not list:  # an ArrayEvent
+                return self._match_values(txn, cache, search, pending, event)
             by_id = []
             for name, family, payload, exact in event:
                 aid = self._attr(txn, name)
@@ -687,6 +706,32 @@ class Shard:
             if isinstance(exc, PbtreeError):
                 raise
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
+
+    def _match_values(self, txn, cache: Snapshot, search: Search, pending,
+                      event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
+        """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
+        searched on its own, so that its hits are one segment (an interval entry holds for
+        a value that hits it twice, ``snapshot.matched``), and the entries of ``!=`` an
+        element looked up, to be cleared."""
+        out = search.out
+        ends = []
+        for value in event:
+            name, family, payload, exact = value
+            aid = self._attr(txn, name)
+            if aid is not None:
+                search.attribute(tree_prefix(aid, family), payload, exact)
+                by_id = [(aid, family, payload, exact)]
+                for run in cache.staged:
+                    run.search(by_id, out)
+            pending.search([value], out)
+            ends.append(len(out))
+        if not out:
+            return matched(txn, self.dbs, cache, out)
+        owner = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
+        segments = np.repeat(owner, [a.size for a in out])
+        found = txn.cursor(db=self.dbs[clusters.PREDS]).getmulti(event.unequal)
+        unequal = np.array([clusters.decode_entry(raw)[0] for _, raw in found], np.int64)
+        return matched(txn, self.dbs, cache, out, segments, unequal)
 
     def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Ids of sorted sids: int ids as one array, string ids as a list (in no set

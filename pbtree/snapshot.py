@@ -6,7 +6,7 @@ import lmdb
 import numpy as np
 
 from pbtree import clusters, staged, strids
-from pbtree.clusters import PREDICATE, SUBSCRIPTION, Rows
+from pbtree.clusters import INTERVAL, PREDICATE, SUBSCRIPTION, Rows
 from pbtree.columns import INT_IDS, KINDS, Column, grown
 from pbtree.flat import Flat
 from pbtree.idtable import IdTable
@@ -156,10 +156,14 @@ class Snapshot:
 
 
 def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
-            arrays: list[np.ndarray]) -> np.ndarray:
-    """Sorted sids of the subscriptions matched, given the sids an event hit in the trees
-    (each once): those whose access predicate held, and whose check row's predicate
-    entries were all hit (``clusters``)."""
+            arrays: list[np.ndarray], segments: np.ndarray | None = None,
+            unequal: np.ndarray | None = None) -> np.ndarray:
+    """Sorted sids of the subscriptions matched, given the sids an event hit in the trees:
+    those whose access predicate held, and whose check row's predicate entries were all
+    hit (``clusters``). An interval entry holds where one value hit it twice (its two
+    bounds). A flat event hits other sids once each; an event holding arrays
+    (``segments``: the number of the value that hit each sid) may hit them once per
+    element, and ``unequal`` are the entries of ``!=`` an element, which do not hold."""
     if not arrays:
         return sidset.EMPTY
     kinds = snapshot.kinds_of(txn, dbs)
@@ -169,13 +173,35 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     except IndexError:
         raise ValueError("a SidSet holds a sid beyond the per-sid table") from None
     held = hits[kind == PREDICATE]
+    pairs = kind == INTERVAL
+    if pairs.any():
+        held = np.concatenate((held, _twice(hits[pairs], None if segments is None
+                                            else segments[pairs])))
+    candidates = hits[kind == SUBSCRIPTION]
+    if segments is not None:
+        candidates = np.unique(candidates)
     if snapshot.hit.size < kinds.size:
         snapshot.hit = np.zeros(kinds.size, bool)
     hit = snapshot.hit
     hit[held] = True
+    if unequal is not None:
+        hit[unequal[unequal < hit.size]] = False
     try:
-        return snapshot.rows_of(txn, dbs).matched(hits[kind == SUBSCRIPTION], hit)
+        return snapshot.rows_of(txn, dbs).matched(candidates, hit)
     except IndexError:
         raise ValueError("a check row names a sid beyond the per-sid table") from None
     finally:
         hit[held] = False
+
+
+def _twice(sids: np.ndarray, segments: np.ndarray | None) -> np.ndarray:
+    """The interval entries among ``sids`` that one value hit twice: each of its bounds
+    once (a value hits a bound's posting at most once). Without ``segments`` all hits are
+    of one value per attribute."""
+    keys = sids.astype(np.int64)
+    if segments is not None:
+        keys = (keys << 32) | segments
+    keys.sort()
+    same = keys[1:] == keys[:-1]
+    found = keys[1:][same]
+    return found >> 32 if segments is not None else found

@@ -7,7 +7,7 @@ postings say where each predicate lives in the trees (DESIGN §3).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 import lmdb
@@ -16,27 +16,55 @@ import numpy as np
 
 from pbtree import config
 from pbtree.errors import CorruptIndexError
-from pbtree.expr import OPS_CORE
+from pbtree.expr import OPS_CORE, OPS_STORED, prefix_successor
 from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import const_payload, element_bytes
 
 PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to
-#: a core operator's rank (its index in OPS_CORE), and by rank the kind of place it posts
-#: to first and second (-1: none), as arrays for the columnar paths
-OP_RANK = {op: rank for rank, op in enumerate(OPS_CORE)}
+#: an operator's rank (its index in OPS_STORED: core, then the intervals, which post as
+#: their bounds, ``posted``), and by core rank the kind of place it posts to first and
+#: second (-1: none), as arrays for the columnar paths
+OP_RANK = {op: rank for rank, op in enumerate(OPS_STORED)}
+#: the interval operators: one predicate, posted as two bounds under one sid
+INTERVALS = frozenset(("between", "prefix"))
+#: access predicates whose own predicate entry is in the subscription's check row too:
+#: an interval (its access posts one bound only) and ``!=`` (against an array, an
+#: element equal to the constant clears the entry's mark, ``snapshot.matched``)
+OWN_ENTRY = frozenset(("!=", "between", "prefix"))
 FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
 SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
                        np.int64)
 
+#: the id bytes of a predicate entry's record (``clusters.PREDICATE_ID``)
+ENTRY_ID = b"p"
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
 
 
-def postings(preds: list) -> Iterator[Posting]:
-    """Where a record's first predicate, the only one it posts (its access predicate, or
-    a predicate entry's one: ``pbtree.clusters``), is stored (DESIGN §3): one posting per
-    place."""
-    for attr, op, value in preds[:1]:
+def bounds(pred: Sequence) -> list:
+    """The two core predicates an interval is posted as: ``between`` its ``>=`` lower and
+    ``<=`` upper bound, ``prefix p`` its ``>= p`` and ``< successor(p)``."""
+    attr, op, value = pred
+    if op == "between":
+        return [(attr, ">=", value[0]), (attr, "<=", value[1])]
+    return [(attr, ">=", value), (attr, "<", prefix_successor(value))]
+
+
+def posted(preds: Sequence, entry: bool) -> list:
+    """The core predicates a record posts (DESIGN §3): its first, the access predicate
+    of a subscription or a predicate entry's one; an interval entry's (``entry``) as its
+    two bounds, a subscription's interval access as its lower bound only (``bounds``)."""
+    first = preds[0]
+    if first[1] in INTERVALS:
+        both = bounds(first)
+        return both if entry else both[:1]
+    return [first]
+
+
+def postings(preds: list, entry: bool = False) -> Iterator[Posting]:
+    """Where a record posts (``posted``; ``entry``: a predicate entry's record) is stored
+    (DESIGN §3): one posting per place."""
+    for attr, op, value in posted(preds, entry) if preds else ():
         name = attr.encode("utf-8")
         for v in value if op == "in" else (value,):
             family, payload = constant(v)
@@ -91,8 +119,8 @@ def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Postin
             from None
     try:
         preds = msgpack.unpackb(packed)
-        return idkey, preds, list(postings(preds))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return idkey, preds, list(postings(preds, idkey == ENTRY_ID))
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
                                 f"({type(exc).__name__}: {exc})") from None
 

@@ -10,6 +10,7 @@ import numpy as np
 from pbtree import clusters, delta, staged, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID
 from pbtree.errors import CorruptIndexError
+from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from pbtree.lists import FIXED_WIDTH, HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
@@ -17,7 +18,7 @@ from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records
 from pbtree.packed import Packed, limit
 from pbtree.postings import split_code
 from pbtree.shard import CONJUNCTIONS
-from pbtree.subs import sid_key, stored
+from pbtree.subs import INTERVALS, sid_key, stored
 from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
 from storage.keys import STRING, tree_prefix
@@ -57,7 +58,8 @@ def shard_stats(shard) -> dict:
             "staged": staged,
             # a subscription with 'or' stores a conjunction per sid
             "conjunctions": read_counter(txn, meta, CONJUNCTIONS),
-            # core predicates of the conjunctions: the access ones, and the check rows'
+            # predicates of the conjunctions: the access ones, and the check rows' (an
+            # interval or != access predicate twice: its entry is in its row too)
             "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
                 int(np.frombuffer(raw, "<u4", 1, 4 * (clusters.ROW_CHUNK - 1))[0])
                 for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
@@ -333,7 +335,11 @@ class _Checker:
                 if len(preds) != 1 or entries.get(key, (None,))[0] != sid:
                     self.fail(f"sid {sid}: a predicate entry not recorded in "
                               f"{clusters.PREDS}")
-                if kind != clusters.PREDICATE or int_id != 0 or row:
+                interval = len(preds) == 1 and preds[0][1] in INTERVALS
+                if interval and not _sound_interval(preds[0]):
+                    self.fail(f"sid {sid}: interval entry {preds[0]!r} is malformed")
+                want = clusters.INTERVAL if interval else clusters.PREDICATE
+                if kind != want or int_id != 0 or row:
                     self.fail(f"sid {sid}: the per-sid columns of a predicate entry disagree")
             else:
                 listed = bytes(txn.get(idkey, db=dbs["ids"]) or b"")
@@ -345,7 +351,7 @@ class _Checker:
                 if kind != clusters.SUBSCRIPTION:
                     self.fail(f"sid {sid}: the kinds column does not mark a subscription")
                 self.check_row(sid, preds, row, entries)
-                uses.update(map(clusters.predicate_key, preds[1:]))
+                uses.update(map(clusters.predicate_key, clusters.checked(preds)))
                 sub_id = decode_id(idkey)
                 if int_id != (sub_id if isinstance(sub_id, int) else STRING_ID):
                     self.fail(f"sid {sid}: integer id column disagrees with id {sub_id!r}")
@@ -393,11 +399,14 @@ class _Checker:
     def check_row(self, sid: int, preds: list, row: list[int],
                   entries: dict[bytes, tuple[int, int]]) -> None:
         """A subscription's check row names, in order, the predicate entries of all its
-        predicates but the first."""
-        want = [entries.get(clusters.predicate_key(p), (None,))[0] for p in preds[1:]]
+        predicates but the first, and of the first too when it is an interval or ``!=``
+        (``clusters.checked``)."""
+        want = [entries.get(clusters.predicate_key(p), (None,))[0]
+                for p in clusters.checked(preds)]
         if row != want:
             self.fail(f"sid {sid}: check row {row} does not name the predicate entries "
-                      f"{want} of its predicates after the first")
+                      f"{want} of its predicates after the first (and of a first that is "
+                      f"an interval or !=)")
 
     def string_ids(self, want: dict[int, bytes]) -> None:
         """The string id column holds exactly the string ids of the live sids, and no chunk
@@ -543,3 +552,12 @@ def sound_run(run: staged.Staged) -> bool:
 def verify_shard(shard, number: int, shards: int) -> None:
     with shard.read() as txn:
         _Checker(shard, number, shards, txn).run()
+
+
+def _sound_interval(pred: list) -> bool:
+    """Whether an interval predicate is as ``expr.rewrite`` makes them: ``between`` a pair
+    of constants, ``prefix`` a string that has a successor."""
+    _, op, value = pred
+    if op == "between":
+        return isinstance(value, list | tuple) and len(value) == 2
+    return isinstance(value, str) and prefix_successor(value) is not None

@@ -1,6 +1,6 @@
 """Brute-force matching oracle: evaluates source-level predicates on an event, no index.
 
-Written from DESIGN.md §1 and §8.3 alone; the only thing taken from pbtree is
+Written from DESIGN.md §1 and §8.3 (arrays) alone; the only thing taken from pbtree is
 ``parse_formula`` (for expressions). An expression's tree is evaluated as it stands, with
 no normal form: ``not`` negates the predicates under it (De Morgan's laws for ``and`` and
 ``or``), and a predicate on an attribute an event lacks, or holds in another type, is false
@@ -56,6 +56,34 @@ def _holds(op: str, const: object, value: object) -> bool:
     return family(const) == fam and _COMPARE[op](value, const)
 
 
+def elements(value: object) -> list:
+    """The comparable values an event value gives a predicate (DESIGN §8.3): a scalar
+    itself, an array (list, tuple, numpy array) its elements that are comparable scalars
+    (objects, nested arrays, None, NaN left out); none: the attribute is absent."""
+    if hasattr(value, "tolist") and hasattr(value, "ndim"):  # a numpy array
+        value = value.tolist()
+    items = value if isinstance(value, list | tuple) else [value]
+    return [v for v in items if family(v) is not None]
+
+
+def _equal(a: object, b: object) -> bool:
+    return family(a) == family(b) and a == b
+
+
+def _holds_some(op: str, const: object, values: list) -> bool:
+    """A predicate on an attribute holding ``values`` (one, or an array's elements): it
+    holds when it holds for some element; ``!=`` and ``not in`` when no element equals
+    (a listed constant) and, by strong semantics, some element is of its family."""
+    if op == "!=":
+        consts = [const]
+    elif op == "not in":
+        consts = list(const)  # type: ignore[call-overload]
+    else:
+        return any(_holds(op, const, v) for v in values)
+    return all(any(family(v) == family(c) for v in values) and
+               not any(_equal(v, c) for v in values) for c in consts)
+
+
 _OPS = frozenset((*_COMPARE, "in", "not in", "between", "prefix"))
 #: the negation of each operator, for a value of the constant's type: one predicate, or
 #: (between, prefix) either of two
@@ -82,8 +110,10 @@ def _negations(attr: str, op: str, const: object) -> list[tuple[str, str, object
 
 
 def _predicate_holds(attr: str, op: str, const: object, event: Mapping) -> bool:
-    value = lookup(event, attr)
-    return family(value) is not None and _holds(op, const, value)
+    """A predicate on an event: on the value of its attribute, or an array's elements
+    (``_holds_some``); false when there is none it can compare."""
+    values = elements(lookup(event, attr))
+    return bool(values) and _holds_some(op, const, values)
 
 
 def _evaluate(node, event: Mapping, negated: bool) -> bool:

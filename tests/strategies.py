@@ -99,3 +99,34 @@ def formula_tuples(node) -> list:
     if word == "and":
         return [item for part in body for item in formula_tuples(part)]
     return [("or", *map(formula_tuples, body))]
+
+# events holding arrays (DESIGN §8.3): elements of mixed families, duplicates, junk that
+# no predicate compares (nested arrays, objects, None, NaN), empty arrays
+JUNK = [None, [1], ["a"], {"k": 1}, float("nan"), b"x"]
+array_elements = st.one_of(values, st.sampled_from(EVENT_ONLY), st.sampled_from(JUNK))
+arrays = st.one_of(
+    st.lists(array_elements, max_size=5),
+    st.lists(values, min_size=1, max_size=3).map(lambda v: v + v[:1]),  # a duplicate
+    st.lists(array_elements, max_size=4).map(tuple),
+)
+array_events = st.dictionaries(st.sampled_from([*ATTRS, "unused"]),
+                               st.one_of(event_values, arrays), max_size=5)
+
+
+def random_array_event(rng: random.Random, attrs: list[str], domain: int) -> dict:
+    """``random_event`` whose attributes hold arrays half of the time: a list or tuple of
+    0 to 4 values, with duplicates and junk now and then."""
+    out = {}
+    for a in attrs:
+        if rng.random() >= 0.7:
+            continue
+        if rng.random() < 0.5:
+            out[a] = random_value(rng, domain)
+            continue
+        items = [random_value(rng, domain) for _ in range(rng.randint(0, 4))]
+        if items and rng.random() < 0.3:
+            items.append(rng.choice(items))
+        if rng.random() < 0.2:
+            items.insert(rng.randint(0, len(items)), rng.choice(JUNK))
+        out[a] = tuple(items) if rng.random() < 0.2 else items
+    return out

@@ -17,8 +17,9 @@ from pbtree.expr import parse
 from pbtree.ids import encode_id
 
 ATTRS = ["a", "b", "c", "x.y"]
-LOGICAL = ("subscriptions", "predicates", "attributes", "leaf_items", "gt_items", "lt_items",
-           "ineq_items")
+#: counts that do not depend on which predicate is each subscription's access one (an
+#: interval or != access predicate is counted twice in "predicates": it is in its row too)
+LOGICAL = ("subscriptions", "attributes", "leaf_items", "gt_items", "lt_items", "ineq_items")
 
 
 def _workload(seed: int, count: int, domain: int) -> dict:
@@ -157,7 +158,7 @@ def test_columns_take_and_concat_keep_every_subscription():
     def rows(cols: bulk.Columns) -> list:
         out, at = [], 0
         for sub_id, key, count in zip(cols.ids, cols.keys, cols.counts.tolist(), strict=True):
-            preds = [(cols.attrs[a], bulk.OPS_CORE[o], cols.consts[c]) for a, o, c in zip(
+            preds = [(cols.attrs[a], bulk.OPS_STORED[o], cols.consts[c]) for a, o, c in zip(
                 cols.attr[at:at + count].tolist(), cols.op[at:at + count].tolist(),
                 cols.const[at:at + count].tolist(), strict=True)]
             out.append((sub_id, key, [(a, o, list(v) if o == "in" else v) for a, o, v in preds]))

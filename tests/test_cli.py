@@ -133,7 +133,7 @@ def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
                      "value": [[100], [8, 9], [4], [20, 60]]})
     pq.write_table(rows, tmp_path / "preds.parquet")
     run("subscribe", path, "--file", tmp_path / "preds.parquet")
-    assert run("get", path, 2).stdout == "price <= 60 and price >= 20 and size in (8, 9)\n"
+    assert run("get", path, 2).stdout == "price between 20 and 60 and size in (8, 9)\n"
     out = run("match", path, "--event", '{"price": 42, "rating": 4.5, "size": 9}')
     assert lines(out.stdout) == [{"event": 1, "matches": [1, 2]}]
     pq.write_table(rows.set_column(2, "op", pa.array(["<", "in", "=", "~"])),
@@ -351,3 +351,25 @@ def test_recluster_by_sample_events(index: Path, tmp_path: Path) -> None:
     bad.write_text('{"a": 1}\n[2]\n')
     assert "bad.jsonl:2: not a JSON object" in run("recluster", index, "--events", bad,
                                                    status=1).stderr
+
+
+def test_match_reads_arrays_from_parquet_list_columns_and_json(tmp_path: Path) -> None:
+    """Parquet list columns and JSON arrays are arrays: each element is matched, between
+    and prefix by one element, != by none equal; explain shows the array."""
+    path = tmp_path / "a.pbt"
+    run("create", path)
+    run("subscribe", path, "--file", jsonl(tmp_path / "subs.jsonl", [
+        {"id": 1, "expr": "price between 50 and 60"}, {"id": 2, "expr": "tag != 'old'"},
+        {"id": 3, "expr": "tag prefix 'ne'"}]))
+    pq.write_table(pa.table({"price": pa.array([[1.0, 55.0], [1.0, 100.0], None],
+                                               pa.list_(pa.float64())),
+                             "tag": pa.array([["new"], ["old", "new"], []],
+                                             pa.list_(pa.string()))}), tmp_path / "ev.parquet")
+    found = lines(run("match", path, tmp_path / "ev.parquet").stdout)
+    assert [row["matches"] for row in found] == [[1, 2, 3], [3], []]
+    json_events = jsonl(tmp_path / "ev.jsonl", [{"price": [1, 55], "tag": ["new"]},
+                                                {"price": [1, 100], "tag": ["old", "new"]}])
+    assert [r["matches"] for r in lines(run("match", path, json_events).stdout)] == \
+        [[1, 2, 3], [3]]
+    out = run("explain", path, 1, "--event", '{"price": [1, 100]}').stdout
+    assert "fails  price between 50 and 60  (event: [1, 100])" in out

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
-from strategies import random_event, random_subscription
+from strategies import random_array_event, random_event, random_subscription
 
 import pbtree
 from pbtree import bulk, clusters, config
@@ -57,11 +57,12 @@ def test_churn_and_reclustering_match_the_oracle(tmp_path_factory, monkeypatch, 
                 ix.subscribe(sub_id, expr, replace=True)
                 model[sub_id] = parse(expr)
             elif kind == "recluster":
-                sample = [random_event(rng, ATTRS[:rng.randint(1, 4)], DOMAIN)
-                          for _ in range(rng.choice([0, 3, 30]))]
+                sample = [rng.choice((random_event, random_array_event))(
+                    rng, ATTRS[:rng.randint(1, 4)], DOMAIN) for _ in range(rng.choice([0, 3, 30]))]
                 ix.recluster(sample if sample or rng.random() < 0.5 else None)
-            for _ in range(4):
-                event = random_event(rng, rng.sample(ATTRS, rng.randint(0, 4)), DOMAIN)
+            for n in range(6):
+                event = (random_event if n % 2 else random_array_event)(
+                    rng, rng.sample(ATTRS, rng.randint(0, 4)), DOMAIN)
                 assert ix.match(event) == oracle_match(model, event), (step, event)
             report = ix.verify()
             assert report["subscriptions"] == len(model)

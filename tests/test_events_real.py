@@ -41,12 +41,14 @@ SUBS = [
     (9, "big != 9007199254740992"),
 ]
 #: values no predicate can compare
-UNCOMPARABLE = [{"a": 1}, {"a": {"b": [1, {"c": None}]}}, [1, 2], [], (1,), {1}, b"x",
-                bytearray(b"x"), float("nan"), np.float32("nan"), Decimal("NaN"), object(),
-                datetime.time(1), datetime.timedelta(1), 1j, np.array([1, 2])]
+UNCOMPARABLE = [{"a": 1}, {"a": {"b": [1, {"c": None}]}}, [], [[1], {"a": 1}, None],
+                (float("nan"),), {1}, b"x", bytearray(b"x"), float("nan"), np.float32("nan"),
+                Decimal("NaN"), object(), datetime.time(1), datetime.timedelta(1), 1j,
+                np.array([[1, 2]])]  # arrays of no comparable element are absent too
 #: values every kind of field may hold
 ANY_VALUE = [*UNCOMPARABLE, None, 2**70, -(10**400), 10**5000, "s", 1.5, True,
-             datetime.datetime(2026, 1, 1), Decimal("1E+999999999"), Fraction(10**400, 3)]
+             datetime.datetime(2026, 1, 1), Decimal("1E+999999999"), Fraction(10**400, 3),
+             [1, 2], (1,), np.array([1, 2])]
 PBTREE = str(Path(sys.executable).with_name("pbtree"))
 
 
@@ -220,8 +222,9 @@ TYPED_SUBS = [
     (14, "nan != 2"),
     (15, f"ts_ns > {NEW_YEAR}"),
 ]
-#: e0 and e2 lack big, e1 and e2 lack the rest; e1's nan is 1.0
-TYPED_EXPECTED = {"e0": [1, 3, 4, 5, 7, 15], "e1": [6, 14], "e2": [1]}
+#: e0 and e2 lack big, e1 and e2 lack the rest; e1's nan is 1.0; e0's tags hold 'a' (an
+#: array: != holds, no element equals), its attrs map pairs, which no predicate compares
+TYPED_EXPECTED = {"e0": [1, 3, 4, 5, 7, 11, 15], "e1": [6, 14], "e2": [1]}
 
 
 def test_parquet_events_of_every_column_type_through_the_command(tmp_path):

@@ -12,7 +12,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
-from strategies import EVENT_ONLY, STRINGS, events, random_event, random_subscription, subscriptions
+from strategies import (
+    EVENT_ONLY,
+    STRINGS,
+    array_events,
+    events,
+    random_array_event,
+    random_event,
+    random_subscription,
+    subscriptions,
+)
 
 import pbtree
 from pbtree import config
@@ -89,7 +98,8 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, 
             ix.verify()
             assert ix.stats()["dead"] < fold_at * shards  # purged at fold_at in a shard
             assert len(ix) == len(model)
-            batch = data.draw(st.lists(events, min_size=1, max_size=6), label="events")
+            batch = data.draw(st.lists(events | array_events, min_size=1, max_size=6),
+                              label="events")
             expected = [oracle_match(model, event) for event in batch]
             assert [ix.match(event) for event in batch] == expected
             assert ix.match_many(batch) == expected  # later uses of each tree
@@ -133,7 +143,8 @@ def test_many_events_many_subscriptions(tmp_path, fold_at, form):
                     assert report["packed_trees"] > 0
                 else:
                     assert report["gt_nodes"] > 20 and report["ineq_nodes"] > 20
-            evs = [random_event(rng, attrs, 6) for _ in range(2500)]
+            evs = [random_event(rng, attrs, 6) for _ in range(2000)]
+            evs += [random_array_event(rng, attrs, 6) for _ in range(500)]
             got = ix.match_many(evs)
             for event, ids in zip(evs, got, strict=True):
                 assert ids == oracle_match(model, event), (round_no, event)

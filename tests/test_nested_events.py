@@ -54,7 +54,8 @@ def test_the_events_own_key_wins_then_the_shallower_path(tmp_path):
         assert ix.match({"user": {"country": "FR"}}) == ["fr"]
         assert ix.match({"a": {"b": {"c": 2}, "b.c": 1}}) == ["one"]
         assert ix.match({"a": {"b": {"c": 2}}}) == ix.match({"a.b": {"c": 2}}) == ["two"]
-        assert ix.match({"user": {"country": ["FR"]}}) == []  # a list: absent
+        assert ix.match({"user": {"country": ["FR"]}}) == ["fr"]  # an array of one element
+        assert ix.match({"user": {"country": [["FR"], {"x": "FR"}]}}) == []  # of none
 
 
 def test_parquet_struct_columns_are_nested_objects(tmp_path):

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 import pbtree
 from pbtree import arrowparse, config, layouts
 from pbtree.batch import normalize_many
-from pbtree.bulk import OPS_CORE, Columns
+from pbtree.bulk import OPS_STORED, Columns
 from pbtree.core import MAX_ATTR_BYTES, normalize
 from pbtree.errors import ExpressionError, PbtreeError, shown
 from pbtree.expr import OP_SPELLINGS, format_attr, format_predicates, format_value, parse, rewrite
@@ -72,7 +72,7 @@ def expanded(cols: Columns) -> dict:
     """id -> the typed core predicates of each subscription of ``cols``."""
     out, at = {}, 0
     for sub_id, count in zip(cols.ids, cols.counts.tolist(), strict=True):
-        out[sub_id] = typed([(cols.attrs[a], OPS_CORE[o], cols.consts[c]) for a, o, c in zip(
+        out[sub_id] = typed([(cols.attrs[a], OPS_STORED[o], cols.consts[c]) for a, o, c in zip(
             cols.attr[at:at + count].tolist(), cols.op[at:at + count].tolist(),
             cols.const[at:at + count].tolist(), strict=True)])
         at += count

@@ -19,7 +19,7 @@ from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
 from pbtree.pending import Run, Sorted, Written, ranked_distinct
 from pbtree.postings import Grouped, grouped, joined, places
-from pbtree.subs import stored
+from pbtree.subs import posted, stored
 from storage.keys import number_keys, number_payload
 
 
@@ -113,7 +113,7 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         lists = [normalize(random_subscription(rng, rng.sample(ATTRS, 2), rng.choice((3, 30))))
                  for _ in range(n)]
         written = Written()
-        written.add(0, n, lists)
+        written.add(0, n, [posted(p, False) for p in lists])  # what each posts
         bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
         runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
         for run in runs:

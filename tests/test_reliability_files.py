@@ -261,7 +261,7 @@ def _as_version(path: Path, old: int) -> None:
     record, and for version 2 no ``folded`` one. What the trees and ``needed`` hold is
     left: an upgrade stores every subscription anew from its record."""
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
-    if old == 9:  # as this one but for the count of conjunctions (none held 'or')
+    if old == 9:  # its count of conjunctions gone; the rest is stored anew by the upgrade
         with env.begin(write=True) as txn:
             meta = env.open_db(b"meta", txn=txn)
             assert txn.delete(shard_module.CONJUNCTIONS, db=meta)
@@ -288,11 +288,11 @@ def test_older_shard_is_read_and_upgraded_when_opened_for_writing(damaged, old):
     """Version 2 had no pending sids (no folded record), version 3 no packed trees,
     version 5 no staged runs (no staged database), version 6 no removed subscriptions
     left in the trees (no dead database), version 8 and older posted every predicate
-    with no predicate entries or check rows, version 9 had no count of conjunctions.
-    Read-only, such a shard is refused, naming
-    the way out, and left as it is; opened for writing, it is stored anew in the current
-    version (the databases it lacks made), and answers as the oracle, then read-only
-    too, and takes staged and pending subscriptions."""
+    with no predicate entries or check rows, version 9 had no interval entries, no entry
+    of a != access predicate in its row and no count of conjunctions. Read-only, such a
+    shard is refused, naming the way out, and left as it is; opened for writing, it is
+    stored anew in the current version (the databases it lacks made), and answers as the
+    oracle, then read-only too, and takes staged and pending subscriptions."""
     path, events, answers = damaged
     with pbtree.open(path, readonly=True) as ix:
         stats = ix.stats()

@@ -20,6 +20,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.pending import Run, Written
 from pbtree.postings import code, split_code
+from pbtree.subs import posted
 
 #: attribute ids unlike the numbers a run gives its names
 AIDS: dict[bytes, int] = {}
@@ -61,7 +62,7 @@ def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
     lists = [normalize(sub) for sub in subs]
     n = len(lists)
     written = Written()
-    written.add(0, n, lists)
+    written.add(0, n, [posted(p, False) for p in lists])  # what each posts
     pending = Run(None, {}, 0, n, written)
     whole = _staged(written, 0, n)
     stored = staged.Staged.decode(0, memoryview(whole.encode()))
@@ -85,7 +86,7 @@ def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
 def test_a_damaged_run_is_named():
     lists = [normalize([("a", "=", "x"), ("b", "<", 3)]), normalize([("a", "in", ["y", "z"])])]
     written = Written()
-    written.add(0, 2, lists)
+    written.add(0, 2, [posted(p, False) for p in lists])  # what each posts
     raw = _staged(written, 0, 2).encode()
     assert _held(staged.Staged.decode(0, memoryview(raw))) == _held(_staged(written, 0, 2))
     wrong_width = bytearray(raw)

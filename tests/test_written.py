@@ -100,7 +100,7 @@ def test_a_fold_tried_again_after_the_map_filled_reads_no_record(tmp_path, monke
             raise lmdb.MapFullError("map full")
         flush(self)
 
-    with pbtree.create(tmp_path / "index", fold_at=600) as ix:
+    with pbtree.create(tmp_path / "index", fold_at=800) as ix:
         monkeypatch.setattr(Writer, "flush", full_once)
         later = None  # subscriptions written after the first fold
         for start in range(0, 1000, 250):
@@ -255,7 +255,7 @@ def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
         if found is None:
             return False
         want = unsorted(np.arange(start, end, dtype=np.uint32),
-                        [model[s] for s in range(start, end)])
+                        [model[s] for s in range(start, end)], True)
         assert listed(joined([found])) == listed(joined([want]))
         return True
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import matches, oracle_match
-from strategies import events, formula_text, formula_tuples, formulas
+from strategies import array_events, events, formula_text, formula_tuples, formulas
 
 import pbtree
 from pbtree import bulk, layouts
@@ -127,7 +127,8 @@ def test_churn_matches_oracle(tmp_path_factory, data, shards, fold_at):
             assert len(ix) == report["subscriptions"] == len(model)
             assert report["conjunctions"] == sum(
                 len(conjunctions(normalize(expr, BIG))) for expr in model.values())
-            batch = data.draw(st.lists(events, min_size=1, max_size=5), label="events")
+            batch = data.draw(st.lists(events | array_events, min_size=1, max_size=5),
+                              label="events")
             expected = [oracle_match(model, event) for event in batch]
             assert ix.match_many(batch) == expected
             assert ix.count_many(batch) == list(map(len, expected))

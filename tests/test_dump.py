@@ -12,9 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from oracle import oracle_match
-from strategies import random_event, random_subscription
+from strategies import random_array_event, random_event, random_subscription
 
 import pbtree
+from pbtree.expr import format_predicates, parse
 
 PBTREE = str(Path(sys.executable).with_name("pbtree"))
 ATTRS = ["a", "b", "c", "x.y", "naïve name"]
@@ -28,13 +29,23 @@ def _run(*args: object, status: int = 0) -> subprocess.CompletedProcess:
 
 
 def _model(ids: list) -> dict:
+    """Random subscriptions, every fourth with 'or' and 'not'."""
     rng = random.Random(7)
-    return {i: random_subscription(rng, ATTRS, 8) for i in ids}
+    out = {}
+    for n, sub_id in enumerate(ids):
+        conj = random_subscription(rng, ATTRS, 8)
+        if n % 4 == 3:
+            other = format_predicates(parse(random_subscription(rng, ATTRS, 8)))
+            out[sub_id] = f"({format_predicates(parse(conj))}) or not ({other})"
+        else:
+            out[sub_id] = conj
+    return out
 
 
 def _same_matches(path: Path, model: dict) -> None:
     rng = random.Random(11)
-    events = [random_event(rng, ATTRS, 8) for _ in range(150)]
+    events = [(random_array_event if n % 2 else random_event)(rng, ATTRS, 8)
+              for n in range(150)]
     with pbtree.open(path, readonly=True) as ix:
         assert ix.match_many(events) == [oracle_match(model, e) for e in events]
         assert len(ix) == len(model)

@@ -26,7 +26,6 @@ from pbtree.clusters import Estimates
 from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
 from pbtree.staging import check_outputs, commit_with, stage_outputs
-from spark_loader.progress import Timings
 from spark_loader.session import (
     REASON,
     close_rejects,
@@ -35,6 +34,7 @@ from spark_loader.session import (
     task_errors,
     write_part,
 )
+from spark_loader.timings import Timings
 
 SHARD = "__pbtree_shard"
 ROWS = ".rows"  # staging subdirectory of the routed rows, removed before the manifest

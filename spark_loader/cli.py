@@ -81,7 +81,7 @@ def _quiet_logging(args: argparse.Namespace) -> None:
 def build_command(args: argparse.Namespace) -> int:
     """Run ``pbtree build``; prints the summary line; returns the exit code."""
     from spark_loader import build, session
-    from spark_loader.progress import Timings
+    from spark_loader.timings import Timings
 
     estimates = None
     if args.sample_events is not None:
@@ -107,7 +107,7 @@ def build_command(args: argparse.Namespace) -> int:
 def match_command(args: argparse.Namespace) -> int:
     """Run ``pbtree match-batch``; prints the summary line; returns the exit code."""
     from spark_loader import match, session
-    from spark_loader.progress import Timings
+    from spark_loader.timings import Timings
 
     match.check(args.index, args.events, args.output, args.force)
     conf = session.parse_conf(args.spark_conf)

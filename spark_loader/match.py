@@ -19,8 +19,8 @@ from pbtree.core import MANIFEST
 from pbtree.errors import PbtreeError
 from pbtree.layouts import subscription_id_type
 from pbtree.staging import Staging, check_outputs
-from spark_loader.progress import Timings
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
+from spark_loader.timings import Timings
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
 #: without it Spark refuses a Parquet file with a nanosecond timestamp column

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pbtree.errors import PbtreeError
 from pbtree.staging import hidden_dir, sweep
 from spark_loader import classdata
-from spark_loader.progress import Timings
+from spark_loader.timings import Timings
 
 _LOG4J = """rootLogger.level = error
 rootLogger.appenderRef.stderr.ref = console

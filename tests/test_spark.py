@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas")]
 
 from spark_loader import build, cli, match, session  # noqa: E402
-from spark_loader.progress import Timings, watch  # noqa: E402
+from spark_loader.timings import Timings, watch  # noqa: E402
 
 ATTRS = ["a", "b", "c", "x.y"]
 #: counts that do not depend on the access predicates chosen (test_bulk)

@@ -22,7 +22,7 @@ SUBSCRIPTIONS, EVENTS, SHOWN = 5000, 500, 3
 def build_with_spark(subs: Path, index: Path) -> str:
     """Build the index from Parquet with the Spark loader; returns how it went."""
     from spark_loader import build, session
-    from spark_loader.progress import Timings
+    from spark_loader.timings import Timings
 
     timings = Timings()
     with session.running(None, {}, "pbtree demo", timings) as spark:

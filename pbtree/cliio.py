@@ -21,8 +21,8 @@ from typing import IO, Any
 
 import pbtree
 from pbtree import config
+from pbtree.outputs import as_created
 from pbtree.samples import is_parquet_path
-from pbtree.staging import as_created
 
 #: longest integer literal read from JSON: beyond ±2^63 every id and value is refused
 #: anyway, and Python refuses to read ones over 4,300 digits with an obscure message

@@ -47,8 +47,8 @@ from pbtree.expr import conjunctions
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 from pbtree.nested import leaves
+from pbtree.outputs import as_created, fsync_dir, recover
 from pbtree.shard import Shard
-from pbtree.staging import as_created, fsync_dir, recover
 from pbtree.subs import decoded
 from pbtree.values import searched
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING

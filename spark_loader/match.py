@@ -18,7 +18,7 @@ import pbtree
 from pbtree.core import MANIFEST
 from pbtree.errors import PbtreeError
 from pbtree.layouts import subscription_id_type
-from pbtree.staging import Staging, check_outputs
+from pbtree.outputs import Staging, check_outputs
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
 from spark_loader.timings import Timings
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pbtree.errors import PbtreeError
-from pbtree.staging import hidden_dir, sweep
+from pbtree.outputs import hidden_dir, sweep
 from spark_loader import classdata
 from spark_loader.timings import Timings
 

@@ -29,7 +29,7 @@ import pbtree
 from pbtree import cli as pbtree_cli
 from pbtree.config import NODE_BYTES
 from pbtree.expr import format_predicates, parse
-from pbtree.staging import Staging
+from pbtree.outputs import Staging
 
 pytest.importorskip("pyspark")
 pytestmark = [pytest.mark.slow,

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pbtree.staging import sweep
+from pbtree.outputs import sweep
 
 PBTREE = str(Path(sys.executable).with_name("pbtree"))
 

@@ -1,4 +1,4 @@
-"""Outputs that appear only when complete (pbtree.staging): commit, and two outputs
+"""Outputs that appear only when complete (pbtree.outputs): commit, and two outputs
 committed together (swap, then finish or undo), on the real file system."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 import pytest
 
 import pbtree
-from pbtree.staging import OverlapError, Staging, check_apart, commit_with
+from pbtree.outputs import OverlapError, Staging, check_apart, commit_with
 
 
 def _tree(path) -> dict[str, str]:

@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 
 import pbtree
-from pbtree.staging import Staging, hidden_dir, sweep
+from pbtree.outputs import Staging, hidden_dir, sweep
 
 #: a child that stages a new index with subscription "new" and commits it over ``target``
 #: (which holds "old"), killing itself with SIGKILL at its ``step``-th file system change
 CHILD = textwrap.dedent("""
     import os, shutil, signal, sys
     import pbtree
-    from pbtree import staging
+    from pbtree import outputs
 
     target, step, atomic = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
     if not atomic:
-        staging.exchange = lambda first, second: False
-    job = staging.Staging(target, force=True)
+        outputs.exchange = lambda first, second: False
+    job = outputs.Staging(target, force=True)
     with pbtree.create(job.path, shards=2) as index:
         index.subscribe("new", "a = 1")
     calls = [0]
@@ -39,7 +39,7 @@ CHILD = textwrap.dedent("""
 
     for name in ("rename", "replace", "rmdir", "unlink", "mkdir"):
         setattr(os, name, counted(getattr(os, name)))
-    staging.exchange = counted(staging.exchange)
+    outputs.exchange = counted(outputs.exchange)
     job.commit()
     print("committed", calls[0])
 """)
@@ -83,7 +83,7 @@ def test_a_kill_at_any_step_leaves_the_old_or_the_new_index(tmp_path: Path,
 def test_the_next_job_sweeps_only_dirs_whose_process_is_gone(tmp_path: Path) -> None:
     target = str(tmp_path / "out")
     dead = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
-        from pbtree.staging import hidden_dir
+        from pbtree.outputs import hidden_dir
         for kind in ("staging", "scratch", "old"):
             print(hidden_dir({target!r}, kind))
     """)], capture_output=True, text=True, check=True).stdout.split()

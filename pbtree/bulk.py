@@ -29,7 +29,7 @@ from pbtree.ids import encode_id, shard_of
 from pbtree.outputs import fsync_dir
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
-from pbtree.subs import FIRST_KIND, OP_RANK, OWN_ENTRY, SECOND_KIND
+from pbtree.subs import FIRST_KIND, OP_RANK, OWN_ENTRY, SECOND_KIND, ids_records
 from pbtree.tree import COUNTER, is_packed
 from pbtree.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
@@ -473,13 +473,8 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
 
     sid_keys = fixed_rows(np.arange(len(full), dtype=">u4"), 4).to_pylist()
     out.add("subs", list(zip(sid_keys, _sub_values(full), strict=True)))
-    if cols.part is None:
-        out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)))
-    else:  # a subscription's value lists its conjunctions' sids
-        joined: dict[bytes, bytes] = {}
-        for key, sid in zip(full.keys[m:], sid_keys[m:], strict=True):
-            joined[key] = joined.get(key, b"") + sid
-        out.add("ids", sorted(joined.items()))
+    out.add("ids", sorted(zip(full.keys[m:], sid_keys[m:], strict=True)) if cols.part is None
+            else sorted(ids_records(full.keys[m:], sid_keys[m:])))
     kinds = np.repeat([clusters.PREDICATE, clusters.SUBSCRIPTION], [m, len(cols)])
     kinds[:m][np.isin(full.op[:m], _INTERVAL)] = clusters.INTERVAL
     out.add(KINDS.db, _column(KINDS, kinds))

@@ -751,7 +751,7 @@ def _is_group(item: object) -> bool:
             and item[0].lower() in ("or", "not") and not isinstance(item[1], str))
 
 
-def _tuple_formula(items: object, label: str = "") -> Formula:
+def _tuple_formula(items: object, label: str = "", depth: int = 0) -> Formula:
     """The formula of a tuple-form conjunction: its items are predicates and groups; an
     item's errors name it by its position (``2.1.0``: item 0 of alternative 1 of item 2)."""
     if isinstance(items, bytes | bytearray | dict | str) or not isinstance(items, Iterable):
@@ -766,13 +766,13 @@ def _tuple_formula(items: object, label: str = "") -> Formula:
             parts.append(_parse_tuple(index, item))
             continue
         word, alternatives = item[0].lower(), item[1:]
-        if label.count(".") >= 2 * config.MAX_NESTING:  # each group adds two to the label
+        if depth >= config.MAX_NESTING:
             raise ExpressionError(f"predicate {index}: groups nest deeper than "
                                   f"{config.MAX_NESTING} levels")
         if word == "not" and len(alternatives) != 1:
             raise ExpressionError(f"predicate {index}: ('not', x) negates one item or list")
-        found = [_tuple_formula(alt if isinstance(alt, list) else [alt], f"{index}.{k}.")
-                 for k, alt in enumerate(alternatives)]
+        found = [_tuple_formula(alt if isinstance(alt, list) else [alt], f"{index}.{k}.",
+                                depth + 1) for k, alt in enumerate(alternatives)]
         parts.append(("not", found[0]) if word == "not" else ("or", found))
     if not parts:
         raise ExpressionError(f"empty subscription: no predicates given"

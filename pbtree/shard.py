@@ -38,6 +38,8 @@ from pbtree.subs import (
     INTERVALS,
     Posting,
     decoded,
+    ids_records,
+    listed_sids,
     posted,
     records,
     sid_key,
@@ -395,14 +397,8 @@ class Shard:
         bodies += [clusters.array_header(len(each)) + b"".join(each) for each in packed]
         txn.cursor(db=dbs["subs"]).putmulti(list(zip(
             sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
-        if len(owners) > len(lists):  # a subscription's value lists its conjunctions' sids
-            joined: dict[bytes, bytes] = {}
-            for key, sid in zip(owned, sids, strict=True):
-                joined[key] = joined.get(key, b"") + sid
-            listed = list(joined.items())
-        else:
-            listed = list(zip(owned, sids, strict=True))
-        txn.cursor(db=dbs["ids"]).putmulti(listed)
+        txn.cursor(db=dbs["ids"]).putmulti(ids_records(owned, sids) if len(owners) > len(lists)
+                                           else list(zip(owned, sids, strict=True)))
         self._add_conjunctions(txn, len(ordered))
         return first, len(bodies), [posted([pred_of[key]], True) for key in new] + \
             [posted(preds, False) for preds in ordered]
@@ -606,15 +602,14 @@ class Shard:
         until a purge (``_purge``), its record moved to ``dead`` to find them by; a staged
         or pending one's go at the next merge or fold."""
         txn.delete(idkey, db=self.dbs["ids"])
-        listed = bytes(listed)
-        for at in range(0, len(listed), 4):
-            sid = int.from_bytes(listed[at:at + 4], "big")
+        sids = listed_sids(bytes(listed))
+        for sid in sids:
             self._drop(w, txn, sid)
             row = w.rows.row(sid)
             if row.size:
                 w.rows.clear(sid)
                 self._unuse(w, txn, row.tolist())
-        self._add_conjunctions(txn, -(len(listed) // 4))
+        self._add_conjunctions(txn, -len(sids))
 
     def _unuse(self, w: Writer, txn, pids: list[int]) -> None:
         """Count one use less of each predicate entry ``pids``; drop those left unused."""
@@ -754,12 +749,11 @@ class Shard:
             if listed is None:
                 return None
             found = []
-            for at in range(0, len(listed), 4):
-                key = bytes(listed[at:at + 4])
-                raw = txn.get(key, db=self.dbs["subs"])
+            for sid in listed_sids(listed):
+                raw = txn.get(sid_key(sid), db=self.dbs["subs"])
                 if raw is None:
                     return None
-                found.append(decoded(int.from_bytes(key, "big"), raw)[1])
+                found.append(decoded(sid, raw)[1])
             return found
 
     def distinct(self, txn, cache: Snapshot, sids: np.ndarray) -> int:

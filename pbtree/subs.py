@@ -134,6 +134,20 @@ def sid_keys(first: int, n: int) -> list[bytes]:
     return element_bytes(np.arange(first, first + n, dtype=">u4"))
 
 
+def listed_sids(value: bytes | memoryview) -> list[int]:
+    """The sids an ``ids`` value lists: one per conjunction of the subscription."""
+    return np.frombuffer(value, ">u4").tolist()
+
+
+def ids_records(idkeys: Sequence[bytes], keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+    """The ``ids`` records of conjunctions whose id bytes are ``idkeys`` and sid keys
+    ``keys``: one per id, its conjunctions' sid keys joined in order."""
+    joined: dict[bytes, bytes] = {}
+    for idkey, key in zip(idkeys, keys, strict=True):
+        joined[idkey] = joined.get(idkey, b"") + key
+    return list(joined.items())
+
+
 _ID_LEN = struct.Struct("<H")
 
 

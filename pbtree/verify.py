@@ -18,7 +18,7 @@ from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records
 from pbtree.packed import Packed, limit
 from pbtree.postings import split_code
 from pbtree.shard import CONJUNCTIONS
-from pbtree.subs import INTERVALS, sid_key, stored
+from pbtree.subs import INTERVALS, listed_sids, sid_key, stored
 from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
 from storage.keys import STRING, tree_prefix
@@ -343,8 +343,7 @@ class _Checker:
                     self.fail(f"sid {sid}: the per-sid columns of a predicate entry disagree")
             else:
                 listed = bytes(txn.get(idkey, db=dbs["ids"]) or b"")
-                if len(listed) % 4 or sid_key(sid) not in {listed[at:at + 4] for at in
-                                                          range(0, len(listed), 4)}:
+                if len(listed) % 4 or sid not in listed_sids(listed):
                     self.fail(f"sid {sid}: id records disagree")
                 if shard_of(bytes(idkey), self.shards) != self.number:
                     self.fail(f"sid {sid}: id hashes to another shard")

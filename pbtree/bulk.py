@@ -29,7 +29,7 @@ from pbtree.ids import encode_id, shard_of
 from pbtree.outputs import fsync_dir
 from pbtree.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
-from pbtree.subs import FIRST_KIND, OP_RANK, OWN_ENTRY, SECOND_KIND, ids_records
+from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, ids_records, name_bytes
 from pbtree.tree import COUNTER, is_packed
 from pbtree.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
@@ -198,7 +198,7 @@ def _postings(cols: Columns) -> tuple[list[str], list[bytes], np.ndarray, np.nda
     first, second = FIRST_KIND[op], SECOND_KIND[op]
 
     used = np.unique(attr)
-    ordered_names = sorted(cols.attrs[a] for a in used.tolist())  # code point = UTF-8 order
+    ordered_names = sorted((cols.attrs[a] for a in used.tolist()), key=name_bytes)
     attr_id = np.zeros(len(cols.attrs), dtype=np.int64)
     rank = {name: n for n, name in enumerate(ordered_names)}
     attr_id[used] = [rank[cols.attrs[a]] for a in used.tolist()]
@@ -364,10 +364,31 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
         cols = cols.take(by_access)
         sub, first, order = _ordered(cols, estimates)
     attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
-    own = first & np.isin(op, _OWN_ENTRY)  # access predicates in their own check row too
-    rest = np.flatnonzero(~first | own)
-    triple = (attr[rest] * len(OPS_STORED) + op[rest]) * size + const[rest]
-    unique, entry = np.unique(triple, return_inverse=True)
+    consts, lower, upper, upper_op = _interval_bounds(cols.consts, op, const)
+    # the check rows' items (clusters.checked): sub, section (1: interval entries, last),
+    # place in the row, and the predicate
+    interval = np.isin(op, _INTERVAL)
+    at = np.arange(op.size, dtype=np.int64)
+    plain = np.flatnonzero(~interval & (~first | (op == OP_RANK["!="])))
+    low = np.flatnonzero(interval & ~first)
+    both = np.flatnonzero(interval)
+    pieces = [(plain, 0, 3 * plain, attr[plain], op[plain], const[plain]),
+              (low, 0, 3 * low, attr[low], np.full(low.size, _GE), lower[low]),
+              (both, 0, 3 * both + 1, attr[both], upper_op[both], upper[both]),
+              (both, 1, at[both], attr[both], op[both], const[both])]
+    source = np.concatenate([p for p, *_ in pieces])
+    item_sub = sub[source]
+    section = np.concatenate([np.full(p.size, k, dtype=np.int64) for p, k, *_ in pieces])
+    place = np.concatenate([piece[2] for piece in pieces])
+    items = np.lexsort((place, section, item_sub))
+    item_sub = item_sub[items]
+    i_attr, i_op, i_const = (np.concatenate([piece[n] for piece in pieces])[items]
+                             for n in (3, 4, 5))
+    size = max(len(consts), 1)
+    triple = (i_attr * len(OPS_STORED) + i_op) * size + i_const
+    unique, one, entry = np.unique(triple, return_index=True, return_inverse=True)
+    entry = entry.reshape(-1)
+    one = source[items[one]]  # a predicate of each entry, for its bounds
     m = unique.size
     e_rest, e_const = np.divmod(unique, size)
     e_attr, e_op = np.divmod(e_rest, len(OPS_STORED))
@@ -375,15 +396,11 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     full = Columns([0] * m + cols.ids, [clusters.PREDICATE_ID] * m + cols.keys,
                    np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
                    np.concatenate((e_op, op)), np.concatenate((e_const, const)), cols.attrs,
-                   cols.consts, cols.members)
-    posted = _bounds(Columns(full.ids, full.keys, np.ones(m + n, dtype=np.int64),
-                             np.concatenate((e_attr, attr[first])),
-                             np.concatenate((e_op, op[first])),
-                             np.concatenate((e_const, const[first])), cols.attrs, cols.consts,
-                             cols.members), m)
-    lengths = np.concatenate((np.zeros(m, dtype=np.int64),
-                              cols.counts - 1 + own[first].astype(np.int64)))
-    row_sub = sub[rest] + m  # sids of the rows' owners, in sid order
+                   consts, cols.members)
+    posted = _posted(full, m, (lower[one], upper[one], upper_op[one]),
+                     (attr[first], op[first], const[first], lower[first]))
+    lengths = np.concatenate((np.zeros(m, dtype=np.int64), np.bincount(item_sub, minlength=n)))
+    row_sub = item_sub + m  # sids of the rows' owners, in sid order
     rows = []
     for number in range(-(-(m + n) // clusters.ROW_CHUNK)):
         lo, hi = number * clusters.ROW_CHUNK, (number + 1) * clusters.ROW_CHUNK
@@ -394,26 +411,27 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
             a, b = np.searchsorted(row_sub, (lo, hi))
             rows.append((clusters.chunk_key(number), clusters.encode_chunk(part, entry[a:b])))
     uses = np.bincount(entry, minlength=m).tolist()
-    keys = [clusters.predicate_key((cols.attrs[a], OPS_STORED[o], cols.consts[c]))
+    keys = [clusters.predicate_key((cols.attrs[a], OPS_STORED[o], consts[c]))
             for a, o, c in zip(e_attr.tolist(), e_op.tolist(), e_const.tolist(), strict=True)]
     preds = sorted((key, clusters.encode_entry(sid, count))
                    for sid, (key, count) in enumerate(zip(keys, uses, strict=True)))
     return full, posted, rows, preds
 
 
-_OWN_ENTRY = np.array([OP_RANK[op] for op in OWN_ENTRY], dtype=np.int64)
 _INTERVAL = np.array([OP_RANK["between"], OP_RANK["prefix"]], dtype=np.int64)
 _GE, _LE, _LT = OP_RANK[">="], OP_RANK["<="], OP_RANK["<"]
 
 
-def _bounds(posted: Columns, entries: int) -> Columns:
-    """``posted`` (one predicate a record) with each interval as the core predicates it
-    posts (``subs.posted``): an interval entry's (the first ``entries`` records) as its
-    two bounds, a subscription's interval access as its lower bound."""
-    at = np.flatnonzero(np.isin(posted.op, _INTERVAL))
+def _interval_bounds(consts: list, op: np.ndarray, const: np.ndarray
+                     ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """``consts`` with the bounds of every interval among the predicates (``op``,
+    ``const``) added, and per predicate (0 where no interval) the codes of its lower and
+    upper bound and its upper bound's operator (``subs.bounds``)."""
+    lower, upper, upper_op = (np.zeros(op.size, dtype=np.int64) for _ in range(3))
+    at = np.flatnonzero(np.isin(op, _INTERVAL))
     if not at.size:
-        return posted
-    consts = list(posted.consts)
+        return consts, lower, upper, upper_op
+    consts = list(consts)
     codes = {const_key(v): n for n, v in enumerate(consts)}
 
     def code(value: object) -> int:
@@ -422,25 +440,47 @@ def _bounds(posted: Columns, entries: int) -> Columns:
             consts.append(value)
         return found
 
-    attr, op, const = posted.attr.copy(), posted.op.copy(), posted.const.copy()
-    extra_at, extra_op, extra_const = [], [], []
-    for i in at.tolist():
-        value = consts[const[i]]
-        if op[i] == OP_RANK["between"]:
-            lo, hi, upper = value[0], value[1], _LE
+    pairs, inverse = np.unique(op[at] * len(consts) + const[at], return_inverse=True)
+    found = []
+    for kind, c in zip(*np.divmod(pairs, len(consts)), strict=True):
+        value = consts[c]
+        if kind == OP_RANK["between"]:
+            found.append((code(value[0]), code(value[1]), _LE))
         else:
-            lo, hi, upper = value, prefix_successor(value), _LT
-        op[i], const[i] = _GE, code(lo)
-        if i < entries:
-            extra_at.append(i)
-            extra_op.append(upper)
-            extra_const.append(code(hi))
-    counts = posted.counts.copy()
-    counts[extra_at] += 1
-    where = np.array(extra_at, dtype=np.int64) + 1  # each upper bound after its lower
-    return Columns(posted.ids, posted.keys, counts, np.insert(attr, where, attr[where - 1]),
-                   np.insert(op, where, extra_op), np.insert(const, where, extra_const),
-                   posted.attrs, consts, posted.members)
+            found.append((code(value), code(prefix_successor(value)), _LT))
+    lo, hi, up = (np.array(column, dtype=np.int64)[inverse.reshape(-1)]
+                  for column in zip(*found, strict=True))
+    lower[at], upper[at], upper_op[at] = lo, hi, up
+    return consts, lower, upper, upper_op
+
+
+def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
+            access: tuple[np.ndarray, ...]) -> Columns:
+    """One record per posted predicate (``subs.posted``) of the first ``m`` records of
+    ``full``, the predicate entries (``entry_bounds``: the lower and upper bound codes and
+    upper operator of each, ``_interval_bounds``), and of the subscriptions' access
+    predicates (``access``: attribute, operator, constant and lower bound code): an
+    interval entry as its two bounds under its attribute's ELEMENTS name, an interval
+    access as its lower bound."""
+    e_attr, e_op, e_const = full.attr[:m], full.op[:m], full.const[:m]
+    lower, upper, upper_op = entry_bounds
+    attr, op, const, access_lower = access
+    entry = np.isin(e_op, _INTERVAL)
+    attrs = list(full.attrs)
+    named = np.unique(e_attr[entry])
+    elements = np.zeros(len(attrs), dtype=np.int64)
+    elements[named] = np.arange(len(attrs), len(attrs) + named.size)
+    attrs += [attrs[a] + ELEMENTS for a in named.tolist()]
+    interval = np.isin(op, _INTERVAL)
+    a = np.concatenate((np.where(entry, elements[e_attr], e_attr), attr))
+    o = np.concatenate((np.where(entry, _GE, e_op), np.where(interval, _GE, op)))
+    c = np.concatenate((np.where(entry, lower, e_const), np.where(interval, access_lower, const)))
+    counts = np.ones(a.size, dtype=np.int64)
+    counts[np.flatnonzero(entry)] = 2
+    where = np.flatnonzero(entry) + 1  # each upper bound after its lower
+    return Columns(full.ids, full.keys, counts, np.insert(a, where, a[where - 1]),
+                   np.insert(o, where, upper_op[entry]), np.insert(c, where, upper[entry]),
+                   attrs, full.consts, full.members)
 
 
 def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | None
@@ -452,7 +492,7 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
     full, posted, rows, preds = _clustered(cols, estimates)
     m = len(full) - len(cols)
     names, keys, codes, sids = _postings(posted)
-    out.add("attrs", [(name.encode("utf-8"), n.to_bytes(4, "little"))
+    out.add("attrs", [(name_bytes(name), n.to_bytes(4, "little"))
                       for n, name in enumerate(names)])
     starts = np.flatnonzero(np.diff(codes, prepend=-1))
     group_codes, bounds = codes[starts].tolist(), np.append(starts, codes.size).tolist()

@@ -205,11 +205,22 @@ def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
 
 
 def checked(preds: Sequence) -> Sequence:
-    """The predicates of an ordered subscription (``ordered``) its check row lists the
-    entries of: all but the first, and the first too when its posting alone does not
-    decide it (``subs.OWN_ENTRY``: an interval's access posts one bound; ``!=`` against
-    an array)."""
-    return preds if preds[0][1] in OWN_ENTRY else preds[1:]
+    """The predicates whose entries an ordered subscription's (``ordered``) check row
+    lists, in order: all but the first, and the first too when its posting alone does not
+    decide it (``!=`` against an array); each interval as its two bounds in place (its
+    access as its upper bound only) and its interval entry after all the rest: the bounds
+    decide a flat event, the interval entry only an array's (``snapshot.matched``)."""
+    first = preds[0]
+    if not any(p[1] in INTERVALS for p in preds):
+        return preds if first[1] in OWN_ENTRY else preds[1:]
+    row, tail = [], []
+    for n, pred in enumerate(preds):
+        if pred[1] in INTERVALS:
+            row += bounds(pred)[1:] if n == 0 else bounds(pred)
+            tail.append(pred)
+        elif n or pred[1] in OWN_ENTRY:
+            row.append(pred)
+    return row + tail
 
 
 def predicate_key(pred: Sequence) -> bytes:

@@ -199,9 +199,10 @@ class ArrayEvent(list):
     """A prepared event some attribute of which holds two or more distinct comparable
     values (an array): each is searched as its own value, and ``unequal`` lists the
     ``preds`` keys of ``attribute != element`` for each element, whose entries' marks the
-    match clears (``snapshot.matched``): ``!=`` holds when no element equals."""
+    match clears (``snapshot.matched``): ``!=`` holds when no element equals. The values
+    from ``first`` on are arrays' elements: they search the interval entries too."""
 
-    __slots__ = ("unequal",)
+    __slots__ = ("unequal", "first")
 
 
 def is_array(value: object) -> bool:
@@ -250,6 +251,7 @@ def _with_arrays(out: PreparedEvent, arrays: list[tuple[object, object]]) -> Pre
     """``out`` and the comparable elements of each array, an ArrayEvent if one holds two
     or more distinct ones."""
     unequal: list[bytes] = []
+    first, many = len(out), False
     for attr, value in arrays:
         found = list(dict.fromkeys(filter(None, map(searched, value))))  # distinct, in order
         if len(found) == 1:
@@ -259,11 +261,12 @@ def _with_arrays(out: PreparedEvent, arrays: list[tuple[object, object]]) -> Pre
             for each in found:
                 _add(out, attr, each)
             if len(out) > start:
+                many = True
                 unequal += _unequal_keys(attr, found)
-    if not unequal:
+    if not many:
         return out
     event = ArrayEvent(out)
-    event.unequal = unequal
+    event.unequal, event.first = unequal, first
     return event
 
 

@@ -27,6 +27,7 @@ from pbtree.subs import (
     OP_RANK,
     SECOND_KIND,
     constant,
+    name_bytes,
     posted,
     records,
     split_sub,
@@ -136,7 +137,7 @@ def unsorted(sids: np.ndarray, lists: list, posts: bool = False) -> Grouped:
     post = np.concatenate((np.arange(len(values)), second))
     kind = np.concatenate((FIRST_KIND[op], SECOND_KIND[op[second]]))
     place = code(attr[post], family[post], kind)
-    return Grouped([name.encode("utf-8") for name in names], strings, place, keys[post],
+    return Grouped([name_bytes(name) for name in names], strings, place, keys[post],
                    pred_sid[pred_of[post]])
 
 

@@ -38,6 +38,7 @@ from pbtree.subs import (
     INTERVALS,
     Posting,
     decoded,
+    elements_name,
     ids_records,
     listed_sids,
     posted,
@@ -60,11 +61,13 @@ FORMAT = b"pbtree-shard"
 #: 8: string ids in a column (``strids``); 9: access predicates, predicate entries and
 #: check rows (``clusters``); 10: a subscription with 'or' stores a sid per conjunction,
 #: all listed in its ``ids`` value; interval entries (``between``, ``prefix`` one
-#: predicate each, kind INTERVAL) and the entry of a ``!=`` access predicate in its row
-VERSION = 10
+#: predicate each, kind INTERVAL) and the entry of a ``!=`` access predicate in its row;
+#: 11: an interval's bounds are entries in its check rows, and its interval entry posts
+#: under its attribute's ELEMENTS name, searched by array elements only
+VERSION = 11
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
 #: meta record of the selectivity estimates (``clusters.Estimates``)
@@ -362,10 +365,12 @@ class Shard:
         pred_of: dict[bytes, Sequence] = {}
         keyed = []
         for each, preds in zip(packed, ordered, strict=True):
-            skip = len(preds) - len(clusters.checked(preds))  # the access predicate's, or 0
-            keys = list(map(key_of, each[skip:]))
-            by_key.update(zip(keys, each[skip:], strict=True))
-            pred_of.update(zip(keys, preds[skip:], strict=True))
+            row = clusters.checked(preds)
+            skip = len(preds) - len(row)  # the access predicate's, or 0, if no interval
+            row_packed = each[skip:] if skip >= 0 else list(map(pack, row))
+            keys = list(map(key_of, row_packed))
+            by_key.update(zip(keys, row_packed, strict=True))
+            pred_of.update(zip(keys, row, strict=True))
             keyed.append(keys)
         uses = Counter(chain.from_iterable(keyed))
         entries = dict(map(clusters.found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
@@ -705,20 +710,23 @@ class Shard:
     def _match_values(self, txn, cache: Snapshot, search: Search, pending,
                       event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
         """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
-        searched on its own, so that its hits are one segment (an interval entry holds for
-        a value that hits it twice, ``snapshot.matched``), and the entries of ``!=`` an
-        element looked up, to be cleared."""
+        searched on its own, so that its hits are one segment, an array's element in the
+        interval entries' trees too (an interval entry holds for an element that hits it
+        twice, ``snapshot.matched``), and the entries of ``!=`` an element looked up, to be
+        cleared."""
         out = search.out
         ends = []
-        for value in event:
+        for n, value in enumerate(event):
             name, family, payload, exact = value
-            aid = self._attr(txn, name)
-            if aid is not None:
-                search.attribute(tree_prefix(aid, family), payload, exact)
-                by_id = [(aid, family, payload, exact)]
-                for run in cache.staged:
-                    run.search(by_id, out)
-            pending.search([value], out)
+            names = (name, elements_name(name)) if n >= event.first else (name,)
+            for each in names:
+                aid = self._attr(txn, each)
+                if aid is not None:
+                    search.attribute(tree_prefix(aid, family), payload, exact)
+                    by_id = [(aid, family, payload, exact)]
+                    for run in cache.staged:
+                        run.search(by_id, out)
+                pending.search([(each, family, payload, exact)], out)
             ends.append(len(out))
         if not out:
             return matched(txn, self.dbs, cache, out)

@@ -40,7 +40,8 @@ class Snapshot:
         self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
         self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
         self.kinds: np.ndarray | None = None  # ``kinds`` of every sid (clusters.FREE ...)
-        self.hit = np.zeros(0, bool)  # a mark per sid, all False between events
+        #: a mark per sid: between events those of the interval entries only (``marks``)
+        self.hit = np.zeros(0, bool)
         self.rows: Rows | None = None
         self.int_ids: IdTable | None = None
         self.str_ids: StringIdTable | None = None  # read at the first string id matched
@@ -65,6 +66,13 @@ class Snapshot:
         if self.kinds is None:
             self.kinds = self._read(KINDS, txn, dbs)
         return self.kinds
+
+    def marks(self, kinds: np.ndarray) -> np.ndarray:
+        """The hit marks of ``kinds``: an interval entry's holds unless an array's
+        elements clear it (``matched``), the others' are set by the event's hits."""
+        if self.hit.size != kinds.size:
+            self.hit = kinds == INTERVAL
+        return self.hit
 
     def rows_of(self, txn: lmdb.Transaction, dbs: dict) -> Rows:
         """The check rows of this snapshot."""
@@ -117,10 +125,15 @@ class Snapshot:
         if found is not None:
             views, changed = found
             kinds = grown(self.kinds, len(views) * KINDS.size)
+            same = kinds is self.kinds and self.hit.size == kinds.size
             for number in changed:
-                kinds[number * KINDS.size:(number + 1) * KINDS.size] = views[number]
+                part = slice(number * KINDS.size, (number + 1) * KINDS.size)
+                kinds[part] = views[number]
+                if same:
+                    self.hit[part] = kinds[part] == INTERVAL
             new.kinds, new.views[KINDS.db] = kinds, views
-        new.hit = self.hit
+            if same:
+                new.hit = self.hit
         if self.rows is not None:
             new.rows = self.rows.renewed(txn, dbs,
                                          None if written is None else written[clusters.DB])
@@ -160,10 +173,12 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
             unequal: np.ndarray | None = None) -> np.ndarray:
     """Sorted sids of the subscriptions matched, given the sids an event hit in the trees:
     those whose access predicate held, and whose check row's predicate entries were all
-    hit (``clusters``). An interval entry holds where one value hit it twice (its two
-    bounds). A flat event hits other sids once each; an event holding arrays
-    (``segments``: the number of the value that hit each sid) may hit them once per
-    element, and ``unequal`` are the entries of ``!=`` an element, which do not hold."""
+    hit (``clusters``). A flat event hits each sid at most once, and no interval entry:
+    their marks hold, the bounds in the same rows decide. An event holding arrays
+    (``segments``: the number of the value that hit each sid) hits sids once per element,
+    and an interval entry once per element of its attribute: one hit twice by an
+    element holds, one never hit twice is cleared. ``unequal`` are the entries of ``!=``
+    an element, which do not hold."""
     if not arrays:
         return sidset.EMPTY
     kinds = snapshot.kinds_of(txn, dbs)
@@ -173,18 +188,17 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     except IndexError:
         raise ValueError("a SidSet holds a sid beyond the per-sid table") from None
     held = hits[kind == PREDICATE]
-    pairs = kind == INTERVAL
-    if pairs.any():
-        held = np.concatenate((held, _twice(hits[pairs], None if segments is None
-                                            else segments[pairs])))
     candidates = hits[kind == SUBSCRIPTION]
+    hit = snapshot.marks(kinds)
+    cleared = sidset.EMPTY
     if segments is not None:
         candidates = np.unique(candidates)
-    if snapshot.hit.size < kinds.size:
-        snapshot.hit = np.zeros(kinds.size, bool)
-    hit = snapshot.hit
+        pairs = kind == INTERVAL
+        if pairs.any():
+            cleared = np.setdiff1d(hits[pairs], _twice(hits[pairs], segments[pairs]))
     hit[held] = True
-    if unequal is not None:
+    hit[cleared] = False
+    if unequal is not None:  # entries of '!=': none an interval entry, all reset below
         hit[unequal[unequal < hit.size]] = False
     try:
         return snapshot.rows_of(txn, dbs).matched(candidates, hit)
@@ -192,16 +206,12 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
         raise ValueError("a check row names a sid beyond the per-sid table") from None
     finally:
         hit[held] = False
+        hit[cleared] = True
 
 
-def _twice(sids: np.ndarray, segments: np.ndarray | None) -> np.ndarray:
-    """The interval entries among ``sids`` that one value hit twice: each of its bounds
-    once (a value hits a bound's posting at most once). Without ``segments`` all hits are
-    of one value per attribute."""
-    keys = sids.astype(np.int64)
-    if segments is not None:
-        keys = (keys << 32) | segments
+def _twice(sids: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """The interval entries among ``sids`` that one value (``segments``) hit twice: each
+    of its bounds once (a value hits a bound's posting at most once)."""
+    keys = (sids.astype(np.int64) << 32) | segments
     keys.sort()
-    same = keys[1:] == keys[:-1]
-    found = keys[1:][same]
-    return found >> 32 if segments is not None else found
+    return keys[1:][keys[1:] == keys[:-1]] >> 32

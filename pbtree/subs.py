@@ -28,10 +28,14 @@ PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "
 OP_RANK = {op: rank for rank, op in enumerate(OPS_STORED)}
 #: the interval operators: one predicate, posted as two bounds under one sid
 INTERVALS = frozenset(("between", "prefix"))
+#: what ends the attribute name an interval entry posts its bounds under: the trees of
+#: ``name`` + ELEMENTS hold only interval entries, and only array elements search them
+#: (a lone surrogate, the byte 0xFF once encoded: in no attribute name or event key)
+ELEMENTS = "\udcff"
 #: access predicates whose own predicate entry is in the subscription's check row too:
-#: an interval (its access posts one bound only) and ``!=`` (against an array, an
-#: element equal to the constant clears the entry's mark, ``snapshot.matched``)
-OWN_ENTRY = frozenset(("!=", "between", "prefix"))
+#: ``!=`` (against an array, an element equal to the constant clears the entry's mark,
+#: ``snapshot.matched``)
+OWN_ENTRY = frozenset(("!=",))
 FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
 SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
                        np.int64)
@@ -53,19 +57,34 @@ def bounds(pred: Sequence) -> list:
 def posted(preds: Sequence, entry: bool) -> list:
     """The core predicates a record posts (DESIGN §3): its first, the access predicate
     of a subscription or a predicate entry's one; an interval entry's (``entry``) as its
-    two bounds, a subscription's interval access as its lower bound only (``bounds``)."""
+    two bounds under the attribute's ELEMENTS name, a subscription's interval access as
+    its lower bound only (``bounds``)."""
     first = preds[0]
     if first[1] in INTERVALS:
-        both = bounds(first)
-        return both if entry else both[:1]
+        lower, upper = bounds(first)
+        if not entry:
+            return [lower]
+        name = first[0] + ELEMENTS
+        return [(name, lower[1], lower[2]), (name, upper[1], upper[2])]
     return [first]
+
+
+def name_bytes(attr: str) -> bytes:
+    """An attribute name as the ``attrs`` database keys it: UTF-8, and an ELEMENTS name
+    ending in the byte 0xFF."""
+    return attr.encode("utf-8", "surrogateescape")
+
+
+def elements_name(name: bytes) -> bytes:
+    """The encoded name under which the interval entries on attribute ``name`` post."""
+    return name + b"\xff"
 
 
 def postings(preds: list, entry: bool = False) -> Iterator[Posting]:
     """Where a record posts (``posted``; ``entry``: a predicate entry's record) is stored
     (DESIGN §3): one posting per place."""
     for attr, op, value in posted(preds, entry) if preds else ():
-        name = attr.encode("utf-8")
+        name = name_bytes(attr)
         for v in value if op == "in" else (value,):
             family, payload = constant(v)
             for kind in PLACES[op]:

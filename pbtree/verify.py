@@ -18,7 +18,7 @@ from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records
 from pbtree.packed import Packed, limit
 from pbtree.postings import split_code
 from pbtree.shard import CONJUNCTIONS
-from pbtree.subs import INTERVALS, listed_sids, sid_key, stored
+from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
 from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
 from storage.keys import STRING, tree_prefix
@@ -30,7 +30,8 @@ def shard_stats(shard) -> dict:
     """Counts over one shard, read in one snapshot."""
     dbs = shard.dbs
     with shard.read() as txn:
-        names = {int.from_bytes(v, "little"): bytes(k).decode("utf-8")
+        names = {int.from_bytes(v, "little"):  # an ELEMENTS name's trees are its attribute's
+                 bytes(k).decode("utf-8", "surrogateescape").removesuffix(ELEMENTS)
                  for k, v in txn.cursor(db=dbs["attrs"])}
         used = set()
         for key in txn.cursor(db=dbs["trees"]).iternext(values=False):
@@ -58,8 +59,9 @@ def shard_stats(shard) -> dict:
             "staged": staged,
             # a subscription with 'or' stores a conjunction per sid
             "conjunctions": read_counter(txn, meta, CONJUNCTIONS),
-            # predicates of the conjunctions: the access ones, and the check rows' (an
-            # interval or != access predicate twice: its entry is in its row too)
+            # predicates of the conjunctions: the access ones, and the check rows' (a !=
+            # access predicate twice: its entry is in its row too; an interval as its
+            # bounds and its interval entry)
             "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
                 int(np.frombuffer(raw, "<u4", 1, 4 * (clusters.ROW_CHUNK - 1))[0])
                 for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),

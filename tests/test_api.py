@@ -82,8 +82,9 @@ def test_unsubscribe_counts(index):
 def test_stats_counts(index):
     stats = index.stats()
     assert stats["subscriptions"] == 4
-    # 2 + 2 (in, between) + 3 (prefix as access and in its check row, !=) + 2 = 9
-    assert stats["predicates"] == 9
+    # 2 + 4 (in; between as its two bounds and its interval entry) + 4 (prefix posted as
+    # its lower bound; its upper bound, != and its interval entry in the check row) + 2
+    assert stats["predicates"] == 12
     assert stats["attributes"] == 7
     assert stats["bytes"] > 0 and stats["shards"] == 2
 

@@ -116,7 +116,8 @@ def test_mixed_family_bounds_never_hold(tmp_path):
 
 def test_subscriptions_of_one_interval_or_one_unequal(tmp_path):
     """An only predicate that is an interval or ``!=`` is posted as an ordinary predicate
-    (the lower bound; the ``!=``) and has its own entry in its check row."""
+    (the lower bound; the ``!=``); its check row holds its own entry (and an interval's
+    upper bound)."""
     with pbtree.create(tmp_path / "ix") as ix:
         ix.subscribe(1, "price between 50 and 60")
         ix.subscribe(2, "a != 5")
@@ -127,7 +128,7 @@ def test_subscriptions_of_one_interval_or_one_unequal(tmp_path):
                        for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
         with shard.matching() as (txn, cache):
             kinds = cache.kinds_of(txn, shard.dbs)[entries].tolist()
-        assert sorted(kinds) == [clusters.PREDICATE, clusters.INTERVAL, clusters.INTERVAL]
+        assert sorted(kinds) == [clusters.PREDICATE] * 3 + [clusters.INTERVAL] * 2
         for sub_id in (1, 2, 3):  # the access predicate first, its own entry in its row
             assert len(shard.get(encode_id(sub_id))) == 1
         ix.verify()
@@ -174,11 +175,13 @@ def test_explain_agrees_with_match_on_array_events(tmp_path_factory, subs, batch
 @pytest.mark.parametrize("seed", [1, 2])
 def test_bulk_and_api_indexes_agree_on_array_events(tmp_path, seed):
     """A bulk build and subscribe_many of the same between/prefix-rich subscriptions,
-    with removals after, answer array events as the oracle does."""
+    with removals after, answer array events as the oracle does. A name above U+DCFF
+    ("a\ue000") sorts below the interval trees' name of "a" as bytes, not as text."""
     rng = random.Random(seed)
-    attrs = ["a", "b", "c"]
+    attrs = ["a", "b", "c", "a\ue000"]
     subs = {n: random_subscription(rng, attrs, 8) for n in range(400)}
-    subs.update({1000 + n: [("a", "between", (n % 8, (n * 3) % 8))] for n in range(30)})
+    subs.update({1000 + n: [(attrs[n % 2 * 3], "between", (n % 8, (n * 3) % 8))]
+                 for n in range(30)})
     subs.update({2000 + n: [("b", "prefix", f"s{n % 5}"), ("c", "!=", n % 4)]
                  for n in range(30)})
     model = {i: parse(s) for i, s in subs.items()}
@@ -240,4 +243,28 @@ def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
         assert ix.get(1) == "price <= 60 and price >= 50"
         assert ix.match({"price": [1, 100], "a": [5, 6]}) == [1]
         assert ix.match({"a": [6, 7]}) == [2]
-    assert shard_module.VERSION == 10
+    assert shard_module.VERSION == 11
+
+
+def test_a_version_10_shard_is_stored_anew(tmp_path):
+    """Version 10 posted interval entries in their attribute's trees and listed no bounds
+    in the check rows: such a shard is refused read-only and stored anew when opened for
+    writing, its intervals then matched right for flat and array events."""
+    import lmdb
+
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(1, "price between 50 and 60 and a = 1"),
+                           (2, "t prefix 'ab'"), (3, "price between 1 and 5")])
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.put(b"version", (10).to_bytes(4, "little"), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with pytest.raises(pbtree.FormatVersionError, match="version 10 is older"):
+        pbtree.open(path, readonly=True)
+    with pbtree.open(path) as ix:
+        assert ix.shards[0].upgraded_from == 10
+        ix.verify()
+        assert ix.match_many([{"price": 55, "a": 1, "t": "abc"}, {"price": [0, 100], "a": 1},
+                              {"price": [3, 55], "a": 1, "t": ["a", "b"]}]) == \
+            [[1, 2], [], [1, 3]]

@@ -22,7 +22,7 @@ What stays beside its code, on purpose:
   ``storage.keys.MAX_CONST_BYTES`` (LMDB's 511-byte keys);
 - facts rather than choices: ``core.FILES_PER_SHARD``, ``strids.APART_BYTES`` (measured
   costs), ``snapshot.HOT`` and ``clusters.TIE`` (a state and a tie-break, no trade);
-- checks of input, not trades: ``cliio.MAX_INT_DIGITS``, ``core.FILES_SPARE``,
+- checks of input, not trades: ``cli.streams.MAX_INT_DIGITS``, ``core.FILES_SPARE``,
   ``storage.errors.SHOWN`` (how much of a value an error message shows);
 - the storage layer's own (``storage.env``: ``GROW_AT``, ``READER_CHECK_SECONDS``,
   ``MAX_READERS``): storage sits below pbtree and imports nothing from it.

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from pbtree import config
-from pbtree.clicommon import common_options, note
+from pbtree.cli.common import common_options, note
 from pbtree.errors import PbtreeError
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
@@ -85,7 +85,7 @@ def build_command(args: argparse.Namespace) -> int:
 
     estimates = None
     if args.sample_events is not None:
-        from pbtree.cliio import sample_events
+        from pbtree.cli.streams import sample_events
         from pbtree.clusters import Estimates
 
         sampled = sample_events(args.sample_events, config.SAMPLE_EVENTS)

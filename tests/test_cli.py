@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pbtree.cli import build_parser
+from pbtree.cli.main import build_parser
 from pbtree.samples import write_events
 
 PBTREE = str(Path(sys.executable).with_name("pbtree"))

@@ -13,7 +13,7 @@ import pytest
 from test_cli import PBTREE, jsonl, run
 
 import pbtree
-from pbtree.interrupts import Interrupted, Stops
+from pbtree.cli.interrupts import Interrupted, Stops
 
 
 def _subs(ids: list) -> list[dict]:

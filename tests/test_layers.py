@@ -2,27 +2,30 @@
 
 Every import statement of every module under pbtree/, storage/, spark_loader/ and tools/
 counts, at module level or inside a function, and so does ``importlib.import_module`` or
-``__import__`` of a literal name. Layers, each importing only from those it lists:
+``__import__`` of a literal name. Each layer is a folder, and imports only from the layers it
+lists:
 
 =========  ===============================================  =================================
 layer      modules                                          may import
 =========  ===============================================  =================================
 storage    storage/                                         storage
-library    pbtree/ but its CLI modules                      storage, library
+library    pbtree/ but pbtree/cli/                          storage, library
 spark      spark_loader/ but spark_loader/cli.py            storage, library, spark
-cli        pbtree's CLI modules (``CLI_MODULES``)           storage, library, cli, tools
-spark-cli  spark_loader/cli.py                              all but tools, and not pbtree.cli
+cli        pbtree/cli/ (the pbtree command)                 storage, library, cli, tools
+spark-cli  spark_loader/cli.py                              all but tools, and not
+                                                            pbtree.cli.main
 tools      tools/                                           anything
 =========  ===============================================  =================================
 
-A new module of pbtree belongs to the library unless ``CLI_MODULES`` names it. One module of
-the library, ``BOTTOM`` (pbtree.config, every tunable threshold), imports none of the
-packages, so that every module may import it. The pbtree
-command reaches Spark through one hook only (``HOOK``): pbtree.cli imports spark_loader.cli,
-inside one function, to register build and match-batch; spark_loader.cli takes what the
-two share from pbtree.clicommon. The command may import tools (``pbtree generate``'s
-synthetic profiles are tools.workloads'). And no module imports itself back through
-others: the import graph, lazy imports included, has no cycle.
+A new module of pbtree belongs to the library, or to the command if it is in pbtree/cli/.
+Some modules import none of the packages (``LEAVES``): pbtree.config, every tunable
+threshold, so that every module may import it; and pbtree/cli/__init__.py, which runs
+whenever a module of the command is imported. The pbtree command reaches Spark through one
+hook only (``HOOK``): pbtree.cli.main imports spark_loader.cli, inside one function, to
+register build and match-batch; spark_loader.cli takes what the two share from
+pbtree.cli.common. The command may import tools (``pbtree generate``'s synthetic profiles
+are tools.workloads'). And no module imports itself back through others: the import graph,
+lazy imports included, has no cycle.
 """
 
 from __future__ import annotations
@@ -37,19 +40,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("storage", "pbtree", "spark_loader", "tools")
 
-#: the modules of pbtree that make up its command, not the library
-CLI_MODULES = frozenset({
-    "pbtree.cli",  # the pbtree command
-    "pbtree.cliio",  # its input and output streams
-    "pbtree.clicommon",  # options and notes it shares with spark_loader.cli
-    "pbtree.interrupts",  # Ctrl-C between batches
-    "pbtree.progress",  # its progress meter
-    "pbtree.subscribing",  # what subscribe --file has written
-})
+#: the package of pbtree's command, pbtree/cli/: every module under it is the cli layer
+CLI = "pbtree.cli"
 #: the one import from pbtree's command into spark_loader: (importer, imported)
-HOOK = ("pbtree.cli", "spark_loader.cli")
-#: the module that imports none of the packages: the thresholds, which any module reads
-BOTTOM = "pbtree.config"
+HOOK = ("pbtree.cli.main", "spark_loader.cli")
+#: the modules that import none of the packages, and why
+LEAVES = {
+    "pbtree.config": "every module may import it (the thresholds)",
+    CLI: "it runs whenever a module of pbtree/cli/ is imported (spark_loader.cli loads "
+         "pbtree.cli.common, never the command)",
+}
 
 ALLOWED = {
     "storage": {"storage"},
@@ -76,7 +76,7 @@ def layer(module: str) -> str:
     if top == "storage":
         return "storage"
     if top == "pbtree":
-        return "cli" if module in CLI_MODULES else "library"
+        return "cli" if module == CLI or module.startswith(CLI + ".") else "library"
     if top == "spark_loader":
         return "spark-cli" if module == "spark_loader.cli" else "spark"
     if top == "tools":
@@ -190,11 +190,11 @@ def violations(found: list[Import]) -> list[str]:
                 bad.append(f"{imp}\n    the hook must import spark_loader.cli inside the "
                            f"function that registers its commands, not at module level")
         elif source == "spark-cli" and imp.target == HOOK[0]:
-            bad.append(f"{imp}\n    pbtree.cli loads spark_loader.cli: import what both "
-                       f"need from pbtree.clicommon instead")
-        elif imp.source == BOTTOM:
-            bad.append(f"{imp}\n    {BOTTOM} imports nothing of {PACKAGES}: every module "
-                       f"may import it")
+            bad.append(f"{imp}\n    {HOOK[0]} loads spark_loader.cli: import what both "
+                       f"need from pbtree.cli.common instead")
+        elif imp.source in LEAVES:
+            bad.append(f"{imp}\n    {imp.source} imports nothing of {PACKAGES}: "
+                       f"{LEAVES[imp.source]}")
         elif target not in ALLOWED[source]:
             bad.append(f"{imp}\n    {source} may not import {target}: {WHY[source]}")
     hooks = [imp for imp in found if (imp.source, imp.target) == HOOK]
@@ -258,9 +258,10 @@ FOUND, UNFOLLOWED = imports()
 
 
 def test_the_modules_are_found():
-    assert {"storage.env", "pbtree.core", "pbtree.cli", "spark_loader.cli",
-            "tools.workloads", BOTTOM} <= set(modules(ROOT))
-    assert CLI_MODULES <= set(modules(ROOT)), "CLI_MODULES names a module that is gone"
+    found = set(modules(ROOT))
+    assert {"storage.env", "pbtree.core", "spark_loader.cli", "tools.workloads", *HOOK,
+            *LEAVES} <= found
+    assert {layer(module) for module in found} == set(ALLOWED), "a layer has no module"
     assert any((imp.source, imp.target) == HOOK for imp in FOUND), "the hook is gone"
 
 
@@ -300,25 +301,36 @@ def test_the_checks_catch_what_they_guard_against(tmp_path):
         "storage/env.py": "from pbtree.errors import StorageError\n",
         "pbtree/errors.py": "",
         "pbtree/config.py": "from storage import env\n",
-        "pbtree/core.py": "def f():\n    from .cli import main\n",
-        "pbtree/cli.py": "import importlib\nimport spark_loader.cli\n"
-                         "def g(name):\n    importlib.import_module(name)\n",
-        "spark_loader/cli.py": "from pbtree import cli\n",
+        "pbtree/core.py": "def f():\n    from .cli.streams import Source\n",
+        "pbtree/cli/__init__.py": "from pbtree.cli.main import main\n",
+        "pbtree/cli/main.py": "import importlib\nimport spark_loader.cli\n"
+                              "def g(name):\n    importlib.import_module(name)\n",
+        "pbtree/cli/common.py": "",
+        "pbtree/cli/streams.py": "import tools.workloads\nfrom spark_loader import build\n",
+        "spark_loader/build.py": "",
+        "spark_loader/cli.py": "from pbtree.cli import common, main\n",
         "spark_loader/match.py": "from pbtree import core\n"
                                  "def h():\n    importlib.import_module('spark_loader.match')\n",
         "tools/demo.py": "import pbtree.core\n",
+        "tools/workloads.py": "",
     })
     found, unfollowed = imports(tmp_path)
     bad = "\n".join(violations(found))
     assert "storage/env.py:1: storage.env imports pbtree.errors" in bad
     assert "pbtree/config.py:1: pbtree.config imports storage.env" in bad
-    assert "pbtree/core.py:2: pbtree.core imports pbtree.cli: `from .cli import main` " \
-           "(inside a function)\n    library may not import cli" in bad
-    assert "pbtree/cli.py:2: pbtree.cli imports spark_loader.cli" in bad  # not in a function
-    assert "spark_loader/cli.py:1: spark_loader.cli imports pbtree.cli" in bad
-    # up the layers (tools), and itself (spark_loader.match), are fine
+    # any module in pbtree/cli/ is the command's, with no list to keep
+    assert "pbtree/core.py:2: pbtree.core imports pbtree.cli.streams: " \
+           "`from .cli.streams import Source` (inside a function)\n" \
+           "    library may not import cli" in bad
+    assert "pbtree/cli/__init__.py:1: pbtree.cli imports pbtree.cli.main" in bad
+    assert "pbtree/cli/main.py:2: pbtree.cli.main imports spark_loader.cli" in bad  # not lazy
+    assert "pbtree/cli/streams.py:2: pbtree.cli.streams imports spark_loader.build" in bad
+    assert "spark_loader/cli.py:1: spark_loader.cli imports pbtree.cli.main" in bad
+    # the command's shared options, up the layers (tools), and itself are fine
+    assert "spark_loader.cli imports pbtree.cli.common" not in bad
+    assert "pbtree.cli.streams imports tools.workloads" not in bad
     assert not [line for line in bad.splitlines()
                 if line.startswith(("tools/", "spark_loader/match.py"))]
     assert [[(imp.source, imp.target) for imp in c] for c in cycles(found)] == [
-        [("pbtree.cli", "spark_loader.cli"), ("spark_loader.cli", "pbtree.cli")]]
-    assert unfollowed == ["pbtree/cli.py:4: `importlib.import_module(name)`"]
+        [("pbtree.cli.main", "spark_loader.cli"), ("spark_loader.cli", "pbtree.cli.main")]]
+    assert unfollowed == ["pbtree/cli/main.py:4: `importlib.import_module(name)`"]

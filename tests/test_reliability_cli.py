@@ -10,7 +10,7 @@ from test_reliability_files import DAMAGE
 
 import pbtree
 
-CLI = "import sys; from pbtree.cli import main; sys.exit(main())"
+CLI = "import sys; from pbtree.cli.main import main; sys.exit(main())"
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from oracle import oracle_match
 from strategies import random_array_event, random_event, random_subscription
 
 import pbtree
-from pbtree import cli as pbtree_cli
+from pbtree.cli import main as pbtree_cli
 from pbtree.config import NODE_BYTES
 from pbtree.expr import format_predicates, parse
 from pbtree.outputs import Staging

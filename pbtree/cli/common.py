@@ -1,7 +1,7 @@
 """What every subcommand of the ``pbtree`` command shares, its own and spark_loader's:
 the --quiet and --debug options, and informational notes on standard error.
 
-``pbtree.cli`` and ``spark_loader.cli`` both import this module, which imports neither:
+``pbtree.cli.main`` and ``spark_loader.cli`` both import this module, which imports neither:
 the pbtree command loads the Spark subcommands, so they must not import it back.
 """
 

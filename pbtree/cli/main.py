@@ -21,8 +21,10 @@ from typing import Any
 
 import pbtree
 from pbtree import config
-from pbtree.clicommon import common_options, note
-from pbtree.cliio import (
+from pbtree.cli.common import common_options, note
+from pbtree.cli.interrupts import SIGNALS, Interrupted, Stops
+from pbtree.cli.progress import Progress
+from pbtree.cli.streams import (
     Bad,
     CliError,
     Record,
@@ -35,13 +37,11 @@ from pbtree.cliio import (
     output_file,
     sample_events,
 )
+from pbtree.cli.subscribing import Item, Saved
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
-from pbtree.interrupts import SIGNALS, Interrupted, Stops
 from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
-from pbtree.progress import Progress
-from pbtree.subscribing import Item, Saved
 
 PROG = "pbtree"
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
@@ -804,7 +804,7 @@ def _register_spark(sub: Any) -> None:
     """Add ``build`` and ``match-batch`` from spark_loader when it is installed.
 
     The one place the pbtree command reaches the Spark layer; spark_loader.cli imports the
-    shared options from pbtree.clicommon, never this module (tests/test_layers.py)."""
+    shared options from pbtree.cli.common, never this module (tests/test_layers.py)."""
     try:
         import spark_loader.cli as spark_cli
     except ModuleNotFoundError as exc:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pbtree.cliio import Source
+from pbtree.cli.streams import Source
 from pbtree.errors import shown
 from pbtree.ids import encode_id
 

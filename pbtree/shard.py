@@ -48,9 +48,10 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
-from pbtree.tree import COUNTER, Writer, read_counter
+from pbtree.tree import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
+from storage.meta import COUNTER, read_counter
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
             "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)

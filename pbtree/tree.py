@@ -11,7 +11,6 @@ PB+trees (``pbtree.delta``); only a delta's merge inserts into a PB+tree itself.
 
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
@@ -23,7 +22,19 @@ from pbtree.columns import INT_IDS, KINDS, ColumnWriter
 from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, TREE, Node, View, appended, node_key
+from pbtree.lists import (
+    HEAD,
+    ITEM_OVERFLOW,
+    SPILLED,
+    TAIL,
+    TREE,
+    Node,
+    View,
+    appended,
+    is_packed,
+    node_key,
+    tree_sentinels,
+)
 from pbtree.overflow import Store, inline_max
 from pbtree.packed import Packed, cut_all, limit, splice_all
 from pbtree.strids import DB as STRIDS
@@ -31,49 +42,14 @@ from pbtree.strids import StringIdWriter
 from pbtree.wholetree import Records, TreeBuilder
 from storage import sidset
 from storage.keys import split_key, tree_prefix
-
-COUNTER = struct.Struct("<Q")
-#: meta counter of the transactions that changed a PB+tree (docs/FORMAT.md §2.1)
-TREE_GEN = b"tree_gen"
-MAX_SID = 2**32 - 1
-
-
-def read_counter(txn: lmdb.Transaction, db, name: bytes) -> int:
-    raw = txn.get(name, db=db)
-    return COUNTER.unpack(raw)[0] if raw is not None else 0
-
-
-def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
-    """The first pending sid (sids below it have their postings in the trees or staged).
-    A shard without the record (bulk-built, or last written at version 2) has none pending."""
-    return _below(txn, meta, b"folded", next_sid, "first pending sid", "sid counter")
-
-
-def read_merged(txn: lmdb.Transaction, meta, folded: int) -> int:
-    """The first sid whose postings are not in the trees: those from it up to ``folded``
-    are staged (``pbtree.staged``). A shard without the record has none staged."""
-    return _below(txn, meta, b"merged", folded, "first staged sid", "first pending sid")
-
-
-def _below(txn: lmdb.Transaction, meta, name: bytes, bound: int, what: str,
-           bound_what: str) -> int:
-    """The meta counter ``name``, which may not pass ``bound`` (``bound`` when absent)."""
-    raw = txn.get(name, db=meta)
-    value = bound if raw is None else COUNTER.unpack(raw)[0]
-    if value > bound:
-        raise CorruptIndexError(f"the {what} {value} is above the {bound_what} {bound}")
-    return value
-
-
-def is_packed(raw: bytes | memoryview) -> bool:
-    """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
-    return len(raw) != TREE.size
-
-
-def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:
-    """{kind: (head id, tail id)} of a trees record."""
-    ids = TREE.unpack(raw)
-    return {GT: ids[0:2], LT: ids[2:4], INEQ: ids[4:6]}
+from storage.meta import (
+    MAX_SID,
+    TREE_GEN,
+    read_counter,
+    read_folded,
+    read_merged,
+    write_counter,
+)
 
 
 class Writer:
@@ -606,13 +582,13 @@ class Writer:
         self.int_ids.flush()
         self.str_ids.flush()
         meta = dbs["meta"]
-        txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
-        txn.put(b"folded", COUNTER.pack(self.folded), db=meta)
-        txn.put(b"merged", COUNTER.pack(self.merged), db=meta)
-        txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
-        txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
+        write_counter(txn, meta, b"next_sid", self.next_sid)
+        write_counter(txn, meta, b"folded", self.folded)
+        write_counter(txn, meta, b"merged", self.merged)
+        write_counter(txn, meta, b"next_node", self.next_node)
+        write_counter(txn, meta, b"next_attr", self.next_attr)
         if self.trees_changed:  # readers keep what they read of the trees until this moves
-            txn.put(TREE_GEN, COUNTER.pack(read_counter(txn, meta, TREE_GEN) + 1), db=meta)
+            write_counter(txn, meta, TREE_GEN, read_counter(txn, meta, TREE_GEN) + 1)
         self.over.flush()
 
     def _spiller(self, node: Node):

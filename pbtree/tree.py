@@ -18,6 +18,7 @@ import lmdb
 import numpy as np
 
 from pbtree import clusters, delta
+from pbtree.allocator import Allocator
 from pbtree.columns import INT_IDS, KINDS, ColumnWriter
 from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
@@ -42,14 +43,7 @@ from pbtree.strids import StringIdWriter
 from pbtree.wholetree import Records, TreeBuilder
 from storage import sidset
 from storage.keys import split_key, tree_prefix
-from storage.meta import (
-    MAX_SID,
-    TREE_GEN,
-    read_counter,
-    read_folded,
-    read_merged,
-    write_counter,
-)
+from storage.meta import TREE_GEN, read_counter, read_folded, read_merged, write_counter
 
 
 class Writer:
@@ -81,39 +75,28 @@ class Writer:
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         self.str_ids = StringIdWriter(txn, dbs)
         self.rows = clusters.RowsWriter(txn, dbs)
+        self.allocator = Allocator(txn, dbs)
         meta = dbs["meta"]
-        self.next_sid = read_counter(txn, meta, b"next_sid")
         self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
         self.merged = read_merged(txn, meta, self.folded)  # ... and when merging
-        self.next_node = read_counter(txn, meta, b"next_node") or 1
-        self.next_attr = read_counter(txn, meta, b"next_attr")
 
     # --- allocation -----------------------------------------------------------------
+    @property
+    def next_sid(self) -> int:
+        """The sid ``new_sids`` gives next: those from ``folded`` up to it are pending."""
+        return self.allocator.next_sid
+
     def new_sids(self, n: int) -> int:
         """The first of ``n`` new consecutive sids."""
-        if self.next_sid + n - 1 > MAX_SID:
-            raise CorruptIndexError("shard has used all 2^32 internal subscription ids")
-        first = self.next_sid
-        self.next_sid += n
-        return first
+        return self.allocator.new_sids(n)
 
     def attr_id(self, name: bytes) -> int | None:
         """The stored id of attribute ``name``, None if it has none."""
-        raw = self.txn.get(name, db=self.dbs["attrs"])
-        return None if raw is None else int.from_bytes(raw, "little")
+        return self.allocator.attr_id(name)
 
     def attr_ids(self, names: list[bytes]) -> list[int]:
-        """The ids of the distinct ``names``, new ones given to those without: the stored
-        ones found in one call (a fold may name thousands)."""
-        stored = dict(self.txn.cursor(db=self.dbs["attrs"]).getmulti(names))
-        return [self._new_attr(name) if (raw := stored.get(name)) is None
-                else int.from_bytes(raw, "little") for name in names]
-
-    def _new_attr(self, name: bytes) -> int:
-        aid = self.next_attr
-        self.next_attr += 1
-        self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
-        return aid
+        """The ids of the distinct ``names``, new ones given to those without."""
+        return self.allocator.attr_ids(names)
 
     def free_sid(self, sid: int) -> None:
         """Free a sid: no predicate count (no event matches it) and no id."""
@@ -145,8 +128,8 @@ class Writer:
 
     def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
         attr, family, _ = split_key(prefix)
-        node = Node(self.next_node, kind, flags, prev, nxt, attr, family, self.inline_max)
-        self.next_node += 1
+        node = Node(self.allocator.new_node_id(), kind, flags, prev, nxt, attr, family,
+                    self.inline_max)
         self.nodes[node.id] = node
         return node
 
@@ -198,9 +181,9 @@ class Writer:
         """Store the postings of a packed tree grown past its record as a PB+tree built
         whole (``wholetree``), not inserted place by place."""
         out = Records()
-        builder = TreeBuilder(self.node_bytes, out, self.next_node)
+        builder = TreeBuilder(self.node_bytes, out, self.allocator.next_node)
         builder.tree(prefix, *tree.places())
-        self.next_node = builder.next_node
+        self.allocator.next_node = builder.next_node
         for name, records in out.by_db.items():
             self.txn.cursor(db=self.dbs[name]).putmulti(records)
         for key, sids in out.overflow:
@@ -581,12 +564,10 @@ class Writer:
         self.rows.flush()
         self.int_ids.flush()
         self.str_ids.flush()
+        self.allocator.flush()
         meta = dbs["meta"]
-        write_counter(txn, meta, b"next_sid", self.next_sid)
         write_counter(txn, meta, b"folded", self.folded)
         write_counter(txn, meta, b"merged", self.merged)
-        write_counter(txn, meta, b"next_node", self.next_node)
-        write_counter(txn, meta, b"next_attr", self.next_attr)
         if self.trees_changed:  # readers keep what they read of the trees until this moves
             write_counter(txn, meta, TREE_GEN, read_counter(txn, meta, TREE_GEN) + 1)
         self.over.flush()

@@ -48,7 +48,7 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
-from pbtree.tree import Writer
+from pbtree.writer import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
 from storage.meta import COUNTER, read_counter
@@ -176,7 +176,7 @@ class Shard:
                 clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, Written(), True)
-        w.trees_changed = True  # whatever a reader had flattened is gone
+        w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
 
     def recluster(self, estimates: clusters.Estimates | None) -> None:

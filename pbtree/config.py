@@ -15,7 +15,7 @@ What stays beside its code, on purpose:
 - format constants, documented in docs/FORMAT.md: record layouts and structs, version
   numbers, database and meta key names, chunk sizes (``columns.CHUNK_BYTES``,
   ``clusters.ROW_CHUNK``, ``strids.SIZE``), node size bounds (``lists.MIN_NODE_BYTES``,
-  ``lists.MAX_NODE_BYTES``), sid and set id bounds (``tree.MAX_SID``,
+  ``lists.MAX_NODE_BYTES``), sid and set id bounds (``storage.meta.MAX_SID``,
   ``overflow.MAX_SET_ID``);
 - limits the format or LMDB imposes: ``core.MAX_PREDICATES`` (the u16 counter),
   ``core.MAX_ATTR_BYTES``, ``ids.MAX_ID_BYTES``, ``clusters.MAX_KEY`` and

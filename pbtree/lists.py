@@ -9,6 +9,9 @@ sentinel node. Layout (little-endian), documented in docs/FORMAT.md:
 
 All inline SidSets are concatenated in item order, so collecting a run of
 items is a single zero-copy numpy slice.
+
+A PB+tree's record in the trees database (``TREE``) names the sentinels of its three
+lists; ``is_packed`` and ``tree_sentinels`` read it, for matching, verify and writes alike.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from itertools import accumulate
 import numpy as np
 
 from pbtree.errors import CorruptIndexError
+from pbtree.leaf import GT, INEQ, LT
 from storage import sidset
 from storage.keys import BOOL, NUMBER, STRING
 
 HEADER = struct.Struct("<BBHIII B")
 #: trees record of a PB+tree: head and tail sentinel ids of its GT, LT and INEQ lists
 TREE = struct.Struct("<6I")
-KINDS = (1, 2, 3)  # GT, LT, INEQ as in pbtree.leaf
+KINDS = (GT, LT, INEQ)
 HEAD, TAIL = 0x01, 0x02
 SPILLED = 0x04  # some item of the node keeps its SidSet in the overflow database
 ITEM_OVERFLOW = 0x01
@@ -42,6 +46,17 @@ MIN_NODE_BYTES, MAX_NODE_BYTES = 256, 1 << 20
 
 def node_key(node_id: int) -> bytes:
     return node_id.to_bytes(4, "big")
+
+
+def is_packed(raw: bytes | memoryview) -> bool:
+    """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
+    return len(raw) != TREE.size
+
+
+def tree_sentinels(raw: bytes | memoryview) -> dict[int, tuple[int, int]]:
+    """{kind: (head id, tail id)} of a PB+tree's trees record."""
+    ids = TREE.unpack(raw)
+    return {GT: ids[0:2], LT: ids[2:4], INEQ: ids[4:6]}
 
 
 class View:

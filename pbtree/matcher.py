@@ -13,10 +13,9 @@ from pbtree import config, delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.flat import Flat, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
-from pbtree.lists import SPILLED, TREE, View, node_key
+from pbtree.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
 from pbtree.overflow import Reader
 from pbtree.snapshot import HOT, Snapshot
-from pbtree.tree import is_packed, tree_sentinels
 from storage import sidset
 
 HAS_INEQ = HAS[INEQ]

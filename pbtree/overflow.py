@@ -17,10 +17,11 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from storage import sidset
+from storage.meta import read_counter, write_counter
 
 SET_ID = struct.Struct(">I")
 CHUNK_KEY = struct.Struct(">II")
-COUNTER = struct.Struct("<Q")
+#: meta counter of the next overflow set id to hand out
 NEXT_SET = b"next_set"
 MAX_SET_ID = 2**32 - 2  # the id after a set's bounds its chunk range
 
@@ -132,8 +133,7 @@ class Store:
         set_id = self.txn.get(key, db=self.heads)
         if set_id is None:
             if self.next_set is None:
-                raw = self.txn.get(NEXT_SET, db=self.meta)
-                self.next_set = COUNTER.unpack(raw)[0] if raw is not None else 0
+                self.next_set = read_counter(self.txn, self.meta, NEXT_SET)
             if self.next_set > MAX_SET_ID:
                 raise CorruptIndexError("shard has used all 2^32 overflow set ids")
             set_id = SET_ID.pack(self.next_set)
@@ -212,4 +212,4 @@ class Store:
 
     def flush(self) -> None:
         if self.next_set is not None:
-            self.txn.put(NEXT_SET, COUNTER.pack(self.next_set), db=self.meta)
+            write_counter(self.txn, self.meta, NEXT_SET, self.next_set)

@@ -20,7 +20,7 @@ from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
 from pbtree.postings import Grouped, code, concatenated, grouped, heads, split_code, unsorted
-from pbtree.tree import read_counter, read_folded
+from storage.meta import read_counter, read_folded
 
 
 class Sorted:

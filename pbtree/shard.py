@@ -49,9 +49,10 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
-from pbtree.tree import COUNTER, Writer, read_counter
+from pbtree.writer import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
+from storage.meta import COUNTER, read_counter
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
             "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
@@ -178,7 +179,7 @@ class Shard:
                 clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, Written(), True)
-        w.trees_changed = True  # whatever a reader had flattened is gone
+        w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
 
     def recluster(self, estimates: clusters.Estimates | None) -> None:

@@ -12,8 +12,8 @@ from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
 from pbtree.strids import StringIdTable
-from pbtree.tree import TREE_GEN, read_counter
 from storage import sidset
+from storage.meta import TREE_GEN, read_counter
 
 #: the state a snapshot gives a tree the one before had flattened (``Search.attribute``
 #: walks it once, then flattens it); above any count of walks

@@ -1,88 +1,56 @@
-"""PB+tree updates inside one write transaction (paper Fig. 6-7 and the reverse).
+"""The PB+tree updates of the paper (Fig. 6-7, and the reverse) inside one write transaction.
 
-A Writer caches decoded leaf items and list nodes for the length of one API
-call, so a batch touches each record once, and writes them all back in
-flush(). Leaf keys are put immediately when created so cursor walks over the
-leaf level (for re-pointing) see them. Sids added to places that already
+PBTrees inserts sids at a place of a PB+tree (a leaf item's eq set, or an item of its
+GT, LT or INEQ list), splits a list node that outgrows its capacity, and removes sids,
+dropping emptied items, nodes, leaf items and at last the tree. It caches decoded leaf
+items and list nodes for the length of one write, so a batch touches each record once,
+and writes them all back in flush(). Leaf keys are put immediately when created so cursor
+walks over the leaf level (for re-pointing) see them. Sids added to places that already
 exist decode neither: they are appended to the records as they were read.
-A fold's postings go to packed trees (``pbtree.packed``) or to the deltas beside
-PB+trees (``pbtree.delta``); only a delta's merge inserts into a PB+tree itself.
+
+Postings reach a PB+tree only through ``pbtree.router``: from a delta grown past its
+limit (``insert``), or from a packed tree grown past its record (``build``).
 """
 
 from __future__ import annotations
 
-import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
 
 import lmdb
 import numpy as np
 
-from pbtree import clusters, delta
-from pbtree.columns import INT_IDS, KINDS, ColumnWriter
-from pbtree.delta import Delta
+from pbtree.allocator import Allocator
 from pbtree.errors import CorruptIndexError
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import HEAD, ITEM_OVERFLOW, SPILLED, TAIL, TREE, Node, View, appended, node_key
+from pbtree.lists import (
+    HEAD,
+    ITEM_OVERFLOW,
+    SPILLED,
+    TAIL,
+    TREE,
+    Node,
+    View,
+    appended,
+    node_key,
+    tree_sentinels,
+)
 from pbtree.overflow import Store, inline_max
-from pbtree.packed import Packed, cut_all, limit, splice_all
-from pbtree.strids import DB as STRIDS
-from pbtree.strids import StringIdWriter
+from pbtree.packed import Packed
 from pbtree.wholetree import Records, TreeBuilder
 from storage import sidset
 from storage.keys import split_key, tree_prefix
-
-COUNTER = struct.Struct("<Q")
-#: meta counter of the transactions that changed a PB+tree (docs/FORMAT.md §2.1)
-TREE_GEN = b"tree_gen"
-MAX_SID = 2**32 - 1
+from storage.meta import TREE_GEN, read_counter, write_counter
 
 
-def read_counter(txn: lmdb.Transaction, db, name: bytes) -> int:
-    raw = txn.get(name, db=db)
-    return COUNTER.unpack(raw)[0] if raw is not None else 0
+class PBTrees:
+    """The PB+trees of one shard, changed inside one write transaction."""
 
-
-def read_folded(txn: lmdb.Transaction, meta, next_sid: int) -> int:
-    """The first pending sid (sids below it have their postings in the trees or staged).
-    A shard without the record (bulk-built, or last written at version 2) has none pending."""
-    return _below(txn, meta, b"folded", next_sid, "first pending sid", "sid counter")
-
-
-def read_merged(txn: lmdb.Transaction, meta, folded: int) -> int:
-    """The first sid whose postings are not in the trees: those from it up to ``folded``
-    are staged (``pbtree.staged``). A shard without the record has none staged."""
-    return _below(txn, meta, b"merged", folded, "first staged sid", "first pending sid")
-
-
-def _below(txn: lmdb.Transaction, meta, name: bytes, bound: int, what: str,
-           bound_what: str) -> int:
-    """The meta counter ``name``, which may not pass ``bound`` (``bound`` when absent)."""
-    raw = txn.get(name, db=meta)
-    value = bound if raw is None else COUNTER.unpack(raw)[0]
-    if value > bound:
-        raise CorruptIndexError(f"the {what} {value} is above the {bound_what} {bound}")
-    return value
-
-
-def is_packed(raw: bytes | memoryview) -> bool:
-    """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
-    return len(raw) != TREE.size
-
-
-def tree_sentinels(raw: bytes) -> dict[int, tuple[int, int]]:
-    """{kind: (head id, tail id)} of a trees record."""
-    ids = TREE.unpack(raw)
-    return {GT: ids[0:2], LT: ids[2:4], INEQ: ids[4:6]}
-
-
-class Writer:
-    """Applies postings (kind, key, sid) to the PB+tree of one shard."""
-
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int,
+                 allocator: Allocator) -> None:
         self.txn, self.dbs = txn, dbs
         self.node_bytes = node_bytes
         self.inline_max = inline_max(node_bytes)
+        self.allocator = allocator  # of list node ids
         self.leaves: dict[bytes, Leaf] = {}
         # eq sids for inline sets of leaf items not decoded (the record as read, sids):
         # appended to the record at flush
@@ -93,57 +61,10 @@ class Writer:
         self.unsplit: set[int] = set()  # decoded with appends merged: check for a split
         self.dropped: set[int] = set()
         self.raw: dict[int, bytes] = {}  # node records as decoded: unchanged ones are not put
-        # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
-        self.packed: dict[bytes, Packed | None] = {}
-        self.pack_limit = limit(node_bytes)
-        self.deltas: dict[bytes, Delta] = {}  # of PB+trees, by prefix
         self.over = Store(txn, dbs, node_bytes)
         # set on changing a PB+tree (its leaf items, nodes, overflow sets or sentinels), which
         # readers may have flattened; packed trees and deltas are read afresh each search
-        self.trees_changed = False
-        self.kinds = ColumnWriter(KINDS, txn, dbs)
-        self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
-        self.str_ids = StringIdWriter(txn, dbs)
-        self.rows = clusters.RowsWriter(txn, dbs)
-        meta = dbs["meta"]
-        self.next_sid = read_counter(txn, meta, b"next_sid")
-        self.folded = read_folded(txn, meta, self.next_sid)  # set by the shard when folding
-        self.merged = read_merged(txn, meta, self.folded)  # ... and when merging
-        self.next_node = read_counter(txn, meta, b"next_node") or 1
-        self.next_attr = read_counter(txn, meta, b"next_attr")
-
-    # --- allocation -----------------------------------------------------------------
-    def new_sids(self, n: int) -> int:
-        """The first of ``n`` new consecutive sids."""
-        if self.next_sid + n - 1 > MAX_SID:
-            raise CorruptIndexError("shard has used all 2^32 internal subscription ids")
-        first = self.next_sid
-        self.next_sid += n
-        return first
-
-    def attr_id(self, name: bytes) -> int | None:
-        """The stored id of attribute ``name``, None if it has none."""
-        raw = self.txn.get(name, db=self.dbs["attrs"])
-        return None if raw is None else int.from_bytes(raw, "little")
-
-    def attr_ids(self, names: list[bytes]) -> list[int]:
-        """The ids of the distinct ``names``, new ones given to those without: the stored
-        ones found in one call (a fold may name thousands)."""
-        stored = dict(self.txn.cursor(db=self.dbs["attrs"]).getmulti(names))
-        return [self._new_attr(name) if (raw := stored.get(name)) is None
-                else int.from_bytes(raw, "little") for name in names]
-
-    def _new_attr(self, name: bytes) -> int:
-        aid = self.next_attr
-        self.next_attr += 1
-        self.txn.put(name, aid.to_bytes(4, "little"), db=self.dbs["attrs"])
-        return aid
-
-    def free_sid(self, sid: int) -> None:
-        """Free a sid: no predicate count (no event matches it) and no id."""
-        self.kinds.set(sid, 0)
-        self.int_ids.set(sid, 0)
-        self.str_ids.clear(sid)
+        self.changed = False
 
     # --- records ----------------------------------------------------------------------
     def node(self, node_id: int) -> Node:
@@ -169,8 +90,8 @@ class Writer:
 
     def _new_node(self, kind: int, flags: int, prev: int, nxt: int, prefix: bytes) -> Node:
         attr, family, _ = split_key(prefix)
-        node = Node(self.next_node, kind, flags, prev, nxt, attr, family, self.inline_max)
-        self.next_node += 1
+        node = Node(self.allocator.new_node_id(), kind, flags, prev, nxt, attr, family,
+                    self.inline_max)
         self.nodes[node.id] = node
         return node
 
@@ -193,78 +114,7 @@ class Writer:
                 leaf.adds += stash[1]
         return leaf
 
-    def _packed(self, prefix: bytes) -> Packed | None:
-        """The packed tree ``prefix`` (a tree not stored yet starts packed), or None when
-        it is a PB+tree."""
-        if prefix in self.packed:
-            return self.packed[prefix]
-        raw = self.txn.get(prefix, db=self.dbs["trees"])
-        tree = None
-        if raw is None:
-            tree = Packed.empty(prefix[4])
-        elif is_packed(raw):
-            tree = Packed.stored(raw, prefix[4], f"packed tree {prefix.hex()}")
-        self.packed[prefix] = tree
-        return tree
-
-    def _write_record(self, key: bytes, tree: Packed, most: Callable[[int], int]) -> bool:
-        """Store a changed record in the packed layout (a packed tree or a delta) at
-        ``key``, or delete it once empty; one of n bytes over ``most(n)`` is deleted too,
-        and True returned: its postings are then for the PB+tree."""
-        record = tree.encode()
-        if record is not None and len(record) <= most(len(record)):
-            self.txn.put(key, record, db=self.dbs["trees"])
-            return False
-        self.txn.delete(key, db=self.dbs["trees"])
-        return record is not None
-
-    def _built(self, prefix: bytes, tree: Packed) -> None:
-        """Store the postings of a packed tree grown past its record as a PB+tree built
-        whole (``wholetree``), not inserted place by place."""
-        out = Records()
-        builder = TreeBuilder(self.node_bytes, out, self.next_node)
-        builder.tree(prefix, *tree.places())
-        self.next_node = builder.next_node
-        for name, records in out.by_db.items():
-            self.txn.cursor(db=self.dbs[name]).putmulti(records)
-        for key, sids in out.overflow:
-            self.over.put(key, sids)
-        self.packed[prefix] = None
-        self.trees_changed = True
-
-    def _delta(self, prefix: bytes) -> Delta:
-        """The delta of the PB+tree ``prefix``."""
-        found = self.deltas.get(prefix)
-        if found is None:
-            key = delta.key(prefix)
-            raw = self.txn.get(key, db=self.dbs["trees"])
-            found = self.deltas[prefix] = Delta.empty(prefix[4]) if raw is None else \
-                Delta.stored(raw, prefix[4], f"delta {key.hex()}")
-        return found
-
-    def _write_records(self) -> None:
-        """Store the packed trees and deltas changed, those only added to at keys they hold
-        spliced all at once (``splice_all``), those only removed from cut so
-        (``cut_all``). A delta grown over its limit (``delta.limit``)
-        is inserted into its tree; a packed tree grown over its limit becomes a PB+tree,
-        built whole."""
-        deltas = [(prefix, found) for prefix, found in self.deltas.items() if found.changed]
-        packed = [(prefix, tree) for prefix, tree in self.packed.items()
-                  if tree is not None and tree.changed]
-        changed = [found for _, found in deltas] + [tree for _, tree in packed]
-        cut_all(changed)
-        splice_all(changed)
-        for prefix, found in deltas:
-            if self._write_record(
-                    delta.key(prefix), found,
-                    lambda size, read=found.size_read: delta.limit(self.node_bytes, size - read)):
-                for kind, payload, sids in found.take():
-                    self._insert(prefix, kind, payload, sids)
-        for prefix, tree in packed:
-            if self._write_record(prefix, tree, lambda _: self.pack_limit):
-                self._built(prefix, tree)
-
-    def tree(self, prefix: bytes) -> dict[int, tuple[int, int]]:
+    def _sentinels(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
         raw = self.txn.get(prefix, db=self.dbs["trees"])
         if raw is not None:
@@ -283,7 +133,7 @@ class Writer:
         leaf = self.leaf(key)
         if leaf is not None:
             return leaf
-        ends = self.tree(prefix)
+        ends = self._sentinels(prefix)
         cur = self.txn.cursor(db=self.dbs["leaf"])
         pred = succ = None
         if cur.set_range(key):
@@ -354,18 +204,11 @@ class Writer:
         self._split(prefix, right)
 
     # --- postings ---------------------------------------------------------------------
-    def add(self, prefix: bytes, kind: int, keys: np.ndarray | list[bytes],
-            sids: np.ndarray) -> None:
-        """Add a run of postings of one kind to a tree (``Packed.add``), each sid above
-        every sid stored: to the packed tree, or to the PB+tree's delta."""
-        packed = self._packed(prefix)
-        if packed is None:
-            packed = self._delta(prefix)
-        packed.add(kind, keys, sids)
-
-    def _insert(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
-        """Add sorted sids at one place of the PB+tree itself (``add``)."""
-        self.trees_changed = True
+    def insert(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
+        """Add sorted sids, each above every sid stored there, at one place of a PB+tree:
+        to its leaf item's eq set or to its item in a list, the item and the leaf item
+        made when new, the node split when it outgrows its capacity (``_split``)."""
+        self.changed = True
         key = prefix + payload
         if key not in self.leaves and self._add_stored(prefix, key, kind, payload, sids):
             return
@@ -430,18 +273,12 @@ class Writer:
         node.add_sids(node.find(payload), sids)
         self._split(prefix, node)
 
-    def remove(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> None:
-        """Remove every occurrence of these sids from one posting place."""
-        packed = self._packed(prefix)
-        if packed is not None:
-            packed.remove(kind, payload, sids)
-            return
-        sids, newer = self._delta(prefix).split(sids)
-        if newer:
-            self.deltas[prefix].remove(kind, payload, newer)
-            if not sids:
-                return
-        self.trees_changed = True
+    def remove(self, prefix: bytes, kind: int, payload: bytes, sids: list[int]) -> bool:
+        """Remove every occurrence of these sids from one place of a PB+tree: an item
+        left empty leaves its list (an emptied node its list too), a leaf item left
+        unreferenced is deleted. Returns whether that emptied the tree, which is then
+        deleted."""
+        self.changed = True
         key = prefix + payload
         leaf = self.leaf(key)
         if leaf is None:
@@ -460,7 +297,7 @@ class Writer:
                 full = self._shrink(overflow_key(kind, key), node.adds[i], sids)
                 node.adds[i] = None
                 if full is None:  # still in overflow: the node is unchanged
-                    return
+                    return False
             else:
                 full = sidset.without(sidset.append(full, node.adds[i]), sids)
             if full.size:
@@ -469,7 +306,8 @@ class Writer:
             else:
                 self._remove_item(prefix, key, leaf, node, i)
         if not leaf.referenced():
-            self._drop_leaf(prefix, key, leaf)
+            return self._drop_leaf(prefix, key, leaf)
+        return False
 
     def _shrink(self, key: bytes, adds: list[int] | None, sids: list[int]) -> np.ndarray | None:
         """Remove sids from an overflow set (its pending adds stored first); the rest
@@ -495,8 +333,9 @@ class Writer:
             del self.nodes[node.id]
             self.dropped.add(node.id)
 
-    def _drop_leaf(self, prefix: bytes, key: bytes, leaf: Leaf) -> None:
-        """Delete an unreferenced leaf item, and the whole tree when it was the last."""
+    def _drop_leaf(self, prefix: bytes, key: bytes, leaf: Leaf) -> bool:
+        """Delete an unreferenced leaf item, and the whole tree when it was the last;
+        returns whether it was."""
         dbs = self.dbs
         self.txn.delete(key, db=dbs["leaf"])
         if leaf.was_overflow:
@@ -504,16 +343,27 @@ class Writer:
         del self.leaves[key]
         cur = self.txn.cursor(db=dbs["leaf"])
         if cur.set_range(prefix) and cur.key()[:5] == prefix:
-            return
+            return False
         for head, tail in tree_sentinels(self.txn.get(prefix, db=dbs["trees"])).values():
             for node_id in (head, tail):
                 self.nodes.pop(node_id, None)
                 self.dropped.add(node_id)
         self.txn.delete(prefix, db=dbs["trees"])
-        self.packed.pop(prefix, None)  # a tree added again later in this write starts packed
-        moved = self._delta(prefix)
-        for kind, payload, sids in moved.take():  # its postings go with it
-            self.add(prefix, kind, moved.repeated(payload, len(sids)), np.array(sids, np.uint32))
+        return True
+
+    # --- a tree built whole ------------------------------------------------------------
+    def build(self, prefix: bytes, tree: Packed) -> None:
+        """Store the postings of a packed tree grown past its record as a PB+tree built
+        whole (``wholetree``), not inserted place by place."""
+        out = Records()
+        builder = TreeBuilder(self.node_bytes, out, self.allocator.next_node)
+        builder.tree(prefix, *tree.places())
+        self.allocator.next_node = builder.next_node
+        for name, records in out.by_db.items():
+            self.txn.cursor(db=self.dbs[name]).putmulti(records)
+        for key, sids in out.overflow:
+            self.over.put(key, sids)
+        self.changed = True
 
     # --- write back -------------------------------------------------------------------
     def _flush_appends(self) -> None:
@@ -563,13 +413,9 @@ class Writer:
                 self.leaf(key)
         self.eq_appends.clear()
 
-    def chunks(self) -> dict[str, set[int]]:
-        """The chunks of each per-sid column this writer changed, by column database."""
-        return {**{writer.column.db: set(writer.dirty) for writer in (self.kinds, self.int_ids)},
-                STRIDS: set(self.str_ids.dirty), clusters.DB: set(self.rows.dirty)}
-
     def flush(self) -> None:
-        self._write_records()
+        """Write back the leaf items, nodes and overflow sets changed, and count a new
+        generation of the trees (``TREE_GEN``) when a PB+tree changed."""
         self._flush_appends()
         self._flush_eq_appends()
         txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
@@ -601,18 +447,9 @@ class Writer:
                 txn.put(node_key(node_id), value, db=dbs["nodes"])
         for node_id in self.dropped - self.nodes.keys():
             txn.delete(node_key(node_id), db=dbs["nodes"])
-        self.kinds.flush()
-        self.rows.flush()
-        self.int_ids.flush()
-        self.str_ids.flush()
-        meta = dbs["meta"]
-        txn.put(b"next_sid", COUNTER.pack(self.next_sid), db=meta)
-        txn.put(b"folded", COUNTER.pack(self.folded), db=meta)
-        txn.put(b"merged", COUNTER.pack(self.merged), db=meta)
-        txn.put(b"next_node", COUNTER.pack(self.next_node), db=meta)
-        txn.put(b"next_attr", COUNTER.pack(self.next_attr), db=meta)
-        if self.trees_changed:  # readers keep what they read of the trees until this moves
-            txn.put(TREE_GEN, COUNTER.pack(read_counter(txn, meta, TREE_GEN) + 1), db=meta)
+        if self.changed:  # readers keep what they read of the trees until this moves
+            meta = dbs["meta"]
+            write_counter(txn, meta, TREE_GEN, read_counter(txn, meta, TREE_GEN) + 1)
         self.over.flush()
 
     def _spiller(self, node: Node):

@@ -13,15 +13,25 @@ from pbtree.errors import CorruptIndexError
 from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
 from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
-from pbtree.lists import FIXED_WIDTH, HEAD, ITEM_OVERFLOW, SPILLED, TAIL, View, node_key
+from pbtree.lists import (
+    FIXED_WIDTH,
+    HEAD,
+    ITEM_OVERFLOW,
+    SPILLED,
+    TAIL,
+    View,
+    is_packed,
+    node_key,
+    tree_sentinels,
+)
 from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from pbtree.packed import Packed, limit
 from pbtree.postings import split_code
 from pbtree.shard import CONJUNCTIONS
 from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
-from pbtree.tree import is_packed, read_counter, read_folded, read_merged, tree_sentinels
 from storage import sidset
 from storage.keys import STRING, tree_prefix
+from storage.meta import read_counter, read_folded, read_merged
 
 LIST_KINDS = (GT, LT, INEQ)
 

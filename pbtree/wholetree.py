@@ -3,7 +3,7 @@
 A tree built whole has its list nodes packed full and every leaf pointer computed in
 array steps, where inserting its places one at a time would split nodes half full and
 re-point leaves again and again. ``pbtree.bulk`` builds every tree of a shard so, and
-a write whose packed tree outgrows its record (``pbtree.tree``) builds that tree so.
+a write whose packed tree outgrows its record builds that tree so (``PBTrees.build``).
 """
 
 from __future__ import annotations

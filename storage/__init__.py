@@ -1,6 +1,7 @@
-"""Paged storage for pbtree on LMDB: environments, key codecs, SidSets, and the errors
-they raise (``storage.errors``).
+"""Paged storage for pbtree on LMDB: environments, key codecs, SidSets, the shard's meta
+counters (``storage.meta``), and the errors they raise (``storage.errors``).
 
-Nothing here knows about subscriptions or the PB+tree, and nothing imports from pbtree;
-it only stores bytes in order and hands them back as numpy arrays without copying.
+Nothing here imports from pbtree or decides how subscriptions are stored or matched: it
+stores bytes in order, hands them back as numpy arrays without copying, and reads and
+writes the counters that a shard's writes and reads both need.
 """

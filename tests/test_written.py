@@ -22,8 +22,9 @@ from pbtree import pending as pending_module
 from pbtree.expr import parse
 from pbtree.pending import Written
 from pbtree.postings import grouped, joined, unsorted
-from pbtree.tree import Writer, read_counter, read_folded
+from pbtree.writer import Writer
 from storage.env import Environment
+from storage.meta import read_counter, read_folded
 
 ATTRS = ["a", "b", "s"]
 

@@ -402,3 +402,18 @@ def test_mixed_workload_runs_small():
     assert any(" or " in text for _, text in subs)
     assert any(isinstance(v, dict) for e in events for v in e.values())
     assert any(isinstance(v, list) for e in events for v in e.values())
+
+
+def test_config_turns_compare_two_settings_small():
+    """Both copies answer alike, and each round times both (``configturns.run``)."""
+    from pbtree import config
+    from tools import configturns
+
+    before = config.MAX_FLAT
+    report = configturns.run("dense", {"MAX_FLAT": 0}, n_subs=2000, rounds=2, events=40,
+                             log=lambda *_: None)
+    assert config.MAX_FLAT == before
+    assert len(report["default_over_changed"]) == 2
+    assert all(rate > 0 for rates in report["events_per_s"].values() for rate in rates)
+    with pytest.raises(SystemExit, match="no NO_SUCH"):
+        configturns.run("dense", {"NO_SUCH": 1}, n_subs=100, rounds=1, events=5)

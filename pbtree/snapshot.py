@@ -190,14 +190,16 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     held = hits[kind == PREDICATE]
     candidates = hits[kind == SUBSCRIPTION]
     hit = snapshot.marks(kinds)
-    cleared = sidset.EMPTY
+    cleared = twice = sidset.EMPTY
     if segments is not None:
         candidates = np.unique(candidates)
         pairs = kind == INTERVAL
-        if pairs.any():
-            cleared = np.setdiff1d(hits[pairs], _twice(hits[pairs], segments[pairs]))
+        if pairs.any():  # those hit lose their marks, but those hit twice by one element
+            cleared = hits[pairs]
+            twice = _twice(cleared, segments[pairs])
     hit[held] = True
     hit[cleared] = False
+    hit[twice] = True
     if unequal is not None:  # entries of '!=': none an interval entry, all reset below
         hit[unequal[unequal < hit.size]] = False
     try:

@@ -268,3 +268,187 @@ def test_a_version_10_shard_is_stored_anew(tmp_path):
         assert ix.match_many([{"price": 55, "a": 1, "t": "abc"}, {"price": [0, 100], "a": 1},
                               {"price": [3, 55], "a": 1, "t": ["a", "b"]}]) == \
             [[1, 2], [], [1, 3]]
+
+
+def _entry_uses(ix: pbtree.Index) -> dict[tuple, int]:
+    """Each predicate entry of a one-shard index, as (attribute, op, value), with its uses."""
+    from pbtree.subs import decoded, records
+
+    shard = ix.shards[0]
+    with shard.read() as txn:
+        preds = {sid: decoded(sid, raw)[1][0] for sid, raw in records(txn, shard.dbs["subs"], 0)
+                 if decoded(sid, raw)[0] == clusters.PREDICATE_ID}
+        found = [clusters.decode_entry(raw)
+                 for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
+    return {(preds[sid][0], preds[sid][1], tuple(v) if isinstance(v := preds[sid][2], list)
+             else v): uses for sid, uses in found}
+
+
+def test_an_entry_named_twice_by_one_row_counts_two_uses(tmp_path):
+    """An interval's bound written out too is one entry its check row names twice,
+    counting two uses (and bounds are shared with other rows like any predicate):
+    replacing and removing give all uses back, each entry going with its last; flat and
+    array events match as the oracle says."""
+    subs = {1: "a between 1 and 5 and a >= 1",
+            2: "t prefix 'ab' and t < 'ac'",
+            3: "a between 1 and 5 and a between 1 and 8",
+            4: "a between 3 and 3 and a <= 3 and a >= 3"}
+    events = [{"a": a, "t": t} for a in (0, 1, 3, 5, 6, [0, 6], [0, 3], [1, 9], [6, 8])
+              for t in ("ab", "abc", "ac", ["a", "ac"], ["a", "abz"])]
+    with pbtree.create(tmp_path / "ix", fold_at=3) as ix:
+        ix.subscribe_many(subs.items())
+        uses = _entry_uses(ix)
+        assert uses[("a", ">=", 3)] == 2  # row 4 alone names it, as a bound and written out
+        assert uses[("a", "between", (1, 5))] == 2 and uses[("a", ">=", 1)] == 2
+        ix.verify()
+        model = dict(subs)
+        assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+        ix.subscribe(4, "a between 3 and 3 and a >= 3", replace=True)
+        model[4] = "a between 3 and 3 and a >= 3"
+        ix.verify()
+        assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+        ix.unsubscribe_many([3, 4])
+        del model[3], model[4]
+        assert not {("a", ">=", 3), ("a", "<=", 3), ("a", "between", (3, 3)),
+                    ("a", "between", (1, 8))} & set(_entry_uses(ix))
+        assert _entry_uses(ix)[("a", "between", (1, 5))] == 1
+        ix.verify()
+        assert ix.match_many(events) == [oracle_match(model, e) for e in events]
+        ix.unsubscribe_many([1, 2])
+        assert _entry_uses(ix) == {} and ix.stats()["predicate_entries"] == 0
+        ix.verify()
+
+
+def _stored(path) -> tuple[dict, dict, list]:
+    """What a one-shard index stores, sids aside: per id its conjunctions' records and
+    check rows (as predicates), per entry its uses and kind, and the attribute names."""
+    from pbtree.ids import decode_id
+    from pbtree.snapshot import Snapshot
+    from pbtree.subs import decoded, records
+
+    def plain(pred):
+        return tuple(tuple(p) if isinstance(p, list) else p for p in pred)
+
+    with pbtree.open(path, readonly=True) as ix:
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            recs = {sid: decoded(sid, raw)[:2] for sid, raw in records(txn, shard.dbs["subs"], 0)}
+            kinds = Snapshot().kinds_of(txn, shard.dbs)
+            rows = clusters.RowsWriter(txn, shard.dbs)
+            subs: dict = {}
+            for sid, (idkey, preds) in recs.items():
+                if idkey != clusters.PREDICATE_ID:
+                    row = [plain(recs[int(e)][1][0]) for e in rows.row(sid)]
+                    subs.setdefault(decode_id(idkey), []).append((list(map(plain, preds)), row))
+            entries = {plain(recs[sid][1][0]): (uses, int(kinds[sid])) for sid, uses in
+                       (clusters.decode_entry(raw) for raw in
+                        txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False))}
+            names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]
+    return subs, entries, sorted(names)
+
+
+def test_a_bulk_build_stores_what_subscribing_stores(tmp_path):
+    """A bulk build stores every subscription as ``Shard._insert`` does under the same
+    estimates: the same records, check rows (bounds in place, interval entries last, an
+    entry named twice), entries with their uses and kinds, and elements names."""
+    rng = random.Random(4)
+    attrs = ["a", "b", "a\ue000"]
+    subs = {n: random_subscription(rng, attrs, 8) for n in range(300)}
+    subs.update({1000 + n: [("a", "between", (n % 8, n % 8 + n % 3)), ("a", ">=", n % 5)]
+                 for n in range(30)})
+    subs.update({2000 + n: f"b prefix 's{n % 3}' and b < 's{n % 4}' or a between {n % 4} and 9"
+                 for n in range(30)})
+    bulk.build(tmp_path / "bulk", subs.items())
+    with pbtree.open(tmp_path / "bulk", readonly=True) as built:
+        estimates = built.shards[0].estimates
+    with pbtree.create(tmp_path / "api") as ix:
+        ix.subscribe_many(subs.items())
+        ix.shards[0].recluster(estimates)
+        ix.verify()
+    bulk_stored, api_stored = _stored(tmp_path / "bulk"), _stored(tmp_path / "api")
+    assert len(bulk_stored[0]) == len(subs) and bulk_stored[0] == api_stored[0]
+    assert bulk_stored[1] == api_stored[1]
+    assert bulk_stored[2] == api_stored[2]
+    assert {kind for _, kind in api_stored[1].values()} == {clusters.PREDICATE,
+                                                           clusters.INTERVAL}
+    assert b"a\xff" in api_stored[2] and b"a\xee\x80\x80\xff" in api_stored[2]
+    counted = ("subscriptions", "conjunctions", "predicates", "predicate_entries", "attributes")
+    with pbtree.open(tmp_path / "bulk") as built, pbtree.open(tmp_path / "api") as api:
+        assert [built.stats()[k] for k in counted] == [api.stats()[k] for k in counted]
+        assert built.stats()["attributes"] == len(attrs)
+
+
+@pytest.mark.usefixtures("kept_snapshots")  # renewals of the pinned snapshot, no release
+@pytest.mark.parametrize("fold_at", [1, 9, 10**6])
+def test_interval_marks_hold_across_writes_between_array_events(tmp_path, fold_at):
+    """The interval entries' marks, kept between events, follow the sids that writes
+    free and add (renewals of the pinned snapshot, tables grown past a chunk): after each
+    match exactly the interval entries are marked, and array events match as the oracle
+    says."""
+    from pbtree.columns import KINDS
+
+    rng = random.Random(fold_at)
+    attrs = ["a", "b"]
+
+    def sub():
+        if rng.random() < 0.5:
+            return random_subscription(rng, attrs, 8)
+        lo = rng.randrange(8)
+        return [(rng.choice(attrs), "between", (lo, lo + rng.randrange(4))),
+                (rng.choice(attrs), rng.choice([">=", "<=", "!="]), rng.randrange(8))]
+
+    model: dict = {}
+    with pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=fold_at) as ix:
+        shard, next_id, checked = ix.shards[0], 0, 0
+        for step in range(14):
+            if step % 5 == 4:
+                pairs = [(next_id + n, sub()) for n in range(KINDS.size + 7)]
+            else:
+                pairs = [(next_id + n, sub()) for n in range(rng.choice([1, 3, 20]))]
+            next_id += len(pairs)
+            ix.subscribe_many(pairs)
+            model.update(pairs)
+            gone = rng.sample(sorted(model), min(len(model), rng.choice([0, 2, 30])))
+            ix.unsubscribe_many(gone)
+            for sub_id in gone:
+                del model[sub_id]
+            if model and step % 3 == 1:
+                sub_id = rng.choice(sorted(model))
+                model[sub_id] = sub()
+                ix.subscribe(sub_id, model[sub_id], replace=True)
+            events = [random_array_event(rng, attrs, 8) for _ in range(6)]
+            assert ix.match_many(events) == [oracle_match(model, e) for e in events], step
+            cache = shard._cache
+            if cache.kinds is not None and cache.hit.size == cache.kinds.size:  # else made anew
+                checked += 1
+                assert np.array_equal(cache.hit, cache.kinds == clusters.INTERVAL), step
+        assert checked > 7
+        ix.verify()
+
+
+def test_a_failed_match_gives_the_interval_marks_back(tmp_path, monkeypatch):
+    """An array event that clears interval marks and fails while reading the check rows
+    leaves the marks as they were between events."""
+    from pbtree.core import prepare_event
+    from pbtree.errors import CorruptIndexError
+
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(1, "a between 1 and 5"), (2, "a between 2 and 9 and b = 1"),
+                           (3, "a != 4")])
+        assert ix.match({"a": [0, 7], "b": 1}) == [2, 3]
+        shard = ix.shards[0]
+
+        def broken(self, candidates, hit):
+            assert not hit[kinds == clusters.INTERVAL].all()  # some were cleared
+            raise IndexError("a row beyond the table")
+
+        with shard.matching() as (txn, cache):
+            kinds = cache.kinds_of(txn, shard.dbs)
+            with monkeypatch.context() as patch:
+                patch.setattr(clusters.Rows, "matched", broken)
+                with pytest.raises(CorruptIndexError):
+                    shard.match_sids(txn, cache, prepare_event({"a": [0, 7], "b": 1}))
+            assert np.array_equal(cache.hit, kinds == clusters.INTERVAL)
+            assert not cache.hit[kinds != clusters.INTERVAL].any()
+        assert ix.match({"a": [0, 7], "b": 1}) == [2, 3]
+        assert ix.match({"a": [0, 3], "b": 1}) == [1, 2, 3]

@@ -51,6 +51,7 @@ from pbtree.outputs import as_created, fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
 from pbtree.values import searched
+from pbtree.version import Value
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING
 
 MANIFEST = "manifest.json"
@@ -69,7 +70,7 @@ MAX_PREDICATES = 65534
 _PLAIN_IDS = frozenset((int, str))
 
 Expr = str | Sequence[tuple]
-PreparedEvent = list[tuple[bytes, int, bytes, bool]]
+PreparedEvent = list[Value]
 _NO_IDS = np.zeros(0, np.int64)
 _SIGN, _ALL = 1 << 63, (1 << 64) - 1
 

@@ -6,6 +6,8 @@ a few vectorised passes over the hits, whatever the number of sids.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lmdb
 import numpy as np
 
@@ -16,26 +18,40 @@ from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
 from pbtree.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
 from pbtree.overflow import Reader
 from pbtree.snapshot import HOT, Snapshot
+from pbtree.version import Value
 from storage import sidset
+from storage.keys import tree_prefix
 
 HAS_INEQ = HAS[INEQ]
 
 
 class Search:
-    """Collects the satisfied SidSets of one shard inside a read transaction."""
+    """The trees of one shard as a source (``version.Source``): collects the SidSets an
+    event's values satisfy inside a read transaction, a name resolved by ``attr_id`` to
+    the attribute id that keys its trees (None: no tree)."""
 
-    __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over", "trees_db",
-                 "out", "trees", "budget")
+    __slots__ = ("txn", "snapshot", "attr_id", "cursor", "leaf_db", "nodes_db", "over",
+                 "trees_db", "out", "trees", "budget")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
-        self.txn, self.snapshot = txn, snapshot
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
+                 attr_id: Callable[[bytes], int | None]) -> None:
+        self.txn, self.snapshot, self.attr_id = txn, snapshot, attr_id
         self.trees = snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
         self.over, self.trees_db = Reader(txn, dbs), dbs["trees"]
-        self.out: list[np.ndarray] = []
         # a list walk longer than the number of nodes means a damaged, cyclic list
         self.budget = txn.stat(self.nodes_db)["entries"]
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Collect into ``out`` what each value satisfies in the tree of its attribute and
+        family (``attribute``)."""
+        self.out = out
+        attr_id = self.attr_id
+        for name, family, payload, exact in values:
+            aid = attr_id(name)
+            if aid is not None:
+                self.attribute(tree_prefix(aid, family), payload, exact)
 
     def view(self, node_id: int) -> View:
         raw = self.txn.get(node_key(node_id), db=self.nodes_db)

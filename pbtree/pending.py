@@ -20,6 +20,7 @@ from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
 from pbtree.postings import Grouped, code, concatenated, grouped, heads, split_code, unsorted
+from pbtree.version import Value
 from storage.meta import read_counter, read_folded
 
 
@@ -206,10 +207,9 @@ class Run:
             self.sids = self.index.sids
         return self.index
 
-    def search(self, event: list[tuple[bytes, int, bytes, bool]],
-               out: list[np.ndarray]) -> None:
-        """Append the sids of this run's predicates that the prepared event's values
-        satisfy (``Sorted.search``)."""
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Append the sids of this run's predicates that an event's values satisfy
+        (``Sorted.search``)."""
         if not self.sids.size:  # names, but no postings: nothing to find
             return
         index = self.indexed()
@@ -217,9 +217,9 @@ class Run:
             attr = split_code(index.codes)[0]  # ascending, as the codes are
             used = attr[heads(attr)].tolist()
             self.attrs = dict(zip(map(self.names.__getitem__, used), used, strict=True))
-        values = picked(event, self.attrs.get, partial(ranks_among, self.strings))
-        if values:
-            index.search(values, out)
+        queries = picked(values, self.attrs.get, partial(ranks_among, self.strings))
+        if queries:
+            index.search(queries, out)
 
 
 
@@ -375,9 +375,8 @@ class Pending:
             newer = runs.pop()
             runs[-1].join(newer)
 
-    def search(self, event: list[tuple[bytes, int, bytes, bool]],
-               out: list[np.ndarray]) -> None:
-        """Append the sids of the pending predicates that the prepared event's values
-        satisfy (``Run.search``)."""
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """As a source (``version.Source``): append the sids of the pending predicates
+        that an event's values satisfy (``Run.search``), by attribute name."""
         for run in self.runs:
-            run.search(event, out)
+            run.search(values, out)

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from itertools import chain
 
 import lmdb
@@ -49,6 +50,7 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
+from pbtree.version import Value, Version
 from pbtree.writer import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
@@ -677,6 +679,8 @@ class Shard:
 
     # --- reads ----------------------------------------------------------------------
     def _attr(self, txn, name: bytes) -> int | None:
+        """The attribute id of ``name`` in ``txn``, or None; one found is kept (an id
+        never changes)."""
         aid = self._attr_ids.get(name)
         if aid is None:
             raw = txn.get(name, db=self.dbs["attrs"])
@@ -685,49 +689,43 @@ class Shard:
             aid = self._attr_ids[name] = int.from_bytes(raw, "little")
         return aid
 
-    def match_sids(self, txn, cache: Snapshot,
-                   event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
-        """Sids of the subscriptions that a prepared event satisfies."""
-        search = Search(txn, self.dbs, cache)
+    def _version(self, txn, cache: Snapshot) -> Version:
+        """The sources a match in ``txn`` searches: the trees, then those ``cache`` keeps
+        (``Snapshot.sources_of``)."""
+        attr_id = partial(self._attr, txn)
+        return Version((Search(txn, self.dbs, cache, attr_id),
+                        *cache.sources_of(txn, self.dbs, self._written, attr_id)))
+
+    def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:
+        """Sids of the subscriptions that a prepared event satisfies: every source of the
+        snapshot's version asked for the event's values."""
         try:
-            pending = cache.pending_of(txn, self.dbs, self._written)
+            version = self._version(txn, cache)
             if type(event) is not list:  # an ArrayEvent
-                return self._match_values(txn, cache, search, pending, event)
-            by_id = []
-            for name, family, payload, exact in event:
-                aid = self._attr(txn, name)
-                if aid is not None:
-                    search.attribute(tree_prefix(aid, family), payload, exact)
-                    by_id.append((aid, family, payload, exact))
-            for run in cache.staged:
-                run.search(by_id, search.out)
-            pending.search(event, search.out)
-            return matched(txn, self.dbs, cache, search.out)
+                return self._match_values(txn, cache, version, event)
+            out: list[np.ndarray] = []
+            version.search(event, out)
+            return matched(txn, self.dbs, cache, out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):
                 raise
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
-    def _match_values(self, txn, cache: Snapshot, search: Search, pending,
-                      event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
+    def _match_values(self, txn, cache: Snapshot, version: Version,
+                      event: list[Value]) -> np.ndarray:
         """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
-        searched on its own, so that its hits are one segment, an array's element in the
-        interval entries' trees too (an interval entry holds for an element that hits it
-        twice, ``snapshot.matched``), and the entries of ``!=`` an element looked up, to be
-        cleared."""
-        out = search.out
+        searched on its own, so that its hits are one segment, an array's element under
+        its attribute's elements name too (interval entries: one holds for an element that
+        hits it twice, ``snapshot.matched``), and the entries of ``!=`` an element looked
+        up, to be cleared."""
+        out: list[np.ndarray] = []
         ends = []
         for n, value in enumerate(event):
-            name, family, payload, exact = value
-            names = (name, elements_name(name)) if n >= event.first else (name,)
-            for each in names:
-                aid = self._attr(txn, each)
-                if aid is not None:
-                    search.attribute(tree_prefix(aid, family), payload, exact)
-                    by_id = [(aid, family, payload, exact)]
-                    for run in cache.staged:
-                        run.search(by_id, out)
-                pending.search([(each, family, payload, exact)], out)
+            if n >= event.first:
+                name, family, payload, exact = value
+                version.search([value, (elements_name(name), family, payload, exact)], out)
+            else:
+                version.search([value], out)
             ends.append(len(out))
         if not out:
             return matched(txn, self.dbs, cache, out)

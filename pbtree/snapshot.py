@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lmdb
 import numpy as np
 
@@ -12,6 +14,7 @@ from pbtree.flat import Flat
 from pbtree.idtable import IdTable
 from pbtree.pending import Pending, Written
 from pbtree.strids import StringIdTable
+from pbtree.version import Source
 from storage import sidset
 from storage.meta import TREE_GEN, read_counter
 
@@ -33,7 +36,7 @@ class Snapshot:
     """
 
     __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids",
-                 "views", "remaps", "pending", "staged", "current", "tree_gen")
+                 "views", "remaps", "pending", "sources", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
@@ -47,19 +50,22 @@ class Snapshot:
         self.str_ids: StringIdTable | None = None  # read at the first string id matched
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
-        self.pending: Pending | None = None  # of this snapshot once ``current``, else older
-        self.staged: list[staged.Staged] = []  # this snapshot's staged runs, once ``current``
+        self.pending: Pending | None = None  # of this snapshot once ``sources``, else older
+        self.sources: tuple[Source, ...] | None = None  # once ``sources_of``
         self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
-        self.current = False
 
-    def pending_of(self, txn: lmdb.Transaction, dbs: dict, written: Written) -> Pending:
-        """The pending subscriptions' postings, brought up to this snapshot on first use,
-        and (``staged``) the staged runs of this snapshot, views of its map."""
-        if not self.current:
+    def sources_of(self, txn: lmdb.Transaction, dbs: dict, written: Written,
+                   attr_id: Callable[[bytes], int | None]) -> tuple[Source, ...]:
+        """The sources besides the trees that this snapshot's matches search, in order:
+        its staged runs (views of its map; ``attr_id`` gives a name's attribute id), then
+        the pending subscriptions' postings, brought up to this snapshot; each left out
+        when it holds nothing. Read on first use."""
+        if self.sources is None:
             self.pending = Pending.of(self.pending, txn, dbs, written)
-            self.staged = staged.read(txn, dbs)
-            self.current = True
-        return self.pending
+            runs = staged.read(txn, dbs)
+            self.sources = (*((staged.StagedRuns(runs, attr_id),) if runs else ()),
+                            *((self.pending,) if self.pending.runs else ()))
+        return self.sources
 
     def kinds_of(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """What each sid is: free, a subscription or a predicate entry (``clusters``)."""

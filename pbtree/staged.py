@@ -11,7 +11,7 @@ several folds, and matchers keep only the few pending subscriptions in their hea
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import lmdb
 import numpy as np
@@ -19,6 +19,7 @@ import numpy as np
 from pbtree.errors import CorruptIndexError
 from pbtree.pending import Sorted, distinct, picked, ranked_among
 from pbtree.postings import Keys, places, ranked, split_code
+from pbtree.version import Value
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
 HEADER = struct.Struct("<6I")
@@ -109,11 +110,12 @@ class Staged:
             index.bounds.astype(np.uint32).tobytes(), index.sids.astype(np.uint32).tobytes(),
             strings.ends.astype(np.uint32).tobytes(), strings.raw))
 
-    def search(self, event: list[tuple[int, int, bytes, bool]], out: list[np.ndarray]) -> None:
+    def search_ids(self, by_id: list[tuple[int, int, bytes, bool]],
+                   out: list[np.ndarray]) -> None:
         """Append the sids of the staged postings that the event's values satisfy, each
         value given by attribute id (``Sorted.search``)."""
         if self.size:
-            values = picked(event, _same, self.strings.ranks)
+            values = picked(by_id, _same, self.strings.ranks)
             if values:
                 self.index.search(values, out)
 
@@ -125,6 +127,28 @@ class Staged:
         sids = self.index.sids
         keep = alive[sids - first]  # a copy of every column: none is a view of the map
         return places(place[keep], keys[keep], sids[keep], list(self.strings))
+
+
+class StagedRuns:
+    """A snapshot's staged runs as one source (``version.Source``): the event's attribute
+    names resolved by ``attr_id`` to the ids their places hold once for all the runs."""
+
+    __slots__ = ("runs", "attr_id")
+
+    def __init__(self, runs: list[Staged], attr_id: Callable[[bytes], int | None]) -> None:
+        self.runs, self.attr_id = runs, attr_id
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Append the sids of every run's postings that ``values`` satisfy."""
+        attr_id = self.attr_id
+        by_id = []
+        for name, family, payload, exact in values:
+            aid = attr_id(name)
+            if aid is not None:
+                by_id.append((aid, family, payload, exact))
+        if by_id:
+            for run in self.runs:
+                run.search_ids(by_id, out)
 
 
 def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.ndarray,
@@ -190,5 +214,5 @@ def run_key(first: int) -> bytes:
 
 
 def _same(aid: int) -> int:
-    """An event value's attribute id, as ``Staged.search`` is given it."""
+    """An event value's attribute id, as ``Staged.search_ids`` is given it."""
     return aid

@@ -39,14 +39,11 @@ def _staged(written: Written, first: int, end: int) -> staged.Staged:
                          found.strings)
 
 
-def _found(run, event: list) -> list[int]:
+def _found(source, event: list) -> list[int]:
+    """The sids ``source`` (``version.Source``) finds for a prepared event."""
     out: list = []
-    run.search(event, out)
+    source.search(event, out)
     return sorted(np.concatenate(out).tolist()) if out else []
-
-
-def _by_id(event: list) -> list:
-    return [(_aid(name), *rest) for name, *rest in event]
 
 
 def _held(run: staged.Staged) -> list:
@@ -78,9 +75,8 @@ def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
     for event in evs:
         prepared = prepare_event(event)
         want = _found(pending, prepared)
-        assert _found(stored, _by_id(prepared)) == want
-        assert _found(joined, _by_id(prepared)) == want
-        assert _found(whole, _by_id(prepared)) == want
+        for run in (stored, joined, whole):
+            assert _found(staged.StagedRuns([run], _aid), prepared) == want
 
 
 def test_a_damaged_run_is_named():

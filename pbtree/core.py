@@ -23,7 +23,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree import expr as expressions
-from pbtree.batch import Names, normalize_many
+from pbtree.batch import AttributeNames, normalize_many
 from pbtree.clusters import Estimates, predicate_key
 from pbtree.collector import collector_paused
 from pbtree.errors import (
@@ -331,7 +331,7 @@ class Index:
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
-        self._names = Names()  # the attribute names of its batches, checked and numbered
+        self._names = AttributeNames()  # of its batches, checked and numbered
         self.reopened = 0  # times it opened the directory put at its path since (``_follow``)
         self._identity = identity  # (device, inode) of the directory its shards are in
         self._options = options or {}  # the options it was opened with, to reopen
@@ -384,7 +384,7 @@ class Index:
                           IndexReplacedWarning, stacklevel=4)
             return
         old, self.shards, new.shards = self.shards, new.shards, []
-        self.manifest, self._identity, self._names = new.manifest, new._identity, Names()
+        self.manifest, self._identity, self._names = new.manifest, new._identity, AttributeNames()
         for shard in old:
             shard.close()
         self.reopened += 1

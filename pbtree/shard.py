@@ -32,7 +32,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.expr import Disjunction, conjunctions
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
-from pbtree.pending import Written, distinct, pending_postings
+from pbtree.pending import RecentWrites, distinct, pending_postings
 from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
 from pbtree.subs import (
@@ -140,7 +140,7 @@ class Shard:
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
-        self._written = Written()
+        self._recent = RecentWrites()
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
@@ -180,7 +180,7 @@ class Shard:
             items.sort(key=lambda item: clusters.predicate_key(
                 clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
-            self._fold(w, txn, Written(), True)
+            self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
 
@@ -196,7 +196,7 @@ class Shard:
 
         with self._lock:
             self._release(keep=False)
-            self._written.clear()
+            self._recent.clear()
             old, self.estimates = self.estimates, estimates
             try:
                 self.env.write(apply, self._release)
@@ -224,7 +224,7 @@ class Shard:
             self._snapshot = None
             old, self._cache = self._cache, Snapshot()
             if keep:
-                self._cache.pending, self._cache.trees = old.pending, old.hot()
+                self._cache.pending, self._cache.trees = old.pending, old.flattened_before()
 
     @contextmanager
     def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:
@@ -318,7 +318,7 @@ class Shard:
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
-        mine: tuple = ()  # the last try's (first sid, count, predicates) for ``Written``
+        mine: tuple = ()  # the last try's (first sid, count, predicates) for ``RecentWrites``
         folded = False  # whether the last try folded them
 
         def apply(txn) -> int:
@@ -336,16 +336,16 @@ class Shard:
                 self._purge(w, txn, due=True)
             mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
-                self._fold(w, txn, self._written.plus(*mine), False)
+                self._fold(w, txn, self._recent.plus(*mine), False)
                 folded = True
             w.flush()
             return len(items)
 
         def committed() -> None:
             if folded:
-                self._written.clear()  # all folded
+                self._recent.clear()  # all folded
             else:
-                self._written.add(*mine)
+                self._recent.add(*mine)
 
         return self._write(apply, committed)
 
@@ -355,7 +355,7 @@ class Shard:
         predicate first and a check row of predicate entries for the rest
         (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
         (first new sid, new sids, the predicates each posts, ``subs.posted``), as
-        ``Written`` takes them."""
+        ``RecentWrites`` takes them."""
         dbs = self.dbs
         owners, ordered = [], []
         for n, preds in enumerate(lists):
@@ -435,14 +435,14 @@ class Shard:
         ones' postings from them, now; returns how many were folded."""
         def apply(txn) -> int:
             w = self._writer(txn)
-            folded = self._fold(w, txn, self._written, True) if w.next_sid > w.merged else 0
+            folded = self._fold(w, txn, self._recent, True) if w.next_sid > w.merged else 0
             self._purge(w, txn)  # when no merge did
             w.flush()
             return folded
 
-        return self._write(apply, self._written.clear)
+        return self._write(apply, self._recent.clear)
 
-    def _fold(self, w: Writer, txn, written: Written, merge: bool) -> int:
+    def _fold(self, w: Writer, txn, recent: RecentWrites, merge: bool) -> int:
         """Fold the postings of every pending subscription into a staged run, joined with
         the runs before it while the one before is at most twice its size; or, when
         ``merge`` or ``merge_due``, merge them and every staged run into the trees (the
@@ -451,18 +451,18 @@ class Shard:
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
-        the postings it kept (``written``: what ``Written`` holds, and the write's own),
+        the postings it kept (``recent``: what ``RecentWrites`` holds, and the write's own),
         without decoding their records again; the ones removed since (predicate count 0)
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
         kinds = w.kinds.values(w.folded, w.next_sid)
-        place, keys, sids, strings = self._pending(w, txn, written, kinds != 0)
+        place, keys, sids, strings = self._pending(w, txn, recent, kinds != 0)
         moved = int(np.count_nonzero(kinds == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
-            run = staged.peeled(txn, db, staged.staged(first, w.folded, place, keys, sids,
-                                                       strings))
+            run = staged.compacted(txn, db, staged.staged(first, w.folded, place, keys,
+                                                          sids, strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
         self._purge(w, txn)  # the trees are rewritten anyway
@@ -470,17 +470,17 @@ class Shard:
         kinds = w.kinds.values(w.merged, w.folded)
         alive = kinds != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
-        for aid, family, kind, held, at in chain(  # in sid order
+        for aid, family, kind, place_keys, place_sids in chain(  # in sid order
                 chain.from_iterable(run.places(alive, w.merged) for run in runs),
                 places(place[order], keys[order], sids[order], strings)):
-            w.add(tree_prefix(aid, family), kind, held, at)
+            w.add(tree_prefix(aid, family), kind, place_keys, place_sids)
         for run in runs:
             txn.delete(staged.run_key(run.first), db=db)
         moved += int(np.count_nonzero(kinds[:first - w.merged] == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved
 
-    def _pending(self, w: Writer, txn, written: Written, alive: np.ndarray
+    def _pending(self, w: Writer, txn, recent: RecentWrites, alive: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
         """The postings of the pending subscriptions that are not removed (``alive``, from
         ``w.folded``), unsorted, as (place code of attribute ids, key, sid) and the strings
@@ -490,7 +490,7 @@ class Shard:
         if pending is not None and pending.folded == w.folded:
             pieces, start = [run.postings for run in pending.runs], pending.next
         if start < w.next_sid:
-            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written))
+            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, recent))
         found = concatenated(pieces or [NOTHING])
         keep = alive[found.sids - w.folded]
         attr, family, kind = split_code(found.place[keep])
@@ -528,7 +528,7 @@ class Shard:
         before the oldest snapshot open); an older snapshot is released, and so is any
         before the map is grown (LMDB remaps only with no transaction open in the
         process). ``committed`` runs once the write has committed, still under the lock:
-        only then does ``Written`` take what it wrote, so it never holds a try that was
+        only then does ``RecentWrites`` take what it wrote, so it never holds a try that was
         aborted (its sids given again, maybe to another process's write) or failed."""
         with self._lock:
             if self._stale(config.KEEP_PINNED - 1):
@@ -694,7 +694,7 @@ class Shard:
         (``Snapshot.sources_of``)."""
         attr_id = partial(self._attr, txn)
         return Version((Search(txn, self.dbs, cache, attr_id),
-                        *cache.sources_of(txn, self.dbs, self._written, attr_id)))
+                        *cache.sources_of(txn, self.dbs, self._recent, attr_id)))
 
     def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies: every source of the

@@ -36,7 +36,7 @@ _STR = {str}
 
 
 def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
-                   names_seen: Names | None = None) -> list[list | None]:
+                   names_seen: AttributeNames | None = None) -> list[list | None]:
     """Per source, its core predicates as ``core.normalize`` gives them, or None where
     ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
     value or name it refuses or more than ``max_predicates`` core predicates, or two
@@ -56,14 +56,14 @@ def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
     if not subs:
         return out
     attrs, op, values = columns  # type: ignore[misc]
-    known, attr = (names_seen or Names()).ranked(attrs, max_attr_bytes)
+    numbered, attr = (names_seen or AttributeNames()).ranked(attrs, max_attr_bytes)
     ok = (attr >= 0) & (op >= 0)
-    rows = _Rows(known, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
-    grouped = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in'
-    sets = [values[i] for i in grouped.tolist()]
+    rows = _Rows(numbered, np.repeat(np.arange(len(subs)), list(map(len, subs))), attr)
+    set_preds = np.flatnonzero(ok & ~_SCALAR[op])  # 'in', 'not in'
+    sets = [values[i] for i in set_preds.tolist()]
     sizes = _sizes(sets)
-    ok[grouped[sizes == 0]] = False
-    of = grouped[np.repeat(np.arange(grouped.size), sizes)]  # each set value's predicate
+    ok[set_preds[sizes == 0]] = False
+    of = set_preds[np.repeat(np.arange(set_preds.size), sizes)]  # each set value's predicate
     plain, family, keys, canon, rows.texts = constants([*values, *chain.from_iterable(
         compress(sets, sizes.tolist()))], any_string=False)  # strings ranked all together
     m = len(values)
@@ -113,9 +113,9 @@ def _columns(subs: list) -> tuple[tuple, np.ndarray, tuple] | None:
         return None
 
 
-class Known(NamedTuple):
-    """The attribute names a ``Names`` holds, numbered in the order they came: their
-    numbers (``rank``), the names by number, and each number's place in name order
+class NumberedNames(NamedTuple):
+    """The attribute names an ``AttributeNames`` holds, numbered in the order they came:
+    their numbers (``rank``), the names by number, and each number's place in name order
     (UTF-8 byte order, which canonical predicate order follows)."""
 
     limit: int
@@ -123,16 +123,16 @@ class Known(NamedTuple):
     names: np.ndarray
     order: np.ndarray
 
-    def grown(self, new: list[str]) -> Known:
-        """These names and ``new`` (sorted, none held): theirs numbered after these, so
+    def grown(self, new: list[str]) -> NumberedNames:
+        """These names and ``new`` (sorted, none here): theirs numbered after these, so
         the numbers given before still hold; the order merged, not sorted again."""
         numbers = range(len(self.rank), len(self.rank) + len(new))
         added = np.array(new, object)
         ordered = _inverse(self.order)  # the numbers in name order
         ordered = np.insert(ordered, np.searchsorted(self.names[ordered], added),
                             np.arange(numbers.start, numbers.stop))
-        return Known(self.limit, {**self.rank, **dict(zip(new, numbers, strict=True))},
-                     np.concatenate((self.names, added)), _inverse(ordered))
+        return NumberedNames(self.limit, {**self.rank, **dict(zip(new, numbers, strict=True))},
+                             np.concatenate((self.names, added)), _inverse(ordered))
 
 
 def _inverse(permutation: np.ndarray) -> np.ndarray:
@@ -142,46 +142,46 @@ def _inverse(permutation: np.ndarray) -> np.ndarray:
     return out
 
 
-def _none_known(limit: int) -> Known:
-    return Known(limit, {}, np.zeros(0, object), np.zeros(0, np.int64))
+def _no_names(limit: int) -> NumberedNames:
+    return NumberedNames(limit, {}, np.zeros(0, object), np.zeros(0, np.int64))
 
 
-class Names:
+class AttributeNames:
     """The valid attribute names (ASCII, not empty, up to ``max_attr_bytes``) that an
-    index's batches have held, numbered as they came, with their name order: up
+    index's batches have named, numbered as they came, with their name order: up
     to ``keep`` of them, past that the last batch's. A batch of names all seen numbers
     them in one map, and a batch with new ones adds only those (1M ``sparse`` has ~4,000
     names in a batch of 1,000 subscriptions, still ~100 new after ten batches). The names
-    known are replaced whole, never changed in place: a batch in another thread sees one
+    numbered are replaced whole, never changed in place: a batch in another thread sees one
     whole set."""
 
     def __init__(self, keep: int = config.KEEP_NAMES) -> None:
         self.keep = keep
-        self.known = _none_known(0)
+        self.numbered = _no_names(0)
 
-    def ranked(self, attrs: tuple, max_attr_bytes: int) -> tuple[Known, np.ndarray]:
-        """The valid names known, and each of ``attrs``' (hashable) number, -1 where it
+    def ranked(self, attrs: tuple, max_attr_bytes: int) -> tuple[NumberedNames, np.ndarray]:
+        """The valid names numbered, and each of ``attrs``' (hashable) number, -1 where it
         is not a valid name."""
-        known = self.known if self.known.limit == max_attr_bytes else \
-            _none_known(max_attr_bytes)
+        numbered = self.numbered if self.numbered.limit == max_attr_bytes else \
+            _no_names(max_attr_bytes)
         other = None if set(map(type, attrs)) == _STR else \
             ~np.fromiter(map(_STR.__contains__, map(type, attrs)), bool, len(attrs))
-        attr = _ranks(known.rank, attrs, other)  # a str subclass equal to a name is no name
+        attr = _ranks(numbered.rank, attrs, other)  # a str subclass equal to a name is no name
         missing = np.flatnonzero(attr < 0) if other is None else \
             np.flatnonzero((attr < 0) & ~other)
         unknown = [attrs[i] for i in missing.tolist()]
         new = sorted({a for a in unknown if a and a.isascii() and len(a) <= max_attr_bytes})
         if new:
-            if len(known.rank) + len(new) > self.keep:
-                known = _none_known(max_attr_bytes).grown(
+            if len(numbered.rank) + len(new) > self.keep:
+                numbered = _no_names(max_attr_bytes).grown(
                     sorted({*compress(attrs, attr >= 0), *new}))
-                attr = _ranks(known.rank, attrs, other)
+                attr = _ranks(numbered.rank, attrs, other)
             else:
-                known = known.grown(new)
-                attr[missing] = np.fromiter(map(known.rank.get, unknown, repeat(-1)),
+                numbered = numbered.grown(new)
+                attr[missing] = np.fromiter(map(numbered.rank.get, unknown, repeat(-1)),
                                             np.int64, len(unknown))
-            self.known = known
-        return known, attr
+            self.numbered = numbered
+        return numbered, attr
 
 
 def _ranks(rank: dict[str, int], attrs: tuple, other: np.ndarray | None) -> np.ndarray:
@@ -203,11 +203,11 @@ def _sizes(sets: list) -> np.ndarray:
 
 class _Rows:
     """The core predicates of a batch as columns (subscription, attribute number, rank,
-    family, key, value), added a kind of source predicate at a time; ``known``
-    (``Names.ranked``'s) numbers the attributes."""
+    family, key, value), added a kind of source predicate at a time; ``numbered``
+    (``AttributeNames.ranked``'s) numbers the attributes."""
 
-    def __init__(self, known: Known, sub_of: np.ndarray, attr: np.ndarray) -> None:
-        self.known, self.sub_of, self.attr = known, sub_of, attr
+    def __init__(self, numbered: NumberedNames, sub_of: np.ndarray, attr: np.ndarray) -> None:
+        self.numbered, self.sub_of, self.attr = numbered, sub_of, attr
         self.parts: list[tuple[np.ndarray, ...]] = []
         self.values: list[np.ndarray] = []
         self.texts: list[str] = []  # the strings that string keys rank
@@ -245,8 +245,8 @@ class _Rows:
         one attribute (whose order ``expr`` decides, by their sets)."""
         sub, attr, rank, family, keys = (np.concatenate(c) for c in zip(*self.parts,
                                                                          strict=True))
-        held = np.concatenate(self.values)
-        order = self.known.order
+        values = np.concatenate(self.values)
+        order = self.numbered.order
         place = ((sub * order.size + order[attr]) * 8 + rank) * 4 + family
         order = np.argsort(place, kind="stable")  # rows come near sub order: runs
         place = place[order]
@@ -262,8 +262,8 @@ class _Rows:
         sub, attr, rank = sub[keep], attr[keep], rank[keep]
         count = np.bincount(sub, minlength=bad.size)
         bad |= count > max_predicates
-        triples = list(zip(self.known.names[attr].tolist(), _CORE_OP[rank].tolist(),
-                           held[order].tolist(), strict=True))
+        triples = list(zip(self.numbered.names[attr].tolist(), _CORE_OP[rank].tolist(),
+                           values[order].tolist(), strict=True))
         ends = np.cumsum(count).tolist()
         lists = [None if b else triples[a:e]
                  for a, e, b in zip([0, *ends[:-1]], ends, bad.tolist(), strict=True)]

@@ -100,7 +100,7 @@ class Estimates:
                 keys[found[1]] = keys.get(found[1], 0) + times
         attrs = {}
         for attr, fams in weights.items():
-            held = {}
+            families = {}
             for family, counts in fams.items():
                 keys = sorted(counts)
                 ends = np.cumsum([counts[k] for k in keys])
@@ -113,8 +113,8 @@ class Estimates:
                     keys = list(chain.from_iterable(
                         [k] * max(1, round(config.SAMPLE_KEYS * counts[k] / total))
                         for k in keys))
-                held[family] = (total, keys)
-            attrs[attr] = (sum(c for c, _ in held.values()), held)
+                families[family] = (total, keys)
+            attrs[attr] = (sum(c for c, _ in families.values()), families)
         return cls(n, attrs)
 
     @classmethod
@@ -368,7 +368,7 @@ class Rows:
     words are not aligned (never seen: each lies on overflow pages of its own) are copied.
     """
 
-    __slots__ = ("views", "addresses", "words", "at", "held")
+    __slots__ = ("views", "addresses", "words", "at")
 
     def __init__(self, views: dict[int, memoryview],
                  addresses: dict[int, int] | None = None) -> None:
@@ -377,7 +377,6 @@ class Rows:
             {n: _address(v) for n, v in views.items()}
         count = max(views, default=-1) + 1
         self.at = np.full(count, -1, np.int64)
-        self.held: list[np.ndarray] = []
         if not views:
             self.words = np.zeros(0, _WORDS)
             return

@@ -21,7 +21,8 @@ What stays beside its code, on purpose:
   ``core.MAX_ATTR_BYTES``, ``ids.MAX_ID_BYTES``, ``clusters.MAX_KEY`` and
   ``storage.keys.MAX_CONST_BYTES`` (LMDB's 511-byte keys);
 - facts rather than choices: ``core.FILES_PER_SHARD``, ``strids.APART_BYTES`` (measured
-  costs), ``snapshot.HOT`` and ``clusters.TIE`` (a state and a tie-break, no trade);
+  costs), ``snapshot.FLATTENED_BEFORE`` and ``clusters.TIE`` (a state and a tie-break, no
+  trade);
 - checks of input, not trades: ``cli.streams.MAX_INT_DIGITS``, ``core.FILES_SPARE``,
   ``storage.errors.SHOWN`` (how much of a value an error message shows);
 - the storage layer's own (``storage.env``: ``GROW_AT``, ``READER_CHECK_SECONDS``,
@@ -55,7 +56,7 @@ DELTA_FOLDS = 64
 #: ... up to this many times ``DELTA_NODES``: each fold rewrites the whole delta
 DELTA_GROWTH = 64
 #: committed sids whose postings this process keeps for its next fold: twice a fold's worth
-WRITTEN_HELD = 2 * FOLD_AT
+RECENT_KEPT = 2 * FOLD_AT
 #: subs records decoded at a time: bigger pieces pinned new pymalloc arenas, none faster
 GROUP_RECORDS = 256
 #: the smallest batch normalised in array steps: their ~0.6 ms outweighs ~120 one by one

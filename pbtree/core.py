@@ -23,7 +23,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree import expr as expressions
-from pbtree.batch import Names, normalize_many
+from pbtree.batch import AttributeNames, normalize_many
 from pbtree.clusters import Estimates, predicate_key
 from pbtree.collector import collector_paused
 from pbtree.errors import (
@@ -51,6 +51,7 @@ from pbtree.outputs import as_created, fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
 from pbtree.values import searched
+from pbtree.version import Value
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING
 
 MANIFEST = "manifest.json"
@@ -69,7 +70,7 @@ MAX_PREDICATES = 65534
 _PLAIN_IDS = frozenset((int, str))
 
 Expr = str | Sequence[tuple]
-PreparedEvent = list[tuple[bytes, int, bytes, bool]]
+PreparedEvent = list[Value]
 _NO_IDS = np.zeros(0, np.int64)
 _SIGN, _ALL = 1 << 63, (1 << 64) - 1
 
@@ -330,7 +331,7 @@ class Index:
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
-        self._names = Names()  # the attribute names of its batches, checked and numbered
+        self._names = AttributeNames()  # of its batches, checked and numbered
         self.reopened = 0  # times it opened the directory put at its path since (``_follow``)
         self._identity = identity  # (device, inode) of the directory its shards are in
         self._options = options or {}  # the options it was opened with, to reopen
@@ -383,7 +384,7 @@ class Index:
                           IndexReplacedWarning, stacklevel=4)
             return
         old, self.shards, new.shards = self.shards, new.shards, []
-        self.manifest, self._identity, self._names = new.manifest, new._identity, Names()
+        self.manifest, self._identity, self._names = new.manifest, new._identity, AttributeNames()
         for shard in old:
             shard.close()
         self.reopened += 1

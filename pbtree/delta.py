@@ -93,9 +93,9 @@ class Delta(Packed):
 
     def take(self) -> list[tuple[int, bytes, list[int]]]:
         """``Packed.take``; the record is then deleted at flush."""
-        held = super().take()
+        postings = super().take()
         self.first, self.cleared, self.size_read = None, True, 0
-        return held
+        return postings
 
     @property
     def changed(self) -> bool:

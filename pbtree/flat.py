@@ -22,7 +22,7 @@ from storage.keys import STRING
 _NO_ENDS = np.zeros(0, dtype="<u4")
 
 
-class One:
+class OneNodeList:
     """A list of one node without overflowed items: the node's View, and for a fixed-width
     family its keys as a zero-copy array (a numpy search beats a Python one)."""
 
@@ -68,7 +68,7 @@ class FlatList:
         self.n = 0
 
     def rank(self, key, inclusive: bool) -> int:
-        """As ``One.rank``."""
+        """As ``OneNodeList.rank``."""
         return _rank(self.keys, key, inclusive)
 
     def holds(self, i: int, key) -> bool:
@@ -97,14 +97,15 @@ class FlatList:
             out += self.over[bisect_left(self.over_at, lo):bisect_left(self.over_at, hi)]
 
 
-class Flat:
+class FlatTree:
     """The GT, LT and INEQ lists of one tree, with its family's key search, and for a
     tree of EQ items only the overflow EQ sets of the event values met while the
-    snapshot's bound allowed (``Search._equal``; kept until the Flat goes)."""
+    snapshot's bound allowed (``Search._equal``; kept until the FlatTree goes)."""
 
     __slots__ = ("lists", "fixed", "equal")
 
-    def __init__(self, fixed: np.dtype | None, lists: tuple[One | FlatList, ...]) -> None:
+    def __init__(self, fixed: np.dtype | None,
+                 lists: tuple[OneNodeList | FlatList, ...]) -> None:
         self.fixed = fixed  # the family's key dtype
         # GT, LT, INEQ; none when all three are empty (a tree of '=' and 'in' only)
         self.lists = lists if any(part.n for part in lists) else ()
@@ -126,7 +127,7 @@ class Flat:
             ineq.take(0, ineq.n, out)
 
 
-def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Flat:
+def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> FlatTree:
     """Walk every list of a tree once (``search`` supplies nodes and overflow sets);
     ``sentinels`` are the tree's (head, tail) ids per list, as its ``trees`` record holds.
     Unlike a walk, it reads the tail sentinels too: a missing one is reported here."""
@@ -141,10 +142,10 @@ def flatten(search, prefix: bytes, sentinels: dict[int, tuple[int, int]]) -> Fla
             views.append(view)
             view, steps = search.step(view.next, steps), steps + 1
         if len(views) == 1 and not views[0].flags & SPILLED:
-            lists.append(One(views[0], fixed))
+            lists.append(OneNodeList(views[0], fixed))
         else:
             lists.append(_joined(search, prefix, kind, views, fixed))
-    return Flat(fixed, tuple(lists))
+    return FlatTree(fixed, tuple(lists))
 
 
 def _rank(keys: np.ndarray | list[bytes], key, inclusive: bool) -> int:

@@ -81,8 +81,8 @@ class IdTable:
         if hi - lo == wide.size and np.array_equal(self.sids[lo:hi], wide + start):
             if wide.size:  # the same sids apart: their ids in place
                 self.ids[lo:hi] = ids[wide]
-            sids, held = self.sids, self.ids
+            sids, wide_ids = self.sids, self.ids
         else:  # sorted, as sids start .. end lie between those before and after
             sids = np.concatenate((self.sids[:lo], wide + start, self.sids[hi:]))
-            held = np.concatenate((self.ids[:lo], ids[wide], self.ids[hi:]))
-        return IdTable(table, sids, held)
+            wide_ids = np.concatenate((self.ids[:lo], ids[wide], self.ids[hi:]))
+        return IdTable(table, sids, wide_ids)

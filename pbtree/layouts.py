@@ -148,8 +148,8 @@ def _parsed(texts: pa.Array, rows: np.ndarray, ids: pa.ChunkedArray, keys: pa.Ar
     """``arrowparse.parse`` of one text per subscription, the subscription of text n
     having the id and key of table row ``rows[n]``; returns the texts parsed and them."""
     good, cols = arrowparse.parse(texts)
-    picked = pa.array(rows[good], pa.int64())
-    cols.ids, cols.keys = ids.take(picked).to_pylist(), keys.take(picked).to_pylist()
+    parsed_rows = pa.array(rows[good], pa.int64())
+    cols.ids, cols.keys = ids.take(parsed_rows).to_pylist(), keys.take(parsed_rows).to_pylist()
     return good, cols
 
 

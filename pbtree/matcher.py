@@ -6,36 +6,52 @@ a few vectorised passes over the hits, whatever the number of sids.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lmdb
 import numpy as np
 
 from pbtree import config, delta, packed
 from pbtree.errors import CorruptIndexError
-from pbtree.flat import Flat, flatten
+from pbtree.flat import FlatTree, flatten
 from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
 from pbtree.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
 from pbtree.overflow import Reader
-from pbtree.snapshot import HOT, Snapshot
+from pbtree.snapshot import FLATTENED_BEFORE, Snapshot
+from pbtree.version import Value
 from storage import sidset
+from storage.keys import tree_prefix
 
 HAS_INEQ = HAS[INEQ]
 
 
 class Search:
-    """Collects the satisfied SidSets of one shard inside a read transaction."""
+    """The trees of one shard as a source (``version.Source``): collects the SidSets an
+    event's values satisfy inside a read transaction, a name resolved by ``attr_id`` to
+    the attribute id that keys its trees (None: no tree)."""
 
-    __slots__ = ("txn", "snapshot", "cursor", "leaf_db", "nodes_db", "over", "trees_db",
-                 "out", "trees", "budget")
+    __slots__ = ("txn", "snapshot", "attr_id", "cursor", "leaf_db", "nodes_db", "over",
+                 "trees_db", "out", "trees", "budget")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot) -> None:
-        self.txn, self.snapshot = txn, snapshot
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
+                 attr_id: Callable[[bytes], int | None]) -> None:
+        self.txn, self.snapshot, self.attr_id = txn, snapshot, attr_id
         self.trees = snapshot.trees
         self.cursor = txn.cursor(db=dbs["leaf"])
         self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
         self.over, self.trees_db = Reader(txn, dbs), dbs["trees"]
-        self.out: list[np.ndarray] = []
         # a list walk longer than the number of nodes means a damaged, cyclic list
         self.budget = txn.stat(self.nodes_db)["entries"]
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Collect into ``out`` what each value satisfies in the tree of its attribute and
+        family (``attribute``)."""
+        self.out = out
+        attr_id = self.attr_id
+        for name, family, payload, exact in values:
+            aid = attr_id(name)
+            if aid is not None:
+                self.attribute(tree_prefix(aid, family), payload, exact)
 
     def view(self, node_id: int) -> View:
         raw = self.txn.get(node_key(node_id), db=self.nodes_db)
@@ -66,11 +82,12 @@ class Search:
 
         The first uses of a tree in a snapshot walk the PB+tree from its leaf
         pointers; a tree used often is flattened once and searched directly. A tree
-        the snapshot before had flattened (``Snapshot.hot``) is flattened on its second
-        use: hot trees come back at once, and one used once per snapshot stays walked.
+        the snapshot before had flattened (``Snapshot.flattened_before``) is flattened on
+        its second use: hot trees come back at once, and one used once per snapshot stays
+        walked.
         """
         state = self.trees.get(prefix, 0)
-        if type(state) is Flat:
+        if type(state) is FlatTree:
             if exact:
                 found = state.equal.get(payload)
                 if found is None:
@@ -87,7 +104,7 @@ class Search:
             packed.collect(raw, prefix[4], payload, exact, self.out)
             return
         ends = TREE.unpack(raw)
-        if state >= HOT:  # flattened in the snapshot before: walked once, then flattened
+        if state >= FLATTENED_BEFORE:  # walked once, then flattened
             state = config.FLATTEN_AFTER - 1
         elif state >= config.FLATTEN_AFTER and self.snapshot.flat < config.MAX_FLAT:
             self.trees[prefix] = flatten(self, prefix, tree_sentinels(raw))
@@ -98,7 +115,7 @@ class Search:
         self._walk(prefix, payload, exact, ends)
         self._delta(prefix, payload, exact)
 
-    def _equal(self, flat: Flat, prefix: bytes, payload: bytes) -> None:
+    def _equal(self, flat: FlatTree, prefix: bytes, payload: bytes) -> None:
         """Collect the EQ sids of a flattened tree's leaf ``payload``. In a tree of EQ items
         only, an overflow set is kept in ``flat`` while the snapshot's bound allows: reading
         it takes a cursor's steps, most of such a tree's search (where a tree has lists to

@@ -181,8 +181,8 @@ def _inserted(old: np.ndarray, ends: np.ndarray, places: np.ndarray,
 
 def _ranks(raw: bytes, family: int, m: int, keys_at: int,
            wanted: np.ndarray | list[bytes]) -> np.ndarray | None:
-    """The position among the record's keys of each ``wanted`` key (held as ``Packed``
-    holds keys), or None when one is not there."""
+    """The position among the record's keys of each ``wanted`` key (given as ``Packed``
+    keeps keys), or None when one is not there."""
     if FIXED_WIDTH.get(family):
         stored = np.frombuffer(raw, FIXED_DTYPE[family], m, keys_at)
         rank = stored.astype(np.uint64).searchsorted(wanted)
@@ -203,7 +203,7 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
     few postings to each of many small trees). None for every other tree, which
     ``encode`` merges. A tree spliced holds its new record, nothing queued."""
     out: list[bytes | None] = [None] * len(trees)
-    picked, ranks, kinds, runs, sids = [], [], [], [], []
+    records, ranks, kinds, runs, sids = [], [], [], [], []
     for i, tree in enumerate(trees):
         if tree.raw is None or tree.removes or tree.cuts or not tree.adds:
             continue
@@ -215,22 +215,22 @@ def splice_all(trees: list[Packed]) -> list[bytes | None]:
             list(chain.from_iterable(keys for _, keys, _ in tree.adds)))
         if rank is None:
             continue
-        picked.append((i, *found))
+        records.append((i, *found))
         ranks.append(rank)
         for kind, _, run in tree.adds:
             kinds.append(kind)
             runs.append(len(run))
             sids.append(run)
-    rows = _Rows.of(picked)
+    rows = _Rows.of(records)
     if rows is None:
         return out  # none, or a damaged record: ``encode`` names it
-    tree_of = np.repeat(np.arange(len(picked)), [rank.size for rank in ranks])
+    tree_of = np.repeat(np.arange(len(records)), [rank.size for rank in ranks])
     row = tree_of * 4 + np.repeat(kinds, runs)  # each posting's tree and kind
     places = rows.at[row] + np.concatenate(ranks)
     at = rows.sid_at[tree_of] + rows.firsts.ravel()[row] + rows.ends[places]
     merged = _inserted(rows.sids, at, places, np.concatenate(sids).astype(_SID, copy=False))
     rows.moved(np.bincount(places, minlength=rows.ends.size))
-    return rows.written(out, merged, np.ones(len(picked), bool))
+    return rows.written(out, merged, np.ones(len(records), bool))
 
 
 def cut_all(trees: list[Packed]) -> list[bytes | None]:
@@ -243,7 +243,7 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
     (damage ``encode`` names). A tree cut holds its new record (decoded, when a key was
     dropped), nothing queued."""
     out: list[bytes | None] = [None] * len(trees)
-    picked, places, sizes, removals = [], [], [], []
+    records, places, sizes, removals = [], [], [], []
     for i, tree in enumerate(trees):
         if tree.raw is None or not tree.cuts or tree.adds:
             continue
@@ -257,12 +257,12 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
             if tree.width else keys)
         if rank is None:
             continue
-        picked.append((i, *found))
+        records.append((i, *found))
         places.append(np.array([kind * m for kind, _, _ in tree.cuts], np.int64) + rank)
         for _, _, gone in tree.cuts:
             sizes.append(len(gone))
             removals.append(gone)
-    rows = _Rows.of(picked)
+    rows = _Rows.of(records)
     if rows is None:
         return out
     first_place = rows.at[::4]  # of each tree
@@ -270,26 +270,26 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
         first_place.tolist(), places, strict=True)])
     counts = np.diff(rows.ends, prepend=0)
     counts[rows.at] = rows.ends[rows.at]
-    kept = np.ones(len(picked), bool)  # not those naming a place they do not hold
-    kept[np.repeat(np.arange(len(picked)), list(map(len, places)))[counts[cut] == 0]] = False
-    held_place = np.repeat(np.arange(rows.ends.size), counts)
-    gone = _gone(held_place, rows.sids, np.repeat(cut, sizes), removals, sum(sizes))
+    kept = np.ones(len(records), bool)  # not those naming a place they do not hold
+    kept[np.repeat(np.arange(len(records)), list(map(len, places)))[counts[cut] == 0]] = False
+    place_of = np.repeat(np.arange(rows.ends.size), counts)
+    gone = _gone(place_of, rows.sids, np.repeat(cut, sizes), removals, sum(sizes))
     if gone is None:
         return out  # sids that fall at a place: ``encode`` names it
-    removed = np.bincount(held_place[gone], minlength=rows.ends.size)
+    removed = np.bincount(place_of[gone], minlength=rows.ends.size)
     tree_at = np.repeat(first_place, 4 * rows.m)  # per place, its tree's first place
     key = tree_at // 4 + (np.arange(rows.ends.size) - tree_at) % np.repeat(
         rows.m, 4 * rows.m)  # each place's key, counted over all the trees
     left = np.bincount(key, counts - removed)  # sids each key keeps
-    emptied = np.zeros(len(picked), bool)
-    emptied[np.repeat(np.arange(len(picked)), rows.m)[left == 0]] = True
+    emptied = np.zeros(len(records), bool)
+    emptied[np.repeat(np.arange(len(records)), rows.m)[left == 0]] = True
     rows.moved(-removed)
     sids = rows.sids[~gone]
     rows.written(out, sids, kept & ~emptied)
     counts -= removed
-    _, total, sid_at = rows.held()
+    _, total, sid_at = rows.sid_counts()
     for (i, tree, m, _, keys_at, _), first, at, count in zip(
-            compress(picked, kept & emptied), rows.at[::4][kept & emptied].tolist(),
+            compress(records, kept & emptied), rows.at[::4][kept & emptied].tolist(),
             sid_at[kept & emptied].tolist(), total[kept & emptied].tolist(), strict=True):
         place_counts = counts[first:first + 4 * m].reshape(4, m)
         used = place_counts.any(axis=0)
@@ -305,17 +305,17 @@ def cut_all(trees: list[Packed]) -> list[bytes | None]:
 def _gone(place: np.ndarray, sids: np.ndarray, at: np.ndarray, removals: list[list[int]],
           count: int) -> np.ndarray | None:
     """Which of ``sids`` (each at its ``place``) go: every occurrence, at place ``at[j]``,
-    of the j-th of the ``count`` sids in ``removals``. Each sid is held as place << 32 |
+    of the j-th of the ``count`` sids in ``removals``. Each sid is keyed as place << 32 |
     sid, ascending (places in order, sids rising at each), so one binary search finds
     them all; None if the sids do not rise at a place."""
-    held = place.astype(np.uint64) << np.uint64(32) | sids.astype(np.uint64)
-    if held.size > 1 and (held[1:] < held[:-1]).any():
+    keyed = place.astype(np.uint64) << np.uint64(32) | sids.astype(np.uint64)
+    if keyed.size > 1 and (keyed[1:] < keyed[:-1]).any():
         return None
     wanted = at.astype(np.uint64) << np.uint64(32) | np.fromiter(
         chain.from_iterable(removals), np.uint64, count)
-    edges = np.zeros(held.size + 1, np.int64)  # +1 where a run of a removed sid starts
-    np.add.at(edges, held.searchsorted(wanted, "left"), 1)
-    np.add.at(edges, held.searchsorted(wanted, "right"), -1)
+    edges = np.zeros(keyed.size + 1, np.int64)  # +1 where a run of a removed sid starts
+    np.add.at(edges, keyed.searchsorted(wanted, "left"), 1)
+    np.add.at(edges, keyed.searchsorted(wanted, "right"), -1)
     return np.cumsum(edges[:-1]) > 0
 
 
@@ -334,21 +334,21 @@ class _Rows:
     sids of many stored records, one after another, as ``splice_all`` and ``cut_all``
     change them."""
 
-    __slots__ = ("picked", "m", "totals", "ends", "rows", "at", "last", "sids", "sid_at",
+    __slots__ = ("records", "m", "totals", "ends", "rows", "at", "last", "sids", "sid_at",
                  "firsts")
 
     @classmethod
-    def of(cls, picked: list) -> _Rows | None:
-        """Those of ``picked`` ((position, tree, m, totals, keys at, ends at) each), None
+    def of(cls, records: list) -> _Rows | None:
+        """Those of ``records`` ((position, tree, m, totals, keys at, ends at) each), None
         if there are none or one's ends fall or miss its totals."""
-        if not picked:
+        if not records:
             return None
         rows = cls()
-        rows.picked = picked
-        rows.m = np.array([p[2] for p in picked], np.int64)
-        rows.totals = np.array([p[3] for p in picked], np.int64)
+        rows.records = records
+        rows.m = np.array([p[2] for p in records], np.int64)
+        rows.totals = np.array([p[3] for p in records], np.int64)
         rows.ends = np.concatenate([np.frombuffer(p[1].raw, _SID, 4 * p[2], p[5])
-                                    for p in picked]).astype(np.int64)
+                                    for p in records]).astype(np.int64)
         rows.rows = np.repeat(rows.m, 4)  # every record's four rows, one after another
         rows.at = np.cumsum(rows.rows) - rows.rows
         rows.last = rows.at + rows.rows - 1
@@ -357,8 +357,8 @@ class _Rows:
         rising[rows.at] = True
         if (rows.ends[rows.last] != rows.totals.ravel()).any() or not rising.all():
             return None
-        rows.sids = np.concatenate([_sids(p[1].raw, p[2], p[5]) for p in picked])
-        _, _, rows.sid_at = rows.held()  # each record's first sid in ``sids``, as stored
+        rows.sids = np.concatenate([_sids(p[1].raw, p[2], p[5]) for p in records])
+        _, _, rows.sid_at = rows.sid_counts()  # each record's first sid in ``sids``, as stored
         rows.firsts = np.cumsum(rows.totals, axis=1) - rows.totals  # of each kind's sids
         return rows
 
@@ -367,21 +367,21 @@ class _Rows:
         grown = np.cumsum(change)
         self.ends += grown - np.repeat(np.concatenate(([0], grown))[self.at], self.rows)
 
-    def held(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sid_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per record as the ends now say: its sid count per kind, its sid count, and
         where its sids start among all the records' sids."""
         kinds = self.ends[self.last].reshape(-1, 4)
-        held = kinds.sum(axis=1)
-        return kinds, held, np.cumsum(held) - held
+        total = kinds.sum(axis=1)
+        return kinds, total, np.cumsum(total) - total
 
     def written(self, out: list, sids: np.ndarray, kept: np.ndarray) -> list:
         """``out`` with the new record of each ``kept`` record, its sids now in
         ``sids``; each such tree holds its new record, nothing queued."""
-        kinds, held, sid_at = self.held()
+        kinds, total, sid_at = self.sid_counts()
         end_bytes, sid_bytes = self.ends.astype(_SID).tobytes(), sids.tobytes()
         for (i, tree, _, _, _, ends_at), n, first, kind_totals, at, count, keep in zip(
-                self.picked, self.m.tolist(), self.at[::4].tolist(), kinds.tolist(),
-                sid_at.tolist(), held.tolist(), kept.tolist(), strict=True):
+                self.records, self.m.tolist(), self.at[::4].tolist(), kinds.tolist(),
+                sid_at.tolist(), total.tolist(), kept.tolist(), strict=True):
             if not keep:
                 continue
             record = b"".join((TOTALS.pack(n, *kind_totals), tree.raw[TOTALS.size:ends_at],
@@ -398,7 +398,7 @@ class Packed:
     for stored trees only added to at keys they hold, ``splice_all`` splices them, and
     for stored trees only removed from, ``cut_all`` cuts them).
 
-    Keys of a fixed-width family are held as their integer values (big-endian payloads
+    Keys of a fixed-width family are kept as their integer values (big-endian payloads
     order as integers), those of strings as a list of payloads.
     """
 
@@ -468,7 +468,7 @@ class Packed:
         return self.keys[i]
 
     def add(self, kind: int, keys: np.ndarray | list[bytes], sids: np.ndarray) -> None:
-        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]`` (held as
+        """Queue a run of postings of one kind: ``sids[j]`` at key ``keys[j]`` (given as
         ``self.keys`` are), each place's sids rising and above every sid stored there
         (runs queued in sid order)."""
         self.adds.append((kind, keys, sids))
@@ -526,7 +526,7 @@ class Packed:
         return payloads, sets
 
     def repeated(self, payload: bytes, n: int) -> np.ndarray | list[bytes]:
-        """``n`` keys ``payload``, held as ``self.keys`` are (a run for ``add``)."""
+        """``n`` keys ``payload``, given as ``self.keys`` are (a run for ``add``)."""
         if self.width:
             return np.full(n, int.from_bytes(payload, "big"), np.uint64)
         return [payload] * n
@@ -534,10 +534,10 @@ class Packed:
     def take(self) -> list[tuple[int, bytes, list[int]]]:
         """Every posting held, (kind, key, sids) by place, leaving the tree empty."""
         self.merge()
-        held = [(kind, key, sids.tolist()) for kind, key, sids in self.items()]
+        postings = [(kind, key, sids.tolist()) for kind, key, sids in self.items()]
         empty = Packed.empty(self.family)
         self.keys, self.counts, self.sids = empty.keys, empty.counts, empty.sids
-        return held
+        return postings
 
     def merge(self) -> None:
         """Apply the queued postings: the removals (queued after any earlier additions

@@ -19,12 +19,21 @@ from pbtree import config
 from pbtree.leaf import EQ, INEQ, LT
 from pbtree.lists import FIXED_WIDTH
 from pbtree.packed import KINDS
-from pbtree.postings import Grouped, code, concatenated, grouped, heads, split_code, unsorted
+from pbtree.postings import (
+    PostingColumns,
+    code,
+    concatenated,
+    heads,
+    read_postings,
+    split_code,
+    unsorted,
+)
+from pbtree.version import Value
 from storage.meta import read_counter, read_folded
 
 
-class Sorted:
-    """Postings sorted by place, key and sid, held as a search wants them: the place
+class SortedPostings:
+    """Postings sorted by place, key and sid, laid out as a search wants them: the place
     codes in order and where each place's postings start, the distinct keys, and each
     posting's place number and key rank as one integer (``ranked``), which never falls
     along the postings. That integer stands for the posting's place and key: 4 bytes (8 for
@@ -39,14 +48,14 @@ class Sorted:
         self.ranked, self.sids = ranked, sids
 
     @classmethod
-    def of(cls, place: np.ndarray, keys: np.ndarray, sids: np.ndarray) -> Sorted:
+    def of(cls, place: np.ndarray, keys: np.ndarray, sids: np.ndarray) -> SortedPostings:
         """The postings of aligned columns, in any order."""
         (codes, number), (values, rank) = ranked_distinct(place), ranked_distinct(keys)
         return cls.ordered(codes, number, values, rank, sids)
 
     @classmethod
     def ordered(cls, codes: np.ndarray, number: np.ndarray, values: np.ndarray,
-                rank: np.ndarray, sids: np.ndarray) -> Sorted:
+                rank: np.ndarray, sids: np.ndarray) -> SortedPostings:
         """``of`` the postings given as their place's number among ``codes`` and their
         key's rank among ``values``: sorted as one integer of the two and the sid, from
         which both come back (a sort, no argsort: several times faster than a lexsort of
@@ -83,20 +92,20 @@ class Sorted:
         number, rank = self.numbered()
         return self.codes[number], self.values[rank]
 
-    def search(self, picked: list[tuple[int, int, bool, bool]], out: list[np.ndarray]) -> None:
+    def search(self, queries: list[tuple[int, int, bool, bool]], out: list[np.ndarray]) -> None:
         """Append the sids that the event's values satisfy, as the tree walk finds them
-        (``Search._walk``): each picked value as (place code of its kind 0, key, whether
-        the key is held, exact). ``exact`` False is a longer string cut to its payload,
+        (``Search._walk``): each value's query as (place code of its kind 0, key, whether
+        the key is stored, exact). ``exact`` False is a longer string cut to its payload,
         which no key equals and every key up to it lies below."""
         base, key, equal, exact = (np.array(c, t) for c, t in zip(
-            zip(*picked, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
+            zip(*queries, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
         rank = np.searchsorted(self.values, key)  # keys below the value
         equal &= self.values[np.minimum(rank, self.values.size - 1)] == key
         query = (base[:, None] + np.array(KINDS)).ravel()  # every kind of every value
         number = np.searchsorted(self.codes, query)
-        held = self.codes[np.minimum(number, self.codes.size - 1)] == query
-        number, query = number[held], query[held]
-        kind, value = query & 3, np.repeat(np.arange(len(picked)), len(KINDS))[held]
+        present = self.codes[np.minimum(number, self.codes.size - 1)] == query
+        number, query = number[present], query[present]
+        kind, value = query & 3, np.repeat(np.arange(len(queries)), len(KINDS))[present]
         lo, hi = self.bounds[number], self.bounds[number + 1]
         probe = self.ranked_of(number, rank[value])
         start = np.searchsorted(self.ranked, probe)  # the first key at or above
@@ -114,15 +123,15 @@ class Sorted:
             out.append(self.sids[hits])
 
 
-def picked(event: list[tuple[bytes, int, bytes, bool]], attrs: Callable[[bytes], int | None],
-           ranks: Callable[[list[bytes]], list[tuple[int, bool]]]
-           ) -> list[tuple[int, int, bool, bool]]:
-    """The event's values as ``Sorted.search`` takes them, for postings whose place codes
-    hold attribute numbers ``attrs`` gives (None: the attribute has no postings) and whose
-    string keys are ranks ``ranks`` gives all the event's strings at once
-    (``ranks_among``)."""
+def queries_of(values: list[Value], attrs: Callable[[bytes], int | None],
+               ranks: Callable[[list[bytes]], list[tuple[int, bool]]]
+               ) -> list[tuple[int, int, bool, bool]]:
+    """The queries of an event's values, as ``SortedPostings.search`` takes them, for
+    postings whose place codes hold attribute numbers ``attrs`` gives (None: the attribute
+    has no postings) and whose string keys are ranks ``ranks`` gives all the event's
+    strings at once (``ranks_among``)."""
     out, texts = [], []
-    for name, family, payload, exact in event:
+    for name, family, payload, exact in values:
         attr = attrs(name)
         if attr is not None:
             fixed = family in FIXED_WIDTH
@@ -151,65 +160,64 @@ def ranked_among(strings: Sequence[bytes], payload: bytes, lo: int = 0,
 
 
 def pending_postings(txn: lmdb.Transaction, dbs: dict, first: int, end: int,
-                     written: Written) -> Grouped:
+                     recent: RecentWrites) -> PostingColumns:
     """The postings, unsorted, of the pending sids ``first .. end``: of those whose
-    records still exist, read in, but for the last ones ``written`` holds
-    (``Written.held_from``)."""
-    held_from = written.held_from(first, end)
-    pieces = [written.take(held_from, end)] if held_from < end else []
-    if first < held_from or not pieces:
-        pieces.insert(0, grouped(txn, dbs["subs"], first, held_from))
+    records still exist, read in, but for the last ones ``recent`` holds
+    (``RecentWrites.kept_from``)."""
+    kept_from = recent.kept_from(first, end)
+    pieces = [recent.take(kept_from, end)] if kept_from < end else []
+    if first < kept_from or not pieces:
+        pieces.insert(0, read_postings(txn, dbs["subs"], first, kept_from))
     return concatenated(pieces)
 
 
-class Run:
-    """The postings of a range of pending sids (``postings.Grouped``), searched for a
+class PendingRun:
+    """The postings of a range of pending sids (``postings.PostingColumns``), searched for a
     whole event at once. A wide schema's run holds thousands of places of a few postings
     each, so runs are joined and searched in array steps, not place by place."""
 
     __slots__ = ("found", "names", "strings", "sids", "attrs", "index")
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, first: int, end: int,
-                 written: Written) -> None:
+                 recent: RecentWrites) -> None:
         """The subscriptions of sids ``first .. end`` (``pending_postings``)."""
-        self._hold(pending_postings(txn, dbs, first, end, written))
+        self._hold(pending_postings(txn, dbs, first, end, recent))
 
-    def _hold(self, found: Grouped) -> None:
-        self.found: Grouped | None = found  # until indexed (by a search, or a join)
+    def _hold(self, found: PostingColumns) -> None:
+        self.found: PostingColumns | None = found  # until indexed (by a search, or a join)
         self.names, self.strings, self.sids = found.names, found.strings, found.sids
         self.attrs: dict[bytes, int] | None = None  # made by the first search
-        self.index: Sorted | None = None
+        self.index: SortedPostings | None = None
 
     @property
-    def postings(self) -> Grouped:
+    def postings(self) -> PostingColumns:
         """The run's postings: unsorted until indexed, then sorted, made again from the
         search columns."""
         if self.index is None:
             return self.found
-        return Grouped(self.names, self.strings, *self.index.columns(), self.sids)
+        return PostingColumns(self.names, self.strings, *self.index.columns(), self.sids)
 
     @property
     def size(self) -> int:
         return self.sids.size
 
-    def join(self, newer: Run) -> None:
+    def join(self, newer: PendingRun) -> None:
         """Take in a run of later sids: attributes and strings renumbered, then indexed.
-        An indexed run's postings are sorted, so ``Sorted.of`` finds them in runs."""
+        An indexed run's postings are sorted, so ``SortedPostings.of`` finds them in runs."""
         self._hold(concatenated([self.postings, newer.postings]))
         self.indexed()
 
-    def indexed(self) -> Sorted:
+    def indexed(self) -> SortedPostings:
         """The postings as a search holds them, made on first use."""
         if self.index is None:
             found, self.found = self.found, None
-            self.index = Sorted.of(found.place, found.keys, found.sids)
+            self.index = SortedPostings.of(found.place, found.keys, found.sids)
             self.sids = self.index.sids
         return self.index
 
-    def search(self, event: list[tuple[bytes, int, bytes, bool]],
-               out: list[np.ndarray]) -> None:
-        """Append the sids of this run's predicates that the prepared event's values
-        satisfy (``Sorted.search``)."""
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Append the sids of this run's predicates that an event's values satisfy
+        (``SortedPostings.search``)."""
         if not self.sids.size:  # names, but no postings: nothing to find
             return
         index = self.indexed()
@@ -217,9 +225,9 @@ class Run:
             attr = split_code(index.codes)[0]  # ascending, as the codes are
             used = attr[heads(attr)].tolist()
             self.attrs = dict(zip(map(self.names.__getitem__, used), used, strict=True))
-        values = picked(event, self.attrs.get, partial(ranks_among, self.strings))
-        if values:
-            index.search(values, out)
+        found = queries_of(values, self.attrs.get, partial(ranks_among, self.strings))
+        if found:
+            index.search(found, out)
 
 
 
@@ -261,44 +269,43 @@ def _spans(first: np.ndarray, last: np.ndarray) -> np.ndarray:
     return np.repeat(first - ends + size, size) + np.arange(int(ends[-1]) if ends.size else 0)
 
 
-class Written:
-    """The postings of the subscriptions this process committed since its last fold, by
-    sid: a fold or a read of pending sids takes them from here rather than decoding
-    their records and grouping their predicates again. A committed sid is never given
-    again and its record never changes, so what is here stays true (a removed
-    subscription's postings are left out by the fold, and reach no event when pending).
-    A write keeps the predicate lists of its new sids (grouped when taken) once it has
-    committed (a fold in the same write takes them through ``plus``). Older
-    writes are dropped while the newer still hold ``config.WRITTEN_HELD`` subscriptions: a
+class RecentWrites:
+    """The posted predicates of the subscriptions this process committed since its last
+    fold, by sid: a fold or a read of pending sids takes their postings from here rather
+    than decoding their records again. A committed sid is never given again and its
+    record never changes, so what is kept stays true (a removed subscription's postings
+    are left out by the fold, and reach no event when pending). A write's own are kept
+    once it has committed (a fold in the same write takes them through ``plus``); older
+    writes are dropped while the newer keep ``config.RECENT_KEPT`` subscriptions, so a
     fold of up to that many finds all it needs, whatever size the batches."""
 
-    __slots__ = ("chunks", "held")
+    __slots__ = ("chunks", "kept")
 
     def __init__(self) -> None:
         self.chunks: list[tuple[int, int, list]] = []  # (first sid, sids, predicate lists)
-        self.held = 0
+        self.kept = 0
 
-    def add(self, first: int, count: int, held: list) -> None:
+    def add(self, first: int, count: int, posted: list) -> None:
         """Keep the posted predicates (``subs.posted``) of the committed sids ``first ..
-        first + count``, in place of any held from ``first`` on."""
+        first + count``, in place of any kept from ``first`` on."""
         while self.chunks and self.chunks[-1][0] >= first:
-            self.held -= self.chunks.pop()[1]
-        self.chunks.append((first, count, held))
-        self.held += count
-        while self.chunks and self.held - self.chunks[0][1] >= config.WRITTEN_HELD:
-            self.held -= self.chunks.pop(0)[1]
+            self.kept -= self.chunks.pop()[1]
+        self.chunks.append((first, count, posted))
+        self.kept += count
+        while self.chunks and self.kept - self.chunks[0][1] >= config.RECENT_KEPT:
+            self.kept -= self.chunks.pop(0)[1]
 
-    def plus(self, first: int, count: int, held: list) -> Written:
-        """What this holds and, besides, a write's own sids (``add``), for its fold to
+    def plus(self, first: int, count: int, posted: list) -> RecentWrites:
+        """What this keeps and, besides, a write's own sids (``add``), for its fold to
         take before the write commits."""
-        out = Written()
-        out.chunks, out.held = list(self.chunks), self.held
-        out.add(first, count, held)
+        out = RecentWrites()
+        out.chunks, out.kept = list(self.chunks), self.kept
+        out.add(first, count, posted)
         return out
 
-    def held_from(self, start: int, end: int) -> int:
+    def kept_from(self, start: int, end: int) -> int:
         """The first sid, ``start`` at the lowest, from which every sid up to ``end`` is
-        held; ``end`` when the one before it is not. A process reopened, or one that did
+        kept; ``end`` when the one before it is not. A process reopened, or one that did
         not write some pending sids, still has the postings of those it wrote after."""
         at = end
         for first, count, _ in reversed(self.chunks):
@@ -307,27 +314,27 @@ class Written:
             at = min(at, first)
         return max(at, start)
 
-    def take(self, start: int, end: int) -> Grouped | None:
+    def take(self, start: int, end: int) -> PostingColumns | None:
         """The postings, unsorted, of sids ``start .. end``, or None unless all are
-        held."""
+        kept."""
         spans = []
         at = start
-        for first, count, held in self.chunks:
+        for first, count, posted in self.chunks:
             if at == end or first > at:
                 break
             if first + count > at:
                 stop = min(first + count, end)
-                spans.append((at, stop, first, count, held))
+                spans.append((at, stop, first, count, posted))
                 at = stop
         if not at == end > start:
             return None
         lists: list = []
-        for lo, hi, first, _, held in spans:
-            lists += held[lo - first:hi - first]
+        for lo, hi, first, _, posted in spans:
+            lists += posted[lo - first:hi - first]
         return unsorted(np.arange(start, end, dtype=np.uint32), lists, True)
 
     def clear(self) -> None:
-        self.chunks, self.held = [], 0
+        self.chunks, self.kept = [], 0
 
 
 class Pending:
@@ -343,11 +350,11 @@ class Pending:
 
     def __init__(self, folded: int) -> None:
         self.folded = self.next = folded
-        self.runs: list[Run] = []
+        self.runs: list[PendingRun] = []
 
     @classmethod
     def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict,
-           written: Written) -> Pending:
+           recent: RecentWrites) -> Pending:
         """The pending postings of ``txn``: ``old`` extended by the sids subscribed since,
         or read afresh when a fold has happened in between."""
         meta = dbs["meta"]
@@ -355,17 +362,17 @@ class Pending:
         folded = read_folded(txn, meta, next_sid)
         pending = old if old is not None and old.folded == folded else cls(folded)
         if pending.next < next_sid:
-            pending.extend(txn, dbs, next_sid, written)
+            pending.extend(txn, dbs, next_sid, recent)
         return pending
 
     def extend(self, txn: lmdb.Transaction, dbs: dict, next_sid: int,
-               written: Written) -> None:
-        """Read the subscriptions of sids ``self.next .. next_sid`` (``Run``).
+               recent: RecentWrites) -> None:
+        """Read the subscriptions of sids ``self.next .. next_sid`` (``PendingRun``).
 
         Postings read earlier stay when their subscription is removed: its count in the
         counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
         """
-        run = Run(txn, dbs, self.next, next_sid, written)
+        run = PendingRun(txn, dbs, self.next, next_sid, recent)
         self.next = next_sid
         if not run.size:
             return
@@ -375,9 +382,8 @@ class Pending:
             newer = runs.pop()
             runs[-1].join(newer)
 
-    def search(self, event: list[tuple[bytes, int, bytes, bool]],
-               out: list[np.ndarray]) -> None:
-        """Append the sids of the pending predicates that the prepared event's values
-        satisfy (``Run.search``)."""
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """As a source (``version.Source``): append the sids of the pending predicates
+        that an event's values satisfy (``PendingRun.search``), by attribute name."""
         for run in self.runs:
-            run.search(event, out)
+            run.search(values, out)

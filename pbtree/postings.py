@@ -1,4 +1,4 @@
-"""The postings of many subscriptions at once, grouped by place (``pending.Run``).
+"""The postings of many subscriptions at once, as columns (``pending.PendingRun``).
 
 Turning subs records into postings one posting at a time (``subs.postings``) costs
 Python work per posting, paid by every fold and every read of pending subscriptions.
@@ -40,12 +40,12 @@ from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, n
 Keys = np.ndarray | list[bytes]
 
 
-class Grouped(NamedTuple):
-    """Postings in three aligned columns sorted by place, key and sid: the place code
-    (``code``, its attribute an index into ``names``), the key
-    (a fixed-width family's integer value, else a rank into ``strings``, the distinct
-    string payloads in order) and the sid. (A batch's postings, and the pieces that
-    ``concatenated`` takes, may be unsorted; ``joined`` sorts them.)"""
+class PostingColumns(NamedTuple):
+    """Postings as three aligned columns: the place code (``code``, its attribute an index
+    into ``names``), the key (a fixed-width family's integer value, else a rank into
+    ``strings``, the distinct string payloads in order) and the sid. Unsorted as read
+    (``read_postings``, ``unsorted``, ``concatenated``); ``joined`` sorts them by place,
+    key and sid."""
 
     names: list[bytes]
     strings: list[bytes]
@@ -68,7 +68,7 @@ def split_code(place: Ints) -> tuple[Ints, Ints, Ints]:
     return place >> 4, place >> 2 & 3, place & 3
 
 
-NOTHING = Grouped([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64),
+NOTHING = PostingColumns([], [], np.zeros(0, np.int64), np.zeros(0, np.uint64),
                   np.zeros(0, np.uint32))
 
 _IN = OP_RANK["in"]
@@ -79,16 +79,16 @@ _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError
 
 
 
-def grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
+def read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingColumns:
     """The postings, unsorted, of the subs records of sids ``first .. end`` that exist,
     decoded ``config.GROUP_RECORDS`` at a time (each caller sorts them its own way, once). A record
     that does not decode to predicates is a CorruptIndexError naming its sid."""
-    return concatenated([_grouped(txn, db, lo, min(lo + config.GROUP_RECORDS, end))
+    return concatenated([_read_postings(txn, db, lo, min(lo + config.GROUP_RECORDS, end))
                          for lo in range(first, end, config.GROUP_RECORDS)] or [NOTHING])
 
 
-def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
-    """``grouped``'s postings of one piece, unsorted."""
+def _read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingColumns:
+    """``read_postings``'s postings of one piece, unsorted."""
     found = list(records(txn, db, first, end))
     if not found:
         return NOTHING
@@ -106,7 +106,7 @@ def _grouped(txn: lmdb.Transaction, db, first: int, end: int) -> Grouped:
                                 f"damaged") from None
 
 
-def unsorted(sids: np.ndarray, lists: list, posts: bool = False) -> Grouped:
+def unsorted(sids: np.ndarray, lists: list, posts: bool = False) -> PostingColumns:
     """The postings, unsorted, of the predicate lists of ``sids`` (as decoded, or as
     ``normalize`` gave them: tuples, an 'in' set a tuple); ``joined`` sorts them. A list
     posts its first predicate only (``subs.postings``); with ``posts`` the lists are
@@ -137,14 +137,14 @@ def unsorted(sids: np.ndarray, lists: list, posts: bool = False) -> Grouped:
     post = np.concatenate((np.arange(len(values)), second))
     kind = np.concatenate((FIRST_KIND[op], SECOND_KIND[op[second]]))
     place = code(attr[post], family[post], kind)
-    return Grouped([name_bytes(name) for name in names], strings, place, keys[post],
+    return PostingColumns([name_bytes(name) for name in names], strings, place, keys[post],
                    pred_sid[pred_of[post]])
 
 
-def concatenated(pieces: list[Grouped]) -> Grouped:
+def concatenated(pieces: list[PostingColumns]) -> PostingColumns:
     """The postings of all ``pieces`` in one, unsorted: attributes and string ranks
     renumbered to shared ``names`` and ``strings``. The longest list of names comes first,
-    so pieces whose names begin it keep their numbers (``batch.Names`` numbers names as
+    so pieces whose names begin it keep their numbers (``batch.AttributeNames`` numbers names as
     they come: each batch's list begins every later one's); each other list is
     renumbered once, however many pieces hold it."""
     if len(pieces) == 1:
@@ -155,8 +155,8 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
                   if id(found.names) not in kept}.values())
     names = list(dict.fromkeys(chain(first, *lists))) if lists else first
     index = dict(zip(names, range(len(names)), strict=True)) if lists else {}
-    numbers = {id(held): np.fromiter(map(index.__getitem__, held), np.int64, len(held))
-               for held in lists}
+    numbers = {id(listed): np.fromiter(map(index.__getitem__, listed), np.int64, len(listed))
+               for listed in lists}
     strings = sorted(set().union(*(found.strings for found in pieces)))
     rank: dict[bytes, int] = {}  # of ``strings``, made once if a piece's ranks differ
     place, keys = [], []
@@ -169,7 +169,7 @@ def concatenated(pieces: list[Grouped]) -> Grouped:
             keys.append(ranked(found.keys, found.strings, family, rank))
         else:
             keys.append(found.keys)
-    return Grouped(names, strings, np.concatenate(place), np.concatenate(keys),
+    return PostingColumns(names, strings, np.concatenate(place), np.concatenate(keys),
                    np.concatenate([found.sids for found in pieces]))
 
 
@@ -178,11 +178,11 @@ def _begins(names: list[bytes], longer: list[bytes]) -> bool:
     return names is longer or longer[:len(names)] == names
 
 
-def joined(pieces: list[Grouped]) -> Grouped:
+def joined(pieces: list[PostingColumns]) -> PostingColumns:
     """``concatenated`` postings sorted by place, key and sid."""
     found = concatenated(pieces)
     order = np.lexsort((found.sids, found.keys, found.place))
-    return Grouped(found.names, found.strings, found.place[order], found.keys[order],
+    return PostingColumns(found.names, found.strings, found.place[order], found.keys[order],
                    found.sids[order])
 
 
@@ -218,9 +218,9 @@ def places(place: np.ndarray, keys: np.ndarray, sids: np.ndarray, strings: Seque
     bounds = starts(place)
     for at, lo, hi in zip(place[bounds[:-1]].tolist(), bounds, bounds[1:], strict=False):
         attr, family, kind = split_code(at)
-        held = keys[lo:hi]
-        yield attr, family, kind, held if family in FIXED_WIDTH else \
-            [strings[i] for i in held.tolist()], sids[lo:hi]
+        part = keys[lo:hi]
+        yield attr, family, kind, part if family in FIXED_WIDTH else \
+            [strings[i] for i in part.tolist()], sids[lo:hi]
 
 
 def _constant_keys(values: list) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
@@ -243,21 +243,21 @@ def constants(values: list | tuple, any_string: bool
     among the strings (code point order, which is UTF-8 byte order)."""
     n = len(values)
     code = np.fromiter(map(_TYPE_CODE.get, map(type, values), repeat(-1)), np.int64, n)
-    held = np.fromiter(values, object, n)
+    objects = np.fromiter(values, object, n)
     keys = np.zeros(n, np.uint64)
-    canon = held.copy()
+    canon = objects.copy()
     ints = np.flatnonzero(code == 0)
     if ints.size:
         try:
-            exact = held[ints].astype(np.int64)
+            exact = objects[ints].astype(np.int64)
         except OverflowError:  # beyond int64: out of range anyway
             exact = np.array([v if abs(v) <= MAX_EXACT_INT else -1 - MAX_EXACT_INT
-                              for v in held[ints].tolist()], np.int64)
+                              for v in objects[ints].tolist()], np.int64)
         code[ints[(exact < -MAX_EXACT_INT) | (exact > MAX_EXACT_INT)]] = -1
         keys[ints] = number_keys(exact.astype(np.float64))
     floats = np.flatnonzero(code == NUMBER)
     if floats.size:
-        number = held[floats].astype(np.float64)
+        number = objects[floats].astype(np.float64)
         nan = np.isnan(number)
         code[floats[nan]] = -1
         number[nan] = 0.0
@@ -268,7 +268,7 @@ def constants(values: list | tuple, any_string: bool
     strings = np.flatnonzero(code == STRING)
     distinct: list[str] = []
     if strings.size:
-        texts = held[strings].tolist()
+        texts = objects[strings].tolist()
         if not any_string:
             plain = np.fromiter(map(str.isascii, texts), bool, len(texts)) & \
                 (np.fromiter(map(len, texts), np.int64, len(texts)) <= MAX_CONST_BYTES)
@@ -278,5 +278,5 @@ def constants(values: list | tuple, any_string: bool
         keys[strings] = np.fromiter(map(order.__getitem__, texts), np.uint64, len(texts))
     bools = np.flatnonzero(code == BOOL)
     if bools.size:
-        keys[bools] = held[bools].astype(np.uint64)
+        keys[bools] = objects[bools].astype(np.uint64)
     return code >= 0, np.where(code == 0, NUMBER, code), keys, canon, distinct

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from itertools import chain
 
 import lmdb
@@ -31,7 +32,7 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionErro
 from pbtree.expr import Disjunction, conjunctions
 from pbtree.ids import decode_id
 from pbtree.matcher import Search
-from pbtree.pending import Written, distinct, pending_postings
+from pbtree.pending import RecentWrites, distinct, pending_postings
 from pbtree.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.snapshot import Snapshot, matched
 from pbtree.subs import (
@@ -49,6 +50,7 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
+from pbtree.version import Value, Version
 from pbtree.writer import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
@@ -138,7 +140,7 @@ class Shard:
         self._lock = threading.Lock()
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
-        self._written = Written()
+        self._recent = RecentWrites()
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
@@ -178,7 +180,7 @@ class Shard:
             items.sort(key=lambda item: clusters.predicate_key(
                 clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
-            self._fold(w, txn, Written(), True)
+            self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
 
@@ -194,7 +196,7 @@ class Shard:
 
         with self._lock:
             self._release(keep=False)
-            self._written.clear()
+            self._recent.clear()
             old, self.estimates = self.estimates, estimates
             try:
                 self.env.write(apply, self._release)
@@ -222,7 +224,7 @@ class Shard:
             self._snapshot = None
             old, self._cache = self._cache, Snapshot()
             if keep:
-                self._cache.pending, self._cache.trees = old.pending, old.hot()
+                self._cache.pending, self._cache.trees = old.pending, old.flattened_before()
 
     @contextmanager
     def matching(self) -> Iterator[tuple[lmdb.Transaction, Snapshot]]:
@@ -316,7 +318,7 @@ class Shard:
         dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
-        mine: tuple = ()  # the last try's (first sid, count, predicates) for ``Written``
+        mine: tuple = ()  # the last try's (first sid, count, predicates) for ``RecentWrites``
         folded = False  # whether the last try folded them
 
         def apply(txn) -> int:
@@ -334,16 +336,16 @@ class Shard:
                 self._purge(w, txn, due=True)
             mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
-                self._fold(w, txn, self._written.plus(*mine), False)
+                self._fold(w, txn, self._recent.plus(*mine), False)
                 folded = True
             w.flush()
             return len(items)
 
         def committed() -> None:
             if folded:
-                self._written.clear()  # all folded
+                self._recent.clear()  # all folded
             else:
-                self._written.add(*mine)
+                self._recent.add(*mine)
 
         return self._write(apply, committed)
 
@@ -353,7 +355,7 @@ class Shard:
         predicate first and a check row of predicate entries for the rest
         (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
         (first new sid, new sids, the predicates each posts, ``subs.posted``), as
-        ``Written`` takes them."""
+        ``RecentWrites`` takes them."""
         dbs = self.dbs
         owners, ordered = [], []
         for n, preds in enumerate(lists):
@@ -433,14 +435,14 @@ class Shard:
         ones' postings from them, now; returns how many were folded."""
         def apply(txn) -> int:
             w = self._writer(txn)
-            folded = self._fold(w, txn, self._written, True) if w.next_sid > w.merged else 0
+            folded = self._fold(w, txn, self._recent, True) if w.next_sid > w.merged else 0
             self._purge(w, txn)  # when no merge did
             w.flush()
             return folded
 
-        return self._write(apply, self._written.clear)
+        return self._write(apply, self._recent.clear)
 
-    def _fold(self, w: Writer, txn, written: Written, merge: bool) -> int:
+    def _fold(self, w: Writer, txn, recent: RecentWrites, merge: bool) -> int:
         """Fold the postings of every pending subscription into a staged run, joined with
         the runs before it while the one before is at most twice its size; or, when
         ``merge`` or ``merge_due``, merge them and every staged run into the trees (the
@@ -449,18 +451,18 @@ class Shard:
 
         The pending sids that matching has read in (the cached ``Pending``, when no fold
         came in between) are taken from its runs, and those this process wrote since from
-        the postings it kept (``written``: what ``Written`` holds, and the write's own),
+        the postings it kept (``recent``: what ``RecentWrites`` holds, and the write's own),
         without decoding their records again; the ones removed since (predicate count 0)
         are left out, here and when merging."""
         db = self.dbs["staged"]
         self._named = {}  # of this try only
         kinds = w.kinds.values(w.folded, w.next_sid)
-        place, keys, sids, strings = self._pending(w, txn, written, kinds != 0)
+        place, keys, sids, strings = self._pending(w, txn, recent, kinds != 0)
         moved = int(np.count_nonzero(kinds == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
-            run = staged.peeled(txn, db, staged.staged(first, w.folded, place, keys, sids,
-                                                       strings))
+            run = staged.compacted(txn, db, staged.staged(first, w.folded, place, keys,
+                                                          sids, strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
         self._purge(w, txn)  # the trees are rewritten anyway
@@ -468,17 +470,17 @@ class Shard:
         kinds = w.kinds.values(w.merged, w.folded)
         alive = kinds != 0
         order = np.lexsort((sids, keys, place))  # no run to search: sorted as places are
-        for aid, family, kind, held, at in chain(  # in sid order
+        for aid, family, kind, place_keys, place_sids in chain(  # in sid order
                 chain.from_iterable(run.places(alive, w.merged) for run in runs),
                 places(place[order], keys[order], sids[order], strings)):
-            w.add(tree_prefix(aid, family), kind, held, at)
+            w.add(tree_prefix(aid, family), kind, place_keys, place_sids)
         for run in runs:
             txn.delete(staged.run_key(run.first), db=db)
         moved += int(np.count_nonzero(kinds[:first - w.merged] == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved
 
-    def _pending(self, w: Writer, txn, written: Written, alive: np.ndarray
+    def _pending(self, w: Writer, txn, recent: RecentWrites, alive: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
         """The postings of the pending subscriptions that are not removed (``alive``, from
         ``w.folded``), unsorted, as (place code of attribute ids, key, sid) and the strings
@@ -488,7 +490,7 @@ class Shard:
         if pending is not None and pending.folded == w.folded:
             pieces, start = [run.postings for run in pending.runs], pending.next
         if start < w.next_sid:
-            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, written))
+            pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, recent))
         found = concatenated(pieces or [NOTHING])
         keep = alive[found.sids - w.folded]
         attr, family, kind = split_code(found.place[keep])
@@ -526,7 +528,7 @@ class Shard:
         before the oldest snapshot open); an older snapshot is released, and so is any
         before the map is grown (LMDB remaps only with no transaction open in the
         process). ``committed`` runs once the write has committed, still under the lock:
-        only then does ``Written`` take what it wrote, so it never holds a try that was
+        only then does ``RecentWrites`` take what it wrote, so it never holds a try that was
         aborted (its sids given again, maybe to another process's write) or failed."""
         with self._lock:
             if self._stale(config.KEEP_PINNED - 1):
@@ -677,6 +679,8 @@ class Shard:
 
     # --- reads ----------------------------------------------------------------------
     def _attr(self, txn, name: bytes) -> int | None:
+        """The attribute id of ``name`` in ``txn``, or None; one found is kept (an id
+        never changes)."""
         aid = self._attr_ids.get(name)
         if aid is None:
             raw = txn.get(name, db=self.dbs["attrs"])
@@ -685,49 +689,43 @@ class Shard:
             aid = self._attr_ids[name] = int.from_bytes(raw, "little")
         return aid
 
-    def match_sids(self, txn, cache: Snapshot,
-                   event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
-        """Sids of the subscriptions that a prepared event satisfies."""
-        search = Search(txn, self.dbs, cache)
+    def _version(self, txn, cache: Snapshot) -> Version:
+        """The sources a match in ``txn`` searches: the trees, then those ``cache`` keeps
+        (``Snapshot.sources_of``)."""
+        attr_id = partial(self._attr, txn)
+        return Version((Search(txn, self.dbs, cache, attr_id),
+                        *cache.sources_of(txn, self.dbs, self._recent, attr_id)))
+
+    def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:
+        """Sids of the subscriptions that a prepared event satisfies: every source of the
+        snapshot's version asked for the event's values."""
         try:
-            pending = cache.pending_of(txn, self.dbs, self._written)
+            version = self._version(txn, cache)
             if type(event) is not list:  # an ArrayEvent
-                return self._match_values(txn, cache, search, pending, event)
-            by_id = []
-            for name, family, payload, exact in event:
-                aid = self._attr(txn, name)
-                if aid is not None:
-                    search.attribute(tree_prefix(aid, family), payload, exact)
-                    by_id.append((aid, family, payload, exact))
-            for run in cache.staged:
-                run.search(by_id, search.out)
-            pending.search(event, search.out)
-            return matched(txn, self.dbs, cache, search.out)
+                return self._match_values(txn, cache, version, event)
+            out: list[np.ndarray] = []
+            version.search(event, out)
+            return matched(txn, self.dbs, cache, out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):
                 raise
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
-    def _match_values(self, txn, cache: Snapshot, search: Search, pending,
-                      event: list[tuple[bytes, int, bytes, bool]]) -> np.ndarray:
+    def _match_values(self, txn, cache: Snapshot, version: Version,
+                      event: list[Value]) -> np.ndarray:
         """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
-        searched on its own, so that its hits are one segment, an array's element in the
-        interval entries' trees too (an interval entry holds for an element that hits it
-        twice, ``snapshot.matched``), and the entries of ``!=`` an element looked up, to be
-        cleared."""
-        out = search.out
+        searched on its own, so that its hits are one segment, an array's element under
+        its attribute's elements name too (interval entries: one holds for an element that
+        hits it twice, ``snapshot.matched``), and the entries of ``!=`` an element looked
+        up, to be cleared."""
+        out: list[np.ndarray] = []
         ends = []
         for n, value in enumerate(event):
-            name, family, payload, exact = value
-            names = (name, elements_name(name)) if n >= event.first else (name,)
-            for each in names:
-                aid = self._attr(txn, each)
-                if aid is not None:
-                    search.attribute(tree_prefix(aid, family), payload, exact)
-                    by_id = [(aid, family, payload, exact)]
-                    for run in cache.staged:
-                        run.search(by_id, out)
-                pending.search([(each, family, payload, exact)], out)
+            if n >= event.first:
+                name, family, payload, exact = value
+                version.search([value, (elements_name(name), family, payload, exact)], out)
+            else:
+                version.search([value], out)
             ends.append(len(out))
         if not out:
             return matched(txn, self.dbs, cache, out)

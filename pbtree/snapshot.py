@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lmdb
 import numpy as np
 
 from pbtree import clusters, staged, strids
 from pbtree.clusters import INTERVAL, PREDICATE, SUBSCRIPTION, Rows
 from pbtree.columns import INT_IDS, KINDS, Column, grown
-from pbtree.flat import Flat
+from pbtree.flat import FlatTree
 from pbtree.idtable import IdTable
-from pbtree.pending import Pending, Written
+from pbtree.pending import Pending, RecentWrites
 from pbtree.strids import StringIdTable
+from pbtree.version import Source
 from storage import sidset
 from storage.meta import TREE_GEN, read_counter
 
 #: the state a snapshot gives a tree the one before had flattened (``Search.attribute``
 #: walks it once, then flattens it); above any count of walks
-HOT = 1 << 30
+FLATTENED_BEFORE = 1 << 30
 
 
 class Snapshot:
@@ -33,12 +36,12 @@ class Snapshot:
     """
 
     __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids",
-                 "views", "remaps", "pending", "staged", "current", "tree_gen")
+                 "views", "remaps", "pending", "sources", "tree_gen")
 
     def __init__(self, remaps: int = 0) -> None:
         self.flat = 0  # trees flattened so far
         self.equal = 0  # EQ sets kept in flattened trees so far (``Search._equal``)
-        self.trees: dict[bytes, Flat | int] = {}  # tree prefix -> walks so far, or its Flat
+        self.trees: dict[bytes, FlatTree | int] = {}  # tree prefix -> walks so far, or flat
         self.kinds: np.ndarray | None = None  # ``kinds`` of every sid (clusters.FREE ...)
         #: a mark per sid: between events those of the interval entries only (``marks``)
         self.hit = np.zeros(0, bool)
@@ -47,19 +50,22 @@ class Snapshot:
         self.str_ids: StringIdTable | None = None  # read at the first string id matched
         self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
         self.remaps = remaps  # the environment's remap count when this snapshot began
-        self.pending: Pending | None = None  # of this snapshot once ``current``, else older
-        self.staged: list[staged.Staged] = []  # this snapshot's staged runs, once ``current``
+        self.pending: Pending | None = None  # of this snapshot once ``sources``, else older
+        self.sources: tuple[Source, ...] | None = None  # once ``sources_of``
         self.tree_gen: int | None = None  # the shard's TREE_GEN counter, once read
-        self.current = False
 
-    def pending_of(self, txn: lmdb.Transaction, dbs: dict, written: Written) -> Pending:
-        """The pending subscriptions' postings, brought up to this snapshot on first use,
-        and (``staged``) the staged runs of this snapshot, views of its map."""
-        if not self.current:
-            self.pending = Pending.of(self.pending, txn, dbs, written)
-            self.staged = staged.read(txn, dbs)
-            self.current = True
-        return self.pending
+    def sources_of(self, txn: lmdb.Transaction, dbs: dict, recent: RecentWrites,
+                   attr_id: Callable[[bytes], int | None]) -> tuple[Source, ...]:
+        """The sources besides the trees that this snapshot's matches search, in order:
+        its staged runs (views of its map; ``attr_id`` gives a name's attribute id), then
+        the pending subscriptions' postings, brought up to this snapshot; each left out
+        when it holds nothing. Read on first use."""
+        if self.sources is None:
+            self.pending = Pending.of(self.pending, txn, dbs, recent)
+            runs = staged.read(txn, dbs)
+            self.sources = (*((staged.StagedRuns(runs, attr_id),) if runs else ()),
+                            *((self.pending,) if self.pending.runs else ()))
+        return self.sources
 
     def kinds_of(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """What each sid is: free, a subscription or a predicate entry (``clusters``)."""
@@ -118,7 +124,7 @@ class Snapshot:
         if remaps == self.remaps and new.tree_gen == self.tree_gen:
             new.trees, new.flat, new.equal = self.trees, self.flat, self.equal
         else:
-            new.trees = self.hot()
+            new.trees = self.flattened_before()
         if remaps != self.remaps:  # the map moved: equal addresses no longer mean equal pages
             return new
         found = self._changed(KINDS, txn, dbs, written) if self.kinds is not None else None
@@ -150,14 +156,16 @@ class Snapshot:
                                                None if written is None else written[strids.DB])
         return new
 
-    def hot(self) -> dict[bytes, int]:
-        """The trees flattened here, marked HOT for a later snapshot that cannot keep them
-        (a tree changed, or the map moved) to flatten again soon; a snapshot that never
-        matched (``tree_gen`` unread) passes its own marks on. A mark not used again is
-        not carried further, so trees that went cold stop being flattened."""
+    def flattened_before(self) -> dict[bytes, int]:
+        """The trees flattened here, marked FLATTENED_BEFORE for a later snapshot that
+        cannot keep them (a tree changed, or the map moved) to flatten again soon; a
+        snapshot that never matched (``tree_gen`` unread) passes its own marks on. A mark
+        not used again is not carried further, so trees that went cold stop being
+        flattened."""
         fresh = self.tree_gen is None
         return dict.fromkeys((prefix for prefix, state in self.trees.items()
-                              if type(state) is Flat or (fresh and state >= HOT)), HOT)
+                              if type(state) is FlatTree or
+                              (fresh and state >= FLATTENED_BEFORE)), FLATTENED_BEFORE)
 
     def _changed(self, column: Column, txn: lmdb.Transaction, dbs: dict,
                  written: dict[str, set[int]] | None
@@ -187,7 +195,7 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
         kind = kinds.take(hits)
     except IndexError:
         raise ValueError("a SidSet holds a sid beyond the per-sid table") from None
-    held = hits[kind == PREDICATE]
+    holding = hits[kind == PREDICATE]
     candidates = hits[kind == SUBSCRIPTION]
     hit = snapshot.marks(kinds)
     cleared = twice = sidset.EMPTY
@@ -197,7 +205,7 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
         if pairs.any():  # those hit lose their marks, but those hit twice by one element
             cleared = hits[pairs]
             twice = _twice(cleared, segments[pairs])
-    hit[held] = True
+    hit[holding] = True
     hit[cleared] = False
     hit[twice] = True
     if unequal is not None:  # entries of '!=': none an interval entry, all reset below
@@ -207,7 +215,7 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     except IndexError:
         raise ValueError("a check row names a sid beyond the per-sid table") from None
     finally:
-        hit[held] = False
+        hit[holding] = False
         hit[cleared] = True
 
 

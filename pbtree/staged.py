@@ -11,14 +11,15 @@ several folds, and matchers keep only the few pending subscriptions in their hea
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import lmdb
 import numpy as np
 
 from pbtree.errors import CorruptIndexError
-from pbtree.pending import Sorted, distinct, picked, ranked_among
+from pbtree.pending import SortedPostings, distinct, queries_of, ranked_among
 from pbtree.postings import Keys, places, ranked, split_code
+from pbtree.version import Value
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
 HEADER = struct.Struct("<6I")
@@ -63,13 +64,14 @@ def head(text: bytes) -> int:
     return int.from_bytes(text[:8].ljust(8, b"\0"), "big")
 
 
-class Staged:
+class StagedRun:
     """The postings of the staged sids ``first .. end``: place codes of attribute ids,
-    keys (a string's its rank among ``strings``) and sids, sorted (``pending.Sorted``)."""
+    keys (a string's its rank among ``strings``) and sids, sorted
+    (``pending.SortedPostings``)."""
 
     __slots__ = ("first", "end", "index", "strings")
 
-    def __init__(self, first: int, end: int, index: Sorted, strings: Strings) -> None:
+    def __init__(self, first: int, end: int, index: SortedPostings, strings: Strings) -> None:
         self.first, self.end, self.index, self.strings = first, end, index, strings
 
     @property
@@ -77,7 +79,7 @@ class Staged:
         return self.index.sids.size
 
     @classmethod
-    def decode(cls, first: int, raw: memoryview) -> Staged:
+    def decode(cls, first: int, raw: memoryview) -> StagedRun:
         """The run of a ``staged`` record, its arrays views of ``raw``."""
         try:
             end, p, v, n, s, width = HEADER.unpack_from(raw)
@@ -89,7 +91,7 @@ class Staged:
                 arrays.append(np.frombuffer(raw, dtype, count, at))
                 at += arrays[-1].nbytes
             codes, values, heads, ranked, bounds, sids, ends = arrays
-            index = Sorted(codes, bounds, values, ranked, sids)
+            index = SortedPostings(codes, bounds, values, ranked, sids)
             sound = width in (4, 8) and index.width().itemsize == width and \
                 first <= end and (not s or at + int(ends[-1]) == len(raw)) and \
                 (s or at == len(raw)) and int(bounds[0]) == 0 and int(bounds[-1]) == n
@@ -109,13 +111,14 @@ class Staged:
             index.bounds.astype(np.uint32).tobytes(), index.sids.astype(np.uint32).tobytes(),
             strings.ends.astype(np.uint32).tobytes(), strings.raw))
 
-    def search(self, event: list[tuple[int, int, bytes, bool]], out: list[np.ndarray]) -> None:
+    def search_ids(self, by_id: list[tuple[int, int, bytes, bool]],
+                   out: list[np.ndarray]) -> None:
         """Append the sids of the staged postings that the event's values satisfy, each
-        value given by attribute id (``Sorted.search``)."""
+        value given by attribute id (``SortedPostings.search``)."""
         if self.size:
-            values = picked(event, _same, self.strings.ranks)
-            if values:
-                self.index.search(values, out)
+            found = queries_of(by_id, _same, self.strings.ranks)
+            if found:
+                self.index.search(found, out)
 
     def places(self, alive: np.ndarray, first: int
                ) -> Iterator[tuple[int, int, int, Keys, np.ndarray]]:
@@ -127,14 +130,36 @@ class Staged:
         return places(place[keep], keys[keep], sids[keep], list(self.strings))
 
 
+class StagedRuns:
+    """A snapshot's staged runs as one source (``version.Source``): the event's attribute
+    names resolved by ``attr_id`` to the ids their places hold once for all the runs."""
+
+    __slots__ = ("runs", "attr_id")
+
+    def __init__(self, runs: list[StagedRun], attr_id: Callable[[bytes], int | None]) -> None:
+        self.runs, self.attr_id = runs, attr_id
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Append the sids of every run's postings that ``values`` satisfy."""
+        attr_id = self.attr_id
+        by_id = []
+        for name, family, payload, exact in values:
+            aid = attr_id(name)
+            if aid is not None:
+                by_id.append((aid, family, payload, exact))
+        if by_id:
+            for run in self.runs:
+                run.search_ids(by_id, out)
+
+
 def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.ndarray,
-           strings: list[bytes]) -> Staged:
+           strings: list[bytes]) -> StagedRun:
     """The run of sids ``first .. end`` of postings with place codes of attribute ids, in
-    any order (``Sorted.of``)."""
-    return Staged(first, end, Sorted.of(place, keys, sids), Strings.of(strings))
+    any order (``SortedPostings.of``)."""
+    return StagedRun(first, end, SortedPostings.of(place, keys, sids), Strings.of(strings))
 
 
-def joined(older: Staged, newer: Staged) -> Staged:
+def joined(older: StagedRun, newer: StagedRun) -> StagedRun:
     """One run of two, ``newer`` of the sids just after ``older``'s. Runs of the same
     strings (a schema's strings are soon all staged) are joined by their places' and
     keys' numbers, mapped to the joined run's in small array steps; others by their
@@ -146,31 +171,31 @@ def joined(older: Staged, newer: Staged) -> Staged:
         values = distinct(np.concatenate([run.values for run in runs]))
         number, rank = [], []
         for run in runs:
-            at, held = run.numbered()
-            number.append(np.searchsorted(codes, run.codes)[at])
-            rank.append(np.searchsorted(values, run.values)[held])
-        return Staged(older.first, newer.end, Sorted.ordered(
+            run_number, run_rank = run.numbered()
+            number.append(np.searchsorted(codes, run.codes)[run_number])
+            rank.append(np.searchsorted(values, run.values)[run_rank])
+        return StagedRun(older.first, newer.end, SortedPostings.ordered(
             codes, np.concatenate(number), values, np.concatenate(rank),
             np.concatenate([run.sids for run in runs])), older.strings)
     strings = sorted({*strings, *newer.strings})
     rank_of = dict(zip(strings, range(len(strings)), strict=True))
     place, keys = [], []
     for run in (older, newer):
-        at, held = run.index.columns()
+        run_place, run_keys = run.index.columns()
         if list(run.strings) != strings:
-            held = ranked(held, run.strings, split_code(at)[1], rank_of)
-        place.append(at)
-        keys.append(held)
+            run_keys = ranked(run_keys, run.strings, split_code(run_place)[1], rank_of)
+        place.append(run_place)
+        keys.append(run_keys)
     return staged(older.first, newer.end, np.concatenate(place), np.concatenate(keys),
                   np.concatenate((older.index.sids, newer.index.sids)), strings)
 
 
-def peeled(txn: lmdb.Transaction, db, run: Staged) -> Staged:
-    """``run`` joined with the staged runs before it, last first, while the one before
-    holds at most twice its postings; their records are deleted."""
+def compacted(txn: lmdb.Transaction, db, run: StagedRun) -> StagedRun:
+    """``run`` after a compaction: joined with the staged runs before it, last first,
+    while the one before holds at most twice its postings; their records are deleted."""
     keys = [bytes(key) for key in txn.cursor(db=db).iternext(values=False)]
     while keys:
-        older = Staged.decode(int.from_bytes(keys[-1], "big"), txn.get(keys[-1], db=db))
+        older = StagedRun.decode(int.from_bytes(keys[-1], "big"), txn.get(keys[-1], db=db))
         if older.size > 2 * run.size:
             break
         run = joined(older, run)
@@ -178,9 +203,9 @@ def peeled(txn: lmdb.Transaction, db, run: Staged) -> Staged:
     return run
 
 
-def read(txn: lmdb.Transaction, dbs: dict) -> list[Staged]:
+def read(txn: lmdb.Transaction, dbs: dict) -> list[StagedRun]:
     """The staged runs in sid order, views of the map valid while ``txn`` is."""
-    return [Staged.decode(int.from_bytes(key, "big"), raw)
+    return [StagedRun.decode(int.from_bytes(key, "big"), raw)
             for key, raw in txn.cursor(db=dbs["staged"]).iternext()]
 
 
@@ -190,5 +215,5 @@ def run_key(first: int) -> bytes:
 
 
 def _same(aid: int) -> int:
-    """An event value's attribute id, as ``Staged.search`` is given it."""
+    """An event value's attribute id, as ``StagedRun.search_ids`` is given it."""
     return aid

@@ -237,10 +237,10 @@ class StringIdTable:
         found: list[str] = []
         if self.apart_sids.size:
             at = np.minimum(np.searchsorted(self.apart_sids, sids), self.apart_sids.size - 1)
-            held = self.apart_sids[at] == sids
-            if held.any():
-                found = self.apart_ids[at[held]].tolist()
-                sids = sids[~held]
+            apart = self.apart_sids[at] == sids
+            if apart.any():
+                found = self.apart_ids[at[apart]].tolist()
+                sids = sids[~apart]
         if sids.size and sids[-1] >= self.table.size:  # in no chunk: empty ids
             beyond = int(np.count_nonzero(sids >= self.table.size))
             found, sids = found + [""] * beyond, sids[:sids.size - beyond]

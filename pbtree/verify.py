@@ -265,8 +265,8 @@ class _Checker:
         for kind, key, sids in tree.items():
             item = f"{what} {KIND_NAMES[kind]} item {key.hex()}"
             self.sids(item, sids)
-            held = self.actual.get((prefix, kind, key), sidset.EMPTY)
-            self.actual[(prefix, kind, key)] = np.concatenate((held, sids))
+            before = self.actual.get((prefix, kind, key), sidset.EMPTY)
+            self.actual[(prefix, kind, key)] = np.concatenate((before, sids))
         return tree
 
     def deltas(self, found: dict[bytes, bytes], trees: dict) -> None:
@@ -536,7 +536,7 @@ def _rising(values: np.ndarray) -> bool:
     return bool(np.all(values[1:] > values[:-1]))
 
 
-def sound_run(run: staged.Staged) -> bool:
+def sound_run(run: staged.StagedRun) -> bool:
     """Whether a staged run's arrays say what FORMAT §3.9 says: codes, keys, bounds and
     strings strictly ascending, each string's head its first bytes, each posting's
     integer its place's number and a key it holds (a string's below the strings' count),

@@ -53,12 +53,12 @@ def _open(path: str) -> pbtree.Index:
         identity = (stat.st_ino, stat.st_mtime_ns)
     except FileNotFoundError:
         identity = (0, 0)  # pbtree.open says what is wrong
-    held = _OPEN.get(path)
-    if held is not None and held[0] == identity:
-        return held[1]
-    if held is not None:
+    opened = _OPEN.get(path)
+    if opened is not None and opened[0] == identity:
+        return opened[1]
+    if opened is not None:
         del _OPEN[path]
-        held[1].close()
+        opened[1].close()
     index = pbtree.open(path, readonly=True)
     _OPEN[path] = (identity, index)
     return index

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pbtree
-from pbtree.batch import Names, normalize_many
+from pbtree.batch import AttributeNames, normalize_many
 from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates, parse
@@ -135,8 +135,8 @@ def test_common_shapes_are_taken(batch: list, limit: int) -> None:
             assert got is not None and same(got, want), (source, got, want)
 
 
-#: kept between the examples of the test below, as an index keeps its ``Names``
-SEEN = {keep: Names(keep) for keep in (2, 6, 1 << 15)}
+#: kept between the examples of the test below, as an index keeps its ``AttributeNames``
+SEEN = {keep: AttributeNames(keep) for keep in (2, 6, 1 << 15)}
 
 
 @settings(max_examples=300, deadline=None)
@@ -153,14 +153,14 @@ def test_names_seen_before_change_nothing(batch: list, keep: int, limit: int) ->
 def test_names_kept_are_at_most_keep_or_the_last_batchs() -> None:
     """Names are kept until the next batch's new ones would pass ``keep``; then only that
     batch's valid names are kept (not 'é'), and later batches add to them again."""
-    seen = Names(keep=3)
+    seen = AttributeNames(keep=3)
     for batch, kept in [([[("b", "=", 1), ("a", "<", 2)]], ["a", "b"]),
                         ([[("c", "=", 1)], [("d", "in", (1, 2)), ("é", "=", 1)]], ["c", "d"]),
                         ([[("d", "=", 2), ("a", ">", 0)]], ["a", "c", "d"]),
                         ([[("a", "=", 2)]], ["a", "c", "d"])]:
         got = normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES, seen)
         assert got == normalize_many(batch, MAX_PREDICATES, MAX_ATTR_BYTES)
-        assert sorted(seen.known.rank) == kept
+        assert sorted(seen.numbered.rank) == kept
 
 
 def test_values_at_the_edges() -> None:

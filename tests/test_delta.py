@@ -14,7 +14,7 @@ import pbtree
 from pbtree import config, delta, packed
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
-from pbtree.flat import Flat
+from pbtree.flat import FlatTree
 from storage.keys import BOOL, NUMBER
 
 
@@ -288,7 +288,7 @@ def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeyp
         ix.fold()
         for _ in range(3):
             assert ix.match(event) == oracle_match(model, event)
-        flat = {k: v for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, Flat)}
+        flat = {k: v for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, FlatTree)}
         assert len(flat) == 2
         ix.subscribe_many((n, exprs[n]) for n in range(200, 250))
         model.update((n, parse(exprs[n])) for n in range(200, 250))

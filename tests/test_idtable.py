@@ -23,8 +23,8 @@ def check(table: IdTable, model: np.ndarray) -> None:
     room = np.zeros(table.size - model.size, np.int64)
     assert np.array_equal(table[np.arange(table.size)], np.concatenate((model, room)))
     every = np.arange(model.size)
-    picked = every[::3].astype(np.uint32)  # sids of a narrower type (a run holds uint32)
-    assert np.array_equal(table[picked], model[picked])
+    some = every[::3].astype(np.uint32)  # sids of a narrower type (a run holds uint32)
+    assert np.array_equal(table[some], model[some])
     if table.table.dtype == np.int32:
         assert np.array_equal(table.sids, np.sort(table.sids))
         assert table.sids.size <= config.MAX_APART * table.size

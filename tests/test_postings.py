@@ -17,8 +17,8 @@ import pbtree
 from pbtree import config
 from pbtree.core import normalize, prepare_event
 from pbtree.lists import FIXED_WIDTH
-from pbtree.pending import Run, Sorted, Written, ranked_distinct
-from pbtree.postings import Grouped, grouped, joined, places
+from pbtree.pending import PendingRun, RecentWrites, SortedPostings, ranked_distinct
+from pbtree.postings import PostingColumns, joined, places, read_postings
 from pbtree.subs import posted, stored
 from storage.keys import number_keys, number_payload
 
@@ -33,8 +33,8 @@ def _by_hand(txn, db, first: int, end: int) -> dict:
             for group, kinds in by_place.items()}
 
 
-def _as_pairs(found: Grouped) -> dict:
-    """``grouped``'s places in ``_by_hand``'s form: fixed-width keys back to payloads."""
+def _as_pairs(found: PostingColumns) -> dict:
+    """``read_postings``'s places in ``_by_hand``'s form: fixed-width keys back to payloads."""
     out = {}
     for name, family, kind, keys, sids in named_places(found):
         width = FIXED_WIDTH.get(family)
@@ -48,12 +48,12 @@ def _as_pairs(found: Grouped) -> dict:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.lists(subscriptions, min_size=1, max_size=30), st.data())
-def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, data):
+def test_read_postings_equal_the_records_postings(tmp_path_factory, subs, data):
     """Numbers of every sign (and -0.0, infinities), strings long and short, bools, 'in'
     sets mixing families, a value posted twice by one subscription: the same postings in
     the same order, for any range of sids, with removed subscriptions left out, however
-    many records are decoded at a time (once sorted: ``grouped`` leaves them unsorted)."""
-    path = tmp_path_factory.mktemp("grouped") / "index"
+    many records are decoded at a time (once sorted: ``read_postings`` leaves them unsorted)."""
+    path = tmp_path_factory.mktemp("read_postings") / "index"
     at_a_time = data.draw(st.sampled_from([1, 2, 3, 7, config.GROUP_RECORDS]))
     with pbtree.create(path, fold_at=10**6) as ix:
         ix.subscribe_many(list(enumerate(subs)))
@@ -63,7 +63,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
         end = data.draw(st.integers(first, len(subs) + 1))
         shard = ix.shards[0]
         with shard.read() as txn, patch.object(config, "GROUP_RECORDS", at_a_time):
-            found = joined([grouped(txn, shard.dbs["subs"], first, end)])
+            found = joined([read_postings(txn, shard.dbs["subs"], first, end)])
             want = _by_hand(txn, shard.dbs["subs"], first, end)
     assert _as_pairs(found) == want
     assert found.place.size == sum(len(pairs) for kinds in want.values()
@@ -71,7 +71,7 @@ def test_grouped_postings_equal_the_records_postings(tmp_path_factory, subs, dat
 
 
 @pytest.mark.parametrize("at_a_time", [700, config.GROUP_RECORDS])
-def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_time):
+def test_read_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_time):
     """Thousands of subscriptions on a small domain, so that places hold many equal keys
     posted by different operators (GT from both > and >=): every posting once, also across
     records decoded apart, in sid order among them once sorted."""
@@ -83,21 +83,21 @@ def test_grouped_postings_of_many_subscriptions_on_few_values(tmp_path, at_a_tim
         shard = ix.shards[0]
         with shard.read() as txn, patch.object(config, "GROUP_RECORDS", at_a_time):
             for first, end in ((0, 3000), (1000, 2500)):
-                found = joined([grouped(txn, shard.dbs["subs"], first, end)])
+                found = joined([read_postings(txn, shard.dbs["subs"], first, end)])
                 want = _by_hand(txn, shard.dbs["subs"], first, end)
                 assert _as_pairs(found) == want
                 assert found.place.size == sum(len(p) for kinds in want.values()
                                                for p in kinds.values())
 
 
-def named_places(found: Grouped) -> list:
+def named_places(found: PostingColumns) -> list:
     """``places`` with attribute names for numbers."""
     return [(found.names[attr], *rest)
             for attr, *rest in places(found.place, found.keys, found.sids, found.strings)]
 
 
-def listed(found: Grouped) -> list:
-    """Postings' places as plain values, in attribute name order (``Grouped`` pieces
+def listed(found: PostingColumns) -> list:
+    """Postings' places as plain values, in attribute name order (``PostingColumns`` pieces
     number them apart)."""
     return sorted((name, family, kind, keys if isinstance(keys, list) else keys.tolist(),
                    sids.tolist()) for name, family, kind, keys, sids in named_places(found))
@@ -112,17 +112,18 @@ def test_joined_runs_hold_what_one_run_of_all_holds():
         n = rng.randint(2, 40)
         lists = [normalize(random_subscription(rng, rng.sample(ATTRS, 2), rng.choice((3, 30))))
                  for _ in range(n)]
-        written = Written()
+        written = RecentWrites()
         written.add(0, n, [posted(p, False) for p in lists])  # what each posts
         bounds = [0, *sorted(rng.sample(range(1, n), rng.randint(1, min(3, n - 1)))), n]
-        runs = [Run(None, {}, a, b, written) for a, b in zip(bounds, bounds[1:], strict=False)]
+        runs = [PendingRun(None, {}, a, b, written)
+                for a, b in zip(bounds, bounds[1:], strict=False)]
         for run in runs:
             if rng.random() < 0.5:
                 run.indexed()
         together = runs[0]
         for run in runs[1:]:
             together.join(run)
-        whole = Run(None, {}, 0, n, written)
+        whole = PendingRun(None, {}, 0, n, written)
         want = listed(joined([whole.postings]))  # unsorted until indexed
         whole.indexed()
         assert listed(whole.postings) == want
@@ -141,9 +142,9 @@ def test_number_keys_spell_the_number_payloads(values):
 def test_a_run_naming_attributes_without_postings_finds_nothing():
     """A run whose range holds no postings (subscriptions removed before it was read)
     finds nothing, and does not fail."""
-    written = Written()
+    written = RecentWrites()
     written.add(0, 3, [[], [], normalize([("a", "=", 1)])])
-    run = Run(None, {}, 0, 2, written)
+    run = PendingRun(None, {}, 0, 2, written)
     out: list = []
     run.search(prepare_event({"a": 1}), out)
     assert run.size == 0 and out == []
@@ -155,9 +156,9 @@ def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
     below it and above it, on every side of the widths' boundary."""
     n = 70_000  # 70,000 places (one '=' each) times 70,001 key ranks
     lists = [normalize([(f"a{i}", "=", i)]) for i in range(n)]
-    written = Written()
+    written = RecentWrites()
     written.add(0, n, lists)
-    run = Run(None, {}, 0, n, written)
+    run = PendingRun(None, {}, 0, n, written)
     want = listed(joined([run.postings]))  # unsorted until indexed
     for sid in (0, 1, 61_355, 61_356, n - 1):  # place 61,356 * 70,001 is just past 2^32
         for value, found in ((sid, [sid]), (sid - 0.5, []), (sid + 0.5, [])):
@@ -184,10 +185,10 @@ def test_distinct_values_and_ranks_by_table_or_by_sort(dtype, span, data):
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**64 - 1) | st.integers(0, 9),
                           st.integers(0, 2**32 - 1)), max_size=80))
 def test_sorted_postings_are_those_given_in_place_key_and_sid_order(postings):
-    """``Sorted.of`` holds the postings given, sorted by place, key and sid."""
+    """``SortedPostings.of`` holds the postings given, sorted by place, key and sid."""
     place, keys, sids = (np.array(c, dtype) for c, dtype in zip(
         zip(*postings, strict=True) if postings else ((), (), ()),
         (np.int64, np.uint64, np.uint32), strict=True))
-    index = Sorted.of(place, keys, sids)
+    index = SortedPostings.of(place, keys, sids)
     held = list(zip(*index.columns(), index.sids, strict=True))
     assert [tuple(map(int, p)) for p in held] == sorted(postings)

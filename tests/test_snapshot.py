@@ -24,8 +24,8 @@ from pbtree import clusters, config
 from pbtree import pending as pending_module
 from pbtree.columns import INT_IDS, KINDS, Column
 from pbtree.expr import parse
-from pbtree.flat import Flat, FlatList, One
-from pbtree.postings import grouped
+from pbtree.flat import FlatList, FlatTree, OneNodeList
+from pbtree.postings import read_postings
 from pbtree.snapshot import Snapshot
 from pbtree.subs import postings
 
@@ -260,7 +260,7 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
         for _ in range(3):
             assert ix.match(event) == oracle_match(model, event)
         cache = ix.shards[0]._cache
-        flat = {k: v for k, v in cache.trees.items() if isinstance(v, Flat)}
+        flat = {k: v for k, v in cache.trees.items() if isinstance(v, FlatTree)}
         assert len(flat) == 2
         ix.subscribe(1000, "a > 0 and b = 1")  # pending
         model[1000] = parse("a > 0 and b = 1")
@@ -294,9 +294,9 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
             event = {"a": a, "b": b, "s": "v007", "t": t}
             for _ in range(3):
                 assert ix.match(event) == oracle_match(model, event)
-        flats = [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, Flat)]
+        flats = [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, FlatTree)]
         parts = [part for flat in flats for part in flat.lists if part.n]
-        one = [p for p in parts if isinstance(p, One)]
+        one = [p for p in parts if isinstance(p, OneNodeList)]
         joined = [p for p in parts if isinstance(p, FlatList)]
         assert len(flats) == 4 and len(one) == 2 and len(joined) == 2
         assert {p.keys is None for p in one} == {True, False}  # a string list, a number list
@@ -304,8 +304,8 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
         assert all(isinstance(p.keys, list) or p.keys.flags.owndata for p in joined)
 
 
-def _flats(ix: pbtree.Index) -> list[Flat]:
-    return [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, Flat)]
+def _flats(ix: pbtree.Index) -> list[FlatTree]:
+    return [v for v in ix.shards[0]._cache.trees.values() if isinstance(v, FlatTree)]
 
 
 @pytest.mark.parametrize("bound", [2, config.MAX_EQUAL])
@@ -359,10 +359,10 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
 
     def recorded(txn, db, first, end):
         reads.append((first, end))
-        return grouped(txn, db, first, end)
+        return read_postings(txn, db, first, end)
 
-    monkeypatch.setattr(pending_module, "grouped", recorded)
-    monkeypatch.setattr(config, "WRITTEN_HELD", 0)  # records read, not lists kept
+    monkeypatch.setattr(pending_module, "read_postings", recorded)
+    monkeypatch.setattr(config, "RECENT_KEPT", 0)  # records read, not lists kept
     rng = random.Random(7)
     model = {}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
@@ -398,9 +398,9 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
 
     def recorded(txn, db, first, end):
         decoded_from.append(first)
-        return grouped(txn, db, first, end)
+        return read_postings(txn, db, first, end)
 
-    monkeypatch.setattr(config, "WRITTEN_HELD", 0)  # records read, not lists kept
+    monkeypatch.setattr(config, "RECENT_KEPT", 0)  # records read, not lists kept
     rng = random.Random(11)
     model = {}
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
@@ -423,7 +423,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             expr = random_subscription(rng, ["a", "b", "c"], 20)
             ix.subscribe(n, expr, replace=True)
             model[n] = parse(expr)
-        monkeypatch.setattr(pending_module, "grouped", recorded)
+        monkeypatch.setattr(pending_module, "read_postings", recorded)
         assert ix.fold() == len(model)
         assert decoded_from == [read_in]
         ix.verify()
@@ -443,7 +443,7 @@ def test_writes_keep_the_pinned_snapshot_for_a_few_commits(tmp_path, pbtrees):
             assert ix.match({"a": 4}) == oracle_match(model, {"a": 4})
         shard = ix.shards[0]
         flat = dict(shard._cache.trees)
-        assert any(isinstance(tree, Flat) for tree in flat.values())
+        assert any(isinstance(tree, FlatTree) for tree in flat.values())
         for writes, kept in ((config.KEEP_PINNED, True), (config.KEEP_PINNED + 1, False)):
             kinds, first = shard._cache.kinds, shard._snapshot.id()
             for k in range(writes):
@@ -476,7 +476,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
         assert ix.match(cold) == [100]
 
         def flat() -> set[bytes]:
-            return {k for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, Flat)}
+            return {k for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, FlatTree)}
 
         hot = flat()
         assert len(hot) == 2

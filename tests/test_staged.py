@@ -18,7 +18,7 @@ from pbtree import config, staged
 from pbtree.core import normalize, prepare_event
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
-from pbtree.pending import Run, Written
+from pbtree.pending import PendingRun, RecentWrites
 from pbtree.postings import code, split_code
 from pbtree.subs import posted
 
@@ -30,26 +30,23 @@ def _aid(name: bytes) -> int:
     return AIDS.setdefault(name, 7 * len(AIDS) + 3)
 
 
-def _staged(written: Written, first: int, end: int) -> staged.Staged:
+def _staged(written: RecentWrites, first: int, end: int) -> staged.StagedRun:
     """The staged run of sids ``first .. end`` that ``written`` holds."""
-    found = Run(None, {}, first, end, written).postings
+    found = PendingRun(None, {}, first, end, written).postings
     aids = np.array([_aid(name) for name in found.names] or [0], np.int64)
     attr, family, kind = split_code(found.place)
     return staged.staged(first, end, code(aids[attr], family, kind), found.keys, found.sids,
                          found.strings)
 
 
-def _found(run, event: list) -> list[int]:
+def _found(source, event: list) -> list[int]:
+    """The sids ``source`` (``version.Source``) finds for a prepared event."""
     out: list = []
-    run.search(event, out)
+    source.search(event, out)
     return sorted(np.concatenate(out).tolist()) if out else []
 
 
-def _by_id(event: list) -> list:
-    return [(_aid(name), *rest) for name, *rest in event]
-
-
-def _held(run: staged.Staged) -> list:
+def _held(run: staged.StagedRun) -> list:
     return [(aid, family, kind, keys if isinstance(keys, list) else keys.tolist(),
              sids.tolist()) for aid, family, kind, keys, sids in
             run.places(np.ones(run.end - run.first, bool), run.first)]
@@ -61,14 +58,14 @@ def _held(run: staged.Staged) -> list:
 def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
     lists = [normalize(sub) for sub in subs]
     n = len(lists)
-    written = Written()
+    written = RecentWrites()
     written.add(0, n, [posted(p, False) for p in lists])  # what each posts
-    pending = Run(None, {}, 0, n, written)
+    pending = PendingRun(None, {}, 0, n, written)
     whole = _staged(written, 0, n)
-    stored = staged.Staged.decode(0, memoryview(whole.encode()))
+    stored = staged.StagedRun.decode(0, memoryview(whole.encode()))
     cuts = sorted(data.draw(st.lists(st.integers(1, n), max_size=3, unique=True), "cuts"))
     bounds = [0, *(c for c in cuts if c < n), n]
-    pieces = [staged.Staged.decode(a, memoryview(_staged(written, a, b).encode()))
+    pieces = [staged.StagedRun.decode(a, memoryview(_staged(written, a, b).encode()))
               for a, b in zip(bounds, bounds[1:], strict=False)]
     joined = pieces[0]
     for piece in pieces[1:]:
@@ -78,23 +75,22 @@ def test_staged_runs_find_what_pending_runs_find(subs, evs, data):
     for event in evs:
         prepared = prepare_event(event)
         want = _found(pending, prepared)
-        assert _found(stored, _by_id(prepared)) == want
-        assert _found(joined, _by_id(prepared)) == want
-        assert _found(whole, _by_id(prepared)) == want
+        for run in (stored, joined, whole):
+            assert _found(staged.StagedRuns([run], _aid), prepared) == want
 
 
 def test_a_damaged_run_is_named():
     lists = [normalize([("a", "=", "x"), ("b", "<", 3)]), normalize([("a", "in", ["y", "z"])])]
-    written = Written()
+    written = RecentWrites()
     written.add(0, 2, [posted(p, False) for p in lists])  # what each posts
     raw = _staged(written, 0, 2).encode()
-    assert _held(staged.Staged.decode(0, memoryview(raw))) == _held(_staged(written, 0, 2))
+    assert _held(staged.StagedRun.decode(0, memoryview(raw))) == _held(_staged(written, 0, 2))
     wrong_width = bytearray(raw)
     wrong_width[20] = 8  # ranked said u64 where its places and keys fit u32
     for first, bad in ((0, raw[:-1]), (0, raw + b"\0"), (0, raw[:10]),
                        (0, bytes(wrong_width)), (3, raw)):  # (3: a run ending before it starts)
         with pytest.raises(CorruptIndexError, match=f"staged run from sid {first}"):
-            staged.Staged.decode(first, memoryview(bad))
+            staged.StagedRun.decode(first, memoryview(bad))
 
 
 def _tampered(path, change) -> None:
@@ -111,7 +107,7 @@ def _sid_moved(txn, db, runs) -> None:
     key, raw = runs[0]
     end, p, v, n, s, width = staged.HEADER.unpack_from(raw)
     at = staged.HEADER.size + 8 * (p + v + s) + width * n + 4 * (p + 1)  # the sids
-    index = staged.Staged.decode(int.from_bytes(key, "big"), memoryview(raw)).index
+    index = staged.StagedRun.decode(int.from_bytes(key, "big"), memoryview(raw)).index
     sids, ranked = index.sids.tolist(), index.ranked.tolist()
     i = next(i for i in range(n) if sids[i] + 1 < end
              and (i == n - 1 or ranked[i] != ranked[i + 1]))

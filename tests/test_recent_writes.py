@@ -1,5 +1,5 @@
 """A shard's own pending subscriptions are folded and matched from the predicate lists it
-wrote (``pending.Written``), not decoded again; what it did not write, or what a failed
+wrote (``pending.RecentWrites``), not decoded again; what it did not write, or what a failed
 write left, is read from the records, and every answer stays the oracle's."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pbtree
 from pbtree import config
 from pbtree import pending as pending_module
 from pbtree.expr import parse
-from pbtree.pending import Written
-from pbtree.postings import grouped, joined, unsorted
+from pbtree.pending import RecentWrites
+from pbtree.postings import joined, read_postings, unsorted
 from pbtree.writer import Writer
 from storage.env import Environment
 from storage.meta import read_counter, read_folded
@@ -36,9 +36,9 @@ def reads(monkeypatch) -> list[tuple[int, int]]:
 
     def recorded(txn, db, first, end):
         seen.append((first, end))
-        return grouped(txn, db, first, end)
+        return read_postings(txn, db, first, end)
 
-    monkeypatch.setattr(pending_module, "grouped", recorded)
+    monkeypatch.setattr(pending_module, "read_postings", recorded)
     return seen
 
 
@@ -113,7 +113,7 @@ def test_a_fold_tried_again_after_the_map_filled_reads_no_record(tmp_path, monke
         folded, next_sid = _sids(ix)
         assert later and tries == [folded]  # the one fold, committed on its second try
         assert ix.stats()["pending"] == later
-        assert ix.shards[0]._written.held == next_sid - folded  # the folded ones let go of
+        assert ix.shards[0]._recent.kept == next_sid - folded  # the folded ones let go of
         ix.verify()
         _check(ix, model, rng)
     assert reads == []
@@ -231,11 +231,11 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
         _check(ix, model, rng)
 
 
-def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
-    """A range is taken only when every sid in it is held, holding the postings its lists
-    give; a write given again replaces what it gave before; the oldest go while the newer number
-    HELD. ``held_from`` finds where the held sids up to a range's end begin."""
-    written, model = Written(), {}
+def test_recent_writes_keep_the_newest_postings_and_take_only_whole_ranges():
+    """A range is taken only when every sid in it is kept, holding the postings its lists
+    give; a write given again replaces what it gave before; the oldest go while the newer
+    number RECENT_KEPT. ``kept_from`` finds where the kept sids up to a range's end begin."""
+    written, model = RecentWrites(), {}
 
     def add(first: int, tag: str, n: int) -> None:
         lists = [[("a", "=", tag), ("b", "in", (i, i + 1)), ("c", ">=", "s" + tag)]
@@ -246,13 +246,13 @@ def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
         model.update(enumerate(lists, first))
 
     def taken(start: int, end: int) -> bool:
-        held_from = written.held_from(start, end)
-        assert start <= held_from <= end
-        assert held_from == start or held_from == end or not written.take(held_from - 1, end)
+        kept_from = written.kept_from(start, end)
+        assert start <= kept_from <= end
+        assert kept_from == start or kept_from == end or not written.take(kept_from - 1, end)
         found = written.take(start, end)
-        assert (found is not None) == (held_from == start < end)
-        if held_from < end:
-            assert written.take(held_from, end) is not None
+        assert (found is not None) == (kept_from == start < end)
+        if kept_from < end:
+            assert written.take(kept_from, end) is not None
         if found is None:
             return False
         want = unsorted(np.arange(start, end, dtype=np.uint32),
@@ -264,16 +264,16 @@ def test_written_keeps_the_newest_postings_and_takes_only_whole_ranges():
     add(10, "y", 5)
     assert taken(8, 13) and taken(10, 14) and not taken(8, 16) and not taken(5, 5)
     add(10, "z", 3)  # the same sids again
-    assert taken(9, 13) and written.held == 13
+    assert taken(9, 13) and written.kept == 13
     add(13, "y", 3)
     add(16, "t", 2)
     assert taken(9, 18) and taken(14, 17) and taken(12, 16)
     add(20, "w", 2)  # a gap: 18 .. 19 written by someone else
     assert not taken(12, 21) and taken(20, 22)
-    assert [written.held_from(0, 18), written.held_from(0, 19), written.held_from(12, 21),
-            written.held_from(21, 22)] == [0, 19, 20, 21]
-    add(22, "v", config.WRITTEN_HELD - 5)  # 15 over: the oldest 10 and 3 go
-    assert not taken(10, 11) and taken(13, 16) and written.held == config.WRITTEN_HELD + 2
-    assert written.held_from(0, 16) == 13
-    add(config.WRITTEN_HELD + 17, "u", 1)  # 3 over: the oldest 3 go, the next 2 are needed
-    assert not taken(13, 14) and taken(16, 18) and written.held == config.WRITTEN_HELD
+    assert [written.kept_from(0, 18), written.kept_from(0, 19), written.kept_from(12, 21),
+            written.kept_from(21, 22)] == [0, 19, 20, 21]
+    add(22, "v", config.RECENT_KEPT - 5)  # 15 over: the oldest 10 and 3 go
+    assert not taken(10, 11) and taken(13, 16) and written.kept == config.RECENT_KEPT + 2
+    assert written.kept_from(0, 16) == 13
+    add(config.RECENT_KEPT + 17, "u", 1)  # 3 over: the oldest 3 go, the next 2 are needed
+    assert not taken(13, 14) and taken(16, 18) and written.kept == config.RECENT_KEPT

@@ -1,0 +1,40 @@
+"""What a match reads: the sources of one snapshot, each asked the same question.
+
+A source holds the postings of some sids: the trees (``matcher.Search``), the staged runs
+(``staged.StagedRuns``), the pending subscriptions (``pending.Pending``). A ``Version``,
+as in LevelDB, lists the sources a snapshot's matches search, in order; a new kind of
+source is a new class listed there, not a new branch in the shard's match.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+#: an event value as every source is asked it: (attribute name, family, payload, exact),
+#: ``exact`` False for a string cut to its payload (``core.prepare_event``)
+Value = tuple[bytes, int, bytes, bool]
+
+
+class Source(Protocol):
+    """A store of postings that an event's values are searched in."""
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Append to ``out`` the sids of the postings that ``values`` satisfy, each name
+        resolved as this source stores it."""
+
+
+class Version:
+    """The sources one snapshot's matches search, in order: the trees, the staged runs,
+    the pending subscriptions (those with nothing to search left out)."""
+
+    __slots__ = ("sources",)
+
+    def __init__(self, sources: tuple[Source, ...]) -> None:
+        self.sources = sources
+
+    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+        """Ask every source for ``values`` (``Source.search``)."""
+        for source in self.sources:
+            source.search(values, out)

@@ -19,8 +19,8 @@ from typing import NamedTuple
 import numpy as np
 
 from pbtree import config
+from pbtree.compaction.postings import constants, heads
 from pbtree.expr import OP_SPELLINGS, OPS_CORE
-from pbtree.postings import constants, heads
 from pbtree.subs import OP_RANK
 
 _EQ, _IN, _NE = (OP_RANK[op] for op in ("=", "in", "!="))

@@ -45,14 +45,14 @@ from pbtree.errors import (
 from pbtree.explain import explain as explain_subscription
 from pbtree.expr import conjunctions
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
-from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 from pbtree.nested import leaves
 from pbtree.outputs import as_created, fsync_dir, recover
+from pbtree.read.version import Value
 from pbtree.shard import Shard
 from pbtree.subs import decoded
 from pbtree.values import searched
-from pbtree.version import Value
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING
+from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 
 MANIFEST = "manifest.json"
 FORMAT_NAME = "pbtree"

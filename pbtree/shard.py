@@ -5,9 +5,9 @@ chunks (big SidSets), subs (sid -> id and predicates), ids (id -> sid), kinds,
 intids and strids (per-sid columns, in chunks), staged (runs of folded postings), dead
 (removed subscriptions' records), preds and rows (predicate entries and check rows).
 
-A subscribe writes no postings: its sid stays pending (``pbtree.pending``) until
+A subscribe writes no postings: its sid stays pending (``pbtree.compaction.pending``) until
 ``fold_at`` sids are (``fold_due``), and the write that reaches that folds them all into
-one staged run (``pbtree.staged``); once enough are staged (``merge_due``), the fold
+one staged run (``pbtree.compaction.staged``); once enough are staged (``merge_due``), the fold
 merges them all into the trees, where a batch costs a fraction per subscription of one
 at a time.
 """
@@ -26,15 +26,17 @@ from itertools import chain
 import lmdb
 import numpy as np
 
-from pbtree import clusters, config, idle, staged, strids
+from pbtree import clusters, config, idle, strids
 from pbtree.columns import STRING_ID
+from pbtree.compaction import staged
+from pbtree.compaction.pending import RecentWrites, distinct, pending_postings
+from pbtree.compaction.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.errors import CorruptIndexError, DuplicateIdError, FormatVersionError, PbtreeError
 from pbtree.expr import Disjunction, conjunctions
 from pbtree.ids import decode_id
-from pbtree.matcher import Search
-from pbtree.pending import RecentWrites, distinct, pending_postings
-from pbtree.postings import NOTHING, code, concatenated, places, split_code
-from pbtree.snapshot import Snapshot, matched
+from pbtree.read.matcher import Search
+from pbtree.read.snapshot import Snapshot, matched
+from pbtree.read.version import Value, Version
 from pbtree.subs import (
     INTERVALS,
     Posting,
@@ -50,8 +52,7 @@ from pbtree.subs import (
     stored,
     sub_record,
 )
-from pbtree.version import Value, Version
-from pbtree.writer import Writer
+from pbtree.write.writer import Writer
 from storage.env import Environment
 from storage.keys import tree_prefix
 from storage.meta import COUNTER, read_counter

@@ -17,8 +17,8 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import OPS_CORE, OPS_STORED, prefix_successor
-from pbtree.leaf import EQ, GT, INEQ, LT
 from storage.keys import const_payload, element_bytes
+from storage.leaf import EQ, GT, INEQ, LT
 
 PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to

@@ -7,13 +7,20 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from pbtree import clusters, delta, staged, strids
+from pbtree import clusters, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID
+from pbtree.compaction import staged
+from pbtree.compaction.postings import split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
-from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
-from pbtree.lists import (
+from pbtree.shard import CONJUNCTIONS
+from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
+from pbtree.write import limits
+from storage import delta, sidset
+from storage.keys import STRING, tree_prefix
+from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
+from storage.lists import (
     FIXED_WIDTH,
     HEAD,
     ITEM_OVERFLOW,
@@ -24,14 +31,9 @@ from pbtree.lists import (
     node_key,
     tree_sentinels,
 )
-from pbtree.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
-from pbtree.packed import Packed, limit
-from pbtree.postings import split_code
-from pbtree.shard import CONJUNCTIONS
-from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
-from storage import sidset
-from storage.keys import STRING, tree_prefix
 from storage.meta import read_counter, read_folded, read_merged
+from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
+from storage.packed import Packed
 
 LIST_KINDS = (GT, LT, INEQ)
 
@@ -255,7 +257,7 @@ class _Checker:
             tree = Packed.decode(raw, prefix[4])
         except CorruptIndexError as exc:
             self.fail(f"{what}: {exc}")
-        most = limit(self.shard.node_bytes) if most is None else most
+        most = limits.packed(self.shard.node_bytes) if most is None else most
         if len(raw) > most:
             self.fail(f"{what}: {len(raw)} bytes, over the {most} it may take")
         if not tree.counts.any(axis=0).all():  # decode refuses a record without keys
@@ -278,7 +280,7 @@ class _Checker:
         for prefix, raw in found.items():
             if prefix not in trees:
                 self.fail(f"delta {prefix.hex()} beside no PB+tree")
-            low = int(self.packed(prefix, raw, "delta", delta.most(self.shard.node_bytes))
+            low = int(self.packed(prefix, raw, "delta", limits.delta_most(self.shard.node_bytes))
                       .sids.min())
             if low <= highest.get(prefix, -1):
                 self.fail(f"delta {prefix.hex()} holds sid {low}, not above its tree's "

@@ -323,7 +323,7 @@ def _stored(path) -> tuple[dict, dict, list]:
     """What a one-shard index stores, sids aside: per id its conjunctions' records and
     check rows (as predicates), per entry its uses and kind, and the attribute names."""
     from pbtree.ids import decode_id
-    from pbtree.snapshot import Snapshot
+    from pbtree.read.snapshot import Snapshot
     from pbtree.subs import decoded, records
 
     def plain(pred):

@@ -11,10 +11,12 @@ from oracle import oracle_match
 from strategies import random_event
 
 import pbtree
-from pbtree import config, delta, packed
+from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
-from pbtree.flat import FlatTree
+from pbtree.read.flat import FlatTree
+from pbtree.write import limits
+from storage import delta, packed
 from storage.keys import BOOL, NUMBER
 
 
@@ -68,7 +70,7 @@ def _delta_bytes(ix) -> int:
 
 def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, monkeypatch):
     """A fold that grows a delta's record by g bytes keeps it while it takes at most the
-    larger of the least limit and FOLDS * g bytes, never over ``delta.most``; a merge
+    larger of the least limit and FOLDS * g bytes, never over ``limits.delta_most``; a merge
     leaves every key in the tree; removals never merge a delta."""
     monkeypatch.setattr(config, "DELTA_FOLDS", 3)
     monkeypatch.setattr(config, "DELTA_GROWTH", 8)
@@ -86,13 +88,13 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
                      for n in range(count)}  # new keys, one sid each
             assert _delta_bytes(ix) == size(held)
             grown = size(held + count) - size(held)
-            if size(held + count) > delta.most(node_bytes):
+            if size(held + count) > limits.delta_most(node_bytes):
                 fates.append("over most")
-            elif size(held + count) > delta.limit(node_bytes, grown):
+            elif size(held + count) > limits.delta(node_bytes, grown):
                 fates.append("merged")
             else:
                 fates.append("kept over least" if held and size(held + count) >
-                             delta.least(node_bytes) else "kept")
+                             limits.delta_least(node_bytes) else "kept")
             ix.subscribe_many(batch.items())
             ix.fold()
             model.update((i, parse(s)) for i, s in batch.items())

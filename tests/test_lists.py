@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pbtree.lists import ITEM_OVERFLOW, Node, View, appended, pack
 from storage.keys import BOOL, NUMBER, STRING
+from storage.lists import ITEM_OVERFLOW, Node, View, appended, pack
 
 SMALL_NODE, INLINE_MAX = 1024, 256
 

@@ -14,7 +14,7 @@ from oracle import oracle_match
 import pbtree
 from pbtree.config import NODE_BYTES
 from pbtree.expr import parse
-from pbtree.overflow import capacity, pieces
+from storage.overflow import capacity, pieces
 
 #: shapes that all land in the same few places: eq(1), GT 0, LT 9, INEQ 4; the last ones
 #: put one sid several times into eq(1) (a run of equal sids)

@@ -1,4 +1,4 @@
-"""Packed trees (pbtree.packed): the record against a model of its places, the search
+"""Packed trees (storage.packed): the record against a model of its places, the search
 against the walk's rules, and trees growing out of the packed form inside an index."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from oracle import oracle_match
 from strategies import random_event, random_subscription
 
 import pbtree
-from pbtree import packed
-from pbtree.delta import Delta
 from pbtree.errors import CorruptIndexError
-from pbtree.leaf import EQ, GT, INEQ, LT
+from storage import packed
+from storage.delta import Delta
 from storage.keys import BOOL, NUMBER, STRING, number_payload
+from storage.leaf import EQ, GT, INEQ, LT
 
 FAMILY_KEYS = {
     NUMBER: (st.integers(-6, 6) | st.sampled_from([-1.0, -0.9999999999999999, -0.3,

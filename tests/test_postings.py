@@ -1,4 +1,4 @@
-"""Grouping many subscriptions' postings at once (``pbtree.postings``) gives what the
+"""Grouping many subscriptions' postings at once (``pbtree.compaction.postings``) gives what the
 per-record postings (``subs.postings``) give, grouped and sorted by hand; its number keys
 are the payloads' integers."""
 
@@ -15,12 +15,12 @@ from strategies import ATTRS, random_subscription, subscriptions
 
 import pbtree
 from pbtree import config
+from pbtree.compaction.pending import PendingRun, RecentWrites, SortedPostings, ranked_distinct
+from pbtree.compaction.postings import PostingColumns, joined, places, read_postings
 from pbtree.core import normalize, prepare_event
-from pbtree.lists import FIXED_WIDTH
-from pbtree.pending import PendingRun, RecentWrites, SortedPostings, ranked_distinct
-from pbtree.postings import PostingColumns, joined, places, read_postings
 from pbtree.subs import posted, stored
 from storage.keys import number_keys, number_payload
+from storage.lists import FIXED_WIDTH
 
 
 def _by_hand(txn, db, first: int, end: int) -> dict:

@@ -18,11 +18,11 @@ from test_postings import listed
 
 import pbtree
 from pbtree import config
-from pbtree import pending as pending_module
+from pbtree.compaction import pending as pending_module
+from pbtree.compaction.pending import RecentWrites
+from pbtree.compaction.postings import joined, read_postings, unsorted
 from pbtree.expr import parse
-from pbtree.pending import RecentWrites
-from pbtree.postings import joined, read_postings, unsorted
-from pbtree.writer import Writer
+from pbtree.write.writer import Writer
 from storage.env import Environment
 from storage.meta import read_counter, read_folded
 

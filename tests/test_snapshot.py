@@ -21,12 +21,12 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import clusters, config
-from pbtree import pending as pending_module
 from pbtree.columns import INT_IDS, KINDS, Column
+from pbtree.compaction import pending as pending_module
+from pbtree.compaction.postings import read_postings
 from pbtree.expr import parse
-from pbtree.flat import FlatList, FlatTree, OneNodeList
-from pbtree.postings import read_postings
-from pbtree.snapshot import Snapshot
+from pbtree.read.flat import FlatList, FlatTree, OneNodeList
+from pbtree.read.snapshot import Snapshot
 from pbtree.subs import postings
 
 pytestmark = pytest.mark.usefixtures("kept_snapshots")  # steps of any length keep them
@@ -392,7 +392,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
     decodes only the records written since; subscriptions removed or replaced after the
     runs were read put nothing in the trees (verify compares every SidSet with the
     subscriptions), and the answers stay the oracle's."""
-    from pbtree import pending as pending_module
+    from pbtree.compaction import pending as pending_module
 
     decoded_from: list[int] = []
 

@@ -1,4 +1,4 @@
-"""Staged runs (``pbtree.staged``): a run read back from its record finds, for any event,
+"""Staged runs (``pbtree.compaction.staged``): a run read back from its record finds, for any event,
 what the pending run of the same subscriptions finds; runs joined hold and find what one
 run of all their sids holds; a damaged record is refused, naming the run, and runs that
 disagree with the subscriptions fail ``verify``."""
@@ -14,12 +14,13 @@ from oracle import oracle_match
 from strategies import events, subscriptions
 
 import pbtree
-from pbtree import config, staged
+from pbtree import config
+from pbtree.compaction import staged
+from pbtree.compaction.pending import PendingRun, RecentWrites
+from pbtree.compaction.postings import code, split_code
 from pbtree.core import normalize, prepare_event
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
-from pbtree.pending import PendingRun, RecentWrites
-from pbtree.postings import code, split_code
 from pbtree.subs import posted
 
 #: attribute ids unlike the numbers a run gives its names

@@ -41,7 +41,7 @@ from pbtree.cli.subscribing import Item, Saved
 from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
-from pbtree.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
+from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 
 PROG = "pbtree"
 _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")

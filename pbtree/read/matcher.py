@@ -11,16 +11,16 @@ from collections.abc import Callable
 import lmdb
 import numpy as np
 
-from pbtree import config, delta, packed
+from pbtree import config
 from pbtree.errors import CorruptIndexError
-from pbtree.flat import FlatTree, flatten
-from pbtree.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
-from pbtree.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
-from pbtree.overflow import Reader
-from pbtree.snapshot import FLATTENED_BEFORE, Snapshot
-from pbtree.version import Value
-from storage import sidset
+from pbtree.read.flat import FlatTree, flatten
+from pbtree.read.snapshot import FLATTENED_BEFORE, Snapshot
+from pbtree.read.version import Value
+from storage import delta, packed, sidset
 from storage.keys import tree_prefix
+from storage.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
+from storage.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
+from storage.overflow import Reader
 
 HAS_INEQ = HAS[INEQ]
 

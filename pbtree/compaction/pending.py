@@ -16,10 +16,7 @@ import lmdb
 import numpy as np
 
 from pbtree import config
-from pbtree.leaf import EQ, INEQ, LT
-from pbtree.lists import FIXED_WIDTH
-from pbtree.packed import KINDS
-from pbtree.postings import (
+from pbtree.compaction.postings import (
     PostingColumns,
     code,
     concatenated,
@@ -28,8 +25,11 @@ from pbtree.postings import (
     split_code,
     unsorted,
 )
-from pbtree.version import Value
+from pbtree.read.version import Value
+from storage.leaf import EQ, INEQ, LT
+from storage.lists import FIXED_WIDTH
 from storage.meta import read_counter, read_folded
+from storage.packed import KINDS
 
 
 class SortedPostings:
@@ -38,7 +38,7 @@ class SortedPostings:
     posting's place number and key rank as one integer (``ranked``), which never falls
     along the postings. That integer stands for the posting's place and key: 4 bytes (8 for
     over 2^32 pairs of place and key), not 16. A pending run holds one in memory, a
-    staged run (``pbtree.staged``) one whose arrays are views of the map."""
+    staged run (``pbtree.compaction.staged``) one whose arrays are views of the map."""
 
     __slots__ = ("codes", "bounds", "values", "ranked", "sids")
 

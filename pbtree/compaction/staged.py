@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator, Sequence
 import lmdb
 import numpy as np
 
+from pbtree.compaction.pending import SortedPostings, distinct, queries_of, ranked_among
+from pbtree.compaction.postings import Keys, places, ranked, split_code
 from pbtree.errors import CorruptIndexError
-from pbtree.pending import SortedPostings, distinct, queries_of, ranked_among
-from pbtree.postings import Keys, places, ranked, split_code
-from pbtree.version import Value
+from pbtree.read.version import Value
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
 HEADER = struct.Struct("<6I")

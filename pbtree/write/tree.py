@@ -8,7 +8,7 @@ and writes them all back in flush(). Leaf keys are put immediately when created 
 walks over the leaf level (for re-pointing) see them. Sids added to places that already
 exist decode neither: they are appended to the records as they were read.
 
-Postings reach a PB+tree only through ``pbtree.router``: from a delta grown past its
+Postings reach a PB+tree only through ``pbtree.write.router``: from a delta grown past its
 limit (``insert``), or from a packed tree grown past its record (``build``).
 """
 
@@ -19,10 +19,13 @@ from bisect import bisect_left, bisect_right
 import lmdb
 import numpy as np
 
-from pbtree.allocator import Allocator
 from pbtree.errors import CorruptIndexError
-from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
-from pbtree.lists import (
+from pbtree.write.allocator import Allocator
+from pbtree.write.wholetree import Records, TreeBuilder
+from storage import sidset
+from storage.keys import split_key, tree_prefix
+from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
+from storage.lists import (
     HEAD,
     ITEM_OVERFLOW,
     SPILLED,
@@ -34,12 +37,9 @@ from pbtree.lists import (
     node_key,
     tree_sentinels,
 )
-from pbtree.overflow import Store, inline_max
-from pbtree.packed import Packed
-from pbtree.wholetree import Records, TreeBuilder
-from storage import sidset
-from storage.keys import split_key, tree_prefix
 from storage.meta import TREE_GEN, read_counter, write_counter
+from storage.overflow import Store, inline_max
+from storage.packed import Packed
 
 
 class PBTrees:

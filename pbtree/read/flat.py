@@ -15,9 +15,9 @@ from bisect import bisect_left, bisect_right
 
 import numpy as np
 
-from pbtree.leaf import GT, INEQ, LT, overflow_key
-from pbtree.lists import FIXED_DTYPE, SPILLED, TAIL, View
 from storage.keys import STRING
+from storage.leaf import GT, INEQ, LT, overflow_key
+from storage.lists import FIXED_DTYPE, SPILLED, TAIL, View
 
 _NO_ENDS = np.zeros(0, dtype="<u4")
 

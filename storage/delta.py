@@ -3,9 +3,9 @@
 Inserting a fold's postings into a big PB+tree costs a leaf item and a list node per
 place, whatever few sids each place gains; a fold of ten thousand subscriptions meets
 tens of thousands of places. So a fold adds to the tree's delta instead: a record in the
-packed tree layout (``pbtree.packed``), merged in a few array steps and searched as a
+packed tree layout (``storage.packed``), merged in a few array steps and searched as a
 packed tree is. Only when the delta outgrows its limit are its postings inserted into
-the PB+tree, each place then gaining many sids at once. The limit (``limit``) is the
+the PB+tree, each place then gaining many sids at once. The limit (``pbtree.write.limits``) is the
 larger of 16 list nodes' worth and 64 times what the last write grew the record by, at
 most 1,024 list nodes' worth. Every sid of a delta is above every sid of its tree, so a
 removal knows where each sid is.
@@ -15,30 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pbtree import config
-from pbtree.errors import CorruptIndexError
-from pbtree.packed import Packed, record_sids
+from storage.errors import CorruptIndexError
+from storage.packed import Packed, record_sids
 
 #: key suffix of a tree's delta record in the trees database, after the tree's prefix
 SUFFIX = b"+"
-
-
-def least(node_bytes: int) -> int:
-    """Bytes any delta may take in a shard of ``node_bytes`` list nodes."""
-    return config.DELTA_NODES * node_bytes
-
-
-def most(node_bytes: int) -> int:
-    """Bytes a delta may take after a write that grew it fast, or did not grow it."""
-    return config.DELTA_GROWTH * least(node_bytes)
-
-
-def limit(node_bytes: int, grown: int) -> int:
-    """Bytes a delta may take after a write that grew its record by ``grown`` bytes (net
-    of removals): ``most`` after one that did not grow it (removals never merge it)."""
-    if grown <= 0:
-        return most(node_bytes)
-    return min(max(least(node_bytes), config.DELTA_FOLDS * grown), most(node_bytes))
 
 
 def key(prefix: bytes) -> bytes:

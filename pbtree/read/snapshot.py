@@ -7,14 +7,15 @@ from collections.abc import Callable
 import lmdb
 import numpy as np
 
-from pbtree import clusters, staged, strids
+from pbtree import clusters, strids
 from pbtree.clusters import INTERVAL, PREDICATE, SUBSCRIPTION, Rows
 from pbtree.columns import INT_IDS, KINDS, Column, grown
-from pbtree.flat import FlatTree
+from pbtree.compaction import staged
+from pbtree.compaction.pending import Pending, RecentWrites
 from pbtree.idtable import IdTable
-from pbtree.pending import Pending, RecentWrites
+from pbtree.read.flat import FlatTree
+from pbtree.read.version import Source
 from pbtree.strids import StringIdTable
-from pbtree.version import Source
 from storage import sidset
 from storage.meta import TREE_GEN, read_counter
 

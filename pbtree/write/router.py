@@ -1,9 +1,9 @@
 """Where a write's postings go: a packed tree, the delta beside a PB+tree, or the PB+tree.
 
 Each tree of a shard (one per attribute and family, docs/FORMAT.md §3.4) starts packed,
-the whole tree in its one trees record (``pbtree.packed``), and a packed tree grown past
+the whole tree in its one trees record (``storage.packed``), and a packed tree grown past
 its limit is built whole as a PB+tree (``PBTrees.build``). A merge's postings for a
-PB+tree go to its delta (``pbtree.delta``), a record of the same layout beside it, and
+PB+tree go to its delta (``storage.delta``), a record of the same layout beside it, and
 only a delta grown past its limit has its postings inserted into the PB+tree itself
 (``PBTrees.insert``), each place then gaining many sids at once. A removal finds each sid
 where it is: in the packed tree, or by the delta's least sid in the delta or the PB+tree.
@@ -17,11 +17,12 @@ from collections.abc import Callable
 import lmdb
 import numpy as np
 
-from pbtree import delta
-from pbtree.delta import Delta
-from pbtree.lists import is_packed
-from pbtree.packed import Packed, cut_all, limit, splice_all
-from pbtree.tree import PBTrees
+from pbtree.write import limits
+from pbtree.write.tree import PBTrees
+from storage import delta
+from storage.delta import Delta
+from storage.lists import is_packed
+from storage.packed import Packed, cut_all, splice_all
 
 
 class Router:
@@ -34,7 +35,7 @@ class Router:
         self.pbtrees = pbtrees
         # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
         self.packed: dict[bytes, Packed | None] = {}
-        self.pack_limit = limit(node_bytes)
+        self.pack_limit = limits.packed(node_bytes)
         self.deltas: dict[bytes, Delta] = {}  # of PB+trees, by prefix
 
     def add(self, prefix: bytes, kind: int, keys: np.ndarray | list[bytes],
@@ -96,7 +97,7 @@ class Router:
     def flush(self) -> None:
         """Store the packed trees and deltas changed, those only added to at keys they hold
         spliced all at once (``splice_all``), those only removed from cut so
-        (``cut_all``). A delta grown over its limit (``delta.limit``)
+        (``cut_all``). A delta grown over its limit (``limits.delta``)
         is inserted into its tree; a packed tree grown over its limit becomes a PB+tree,
         built whole."""
         deltas = [(prefix, found) for prefix, found in self.deltas.items() if found.changed]
@@ -108,7 +109,7 @@ class Router:
         for prefix, found in deltas:
             if self._write_record(
                     delta.key(prefix), found,
-                    lambda size, read=found.size_read: delta.limit(self.node_bytes, size - read)):
+                    lambda size, read=found.size_read: limits.delta(self.node_bytes, size - read)):
                 for kind, payload, sids in found.take():
                     self.pbtrees.insert(prefix, kind, payload, sids)
         for prefix, tree in packed:

@@ -20,7 +20,6 @@ import numpy as np
 
 from pbtree import config
 from pbtree.errors import CorruptIndexError
-from pbtree.lists import FIXED_WIDTH
 from pbtree.subs import (
     ENTRY_ID,
     FIRST_KIND,
@@ -34,6 +33,7 @@ from pbtree.subs import (
     stored,
 )
 from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
+from storage.lists import FIXED_WIDTH
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
 #: holds them, else the payloads

@@ -1,9 +1,9 @@
 """One write transaction of a shard: what its subscribes, removals, folds and merges call.
 
 A Writer puts together the parts of a write, each in a module of its own: the ids it hands
-out (``pbtree.allocator``); the per-sid columns and check rows it sets (``pbtree.columns``,
-``pbtree.strids``, ``pbtree.clusters``); where postings go (``pbtree.router``); and the
-PB+tree updates of the paper (``pbtree.tree``). It keeps the two watermarks of the write
+out (``pbtree.write.allocator``); the per-sid columns and check rows it sets (``pbtree.columns``,
+``pbtree.strids``, ``pbtree.clusters``); where postings go (``pbtree.write.router``); and the
+PB+tree updates of the paper (``pbtree.write.tree``). It keeps the two watermarks of the write
 path, the first pending sid (``folded``) and the first staged sid (``merged``), which the
 shard moves when it folds and merges. The parts cache what they decode for the length of
 the write, and ``flush`` writes it all back once, before the transaction commits.
@@ -15,12 +15,12 @@ import lmdb
 import numpy as np
 
 from pbtree import clusters
-from pbtree.allocator import Allocator
 from pbtree.columns import INT_IDS, KINDS, ColumnWriter
-from pbtree.router import Router
 from pbtree.strids import DB as STRIDS
 from pbtree.strids import StringIdWriter
-from pbtree.tree import PBTrees
+from pbtree.write.allocator import Allocator
+from pbtree.write.router import Router
+from pbtree.write.tree import PBTrees
 from storage.meta import read_folded, read_merged, write_counter
 
 

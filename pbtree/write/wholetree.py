@@ -12,14 +12,14 @@ from itertools import chain
 
 import numpy as np
 
-from pbtree import packed
-from pbtree.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
-from pbtree.leaf import HEADER as LEAF
-from pbtree.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, TREE, node_key, pack
-from pbtree.lists import HEADER as NODE_HEADER
-from pbtree.overflow import inline_max
-from storage import sidset
+from pbtree.write import limits
+from storage import packed, sidset
 from storage.keys import split_key
+from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, INEQ, LT, overflow_key
+from storage.leaf import HEADER as LEAF
+from storage.lists import HEAD, ITEM_FIXED, ITEM_OVERFLOW, TAIL, TREE, node_key, pack
+from storage.lists import HEADER as NODE_HEADER
+from storage.overflow import inline_max
 
 Record = tuple[bytes, bytes]
 Spilled = tuple[bytes, np.ndarray]  # an overflow SidSet: its head key and its sids
@@ -44,7 +44,7 @@ class Records:
 
 def _encode_node(kind: int, flags: int, prev: int, nxt: int, prefix: bytes,
                  keys: list[bytes], sets: list[np.ndarray], inline: np.ndarray) -> bytes:
-    """A list node record (layout in ``pbtree.lists``); sets not ``inline`` are spilled."""
+    """A list node record (layout in ``storage.lists``); sets not ``inline`` are spilled."""
     attr, family, _ = split_key(prefix)
     counts = np.array([s.size for s in sets], dtype=np.int64)
     sid_end = np.cumsum(np.where(inline, counts, 0)).tolist()
@@ -76,10 +76,10 @@ class TreeBuilder:
     def build(self, prefix: bytes, payloads: list[bytes],
               sets: dict[int, dict[int, np.ndarray]]) -> None:
         """``sets[kind][i]``: the SidSet of ``kind`` at leaf ``payloads[i]``; packed in the
-        trees record when small enough (``pbtree.packed``)."""
+        trees record when small enough (``storage.packed``)."""
         family = prefix[4]
         sid_count = sum(s.size for kind_sets in sets.values() for s in kind_sets.values())
-        if packed.size(family, payloads, sid_count) <= packed.limit(self.node_bytes):
+        if packed.size(family, payloads, sid_count) <= limits.packed(self.node_bytes):
             counts = np.zeros((4, len(payloads)), np.int64)
             parts = []
             for kind in packed.KINDS:

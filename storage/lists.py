@@ -22,10 +22,10 @@ from itertools import accumulate
 
 import numpy as np
 
-from pbtree.errors import CorruptIndexError
-from pbtree.leaf import GT, INEQ, LT
 from storage import sidset
+from storage.errors import CorruptIndexError
 from storage.keys import BOOL, NUMBER, STRING
+from storage.leaf import GT, INEQ, LT
 
 HEADER = struct.Struct("<BBHIII B")
 #: trees record of a PB+tree: head and tail sentinel ids of its GT, LT and INEQ lists
@@ -49,7 +49,7 @@ def node_key(node_id: int) -> bytes:
 
 
 def is_packed(raw: bytes | memoryview) -> bool:
-    """Whether a trees record holds a packed tree (pbtree.packed) rather than sentinels."""
+    """Whether a trees record holds a packed tree (storage.packed) rather than sentinels."""
     return len(raw) != TREE.size
 
 

@@ -2,7 +2,7 @@
 
 A PB+tree walk costs a descent and a node read per list, however few items the tree
 holds; with many attributes (wide schemas) most trees are small and matching is mostly
-that overhead. A tree whose record takes at most ``limit(node_bytes)`` bytes is therefore
+that overhead. A tree whose record takes at most a limit (``pbtree.write.limits``) is therefore
 stored as one record: its distinct keys in order, and per kind the sids of every key,
 key by key. The leaf items' pointers into the lists become positions: the GT sids an
 event value satisfies are a prefix of the GT sids, the LT ones a suffix, INEQ all but
@@ -10,7 +10,7 @@ one key's. A search is one binary search, a few u32 reads and zero-copy slices o
 record the walk reads first anyway. A write rewrites the record in one vectorised merge,
 or splices new sids into its bytes (``splice_all``) or cuts removed ones out of them
 (``cut_all``), every tree of the write at once; a tree that outgrows the limit becomes a
-PB+tree, built whole (``pbtree.wholetree``), until it is emptied.
+PB+tree, built whole (``pbtree.write.wholetree``), until it is emptied.
 
 Layout (little-endian): ``m u32 | total u32[4] | keys | end u32[4][m] | sids u32[]``.
 ``keys`` are the m payloads, back to back for the fixed-width families, else
@@ -27,22 +27,16 @@ from itertools import chain, compress, repeat
 
 import numpy as np
 
-from pbtree import config
-from pbtree.errors import CorruptIndexError
-from pbtree.leaf import EQ, GT, INEQ, KIND_NAMES, LT
-from pbtree.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
 from storage import sidset
+from storage.errors import CorruptIndexError
+from storage.leaf import EQ, GT, INEQ, KIND_NAMES, LT
+from storage.lists import FIXED_DTYPE, FIXED_WIDTH, count_below
 
 TOTALS = struct.Struct("<5I")  # m and the four kinds' sid counts
 KINDS = (EQ, GT, LT, INEQ)
 _U32 = struct.Struct("<I")
 _SID = sidset.DTYPE
 
-
-
-def limit(node_bytes: int) -> int:
-    """Bytes a packed tree record may take in a shard of ``node_bytes`` list nodes."""
-    return config.PACKED_NODES * node_bytes
 
 
 def _layout(raw: bytes | memoryview, family: int) -> tuple[int, list[int], int, int, int | None]:

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import lmdb
 import numpy as np
 
-from pbtree.errors import CorruptIndexError
 from storage import sidset
+from storage.errors import CorruptIndexError
 from storage.meta import read_counter, write_counter
 
 SET_ID = struct.Struct(">I")

@@ -27,13 +27,13 @@ from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_STORED, conjunctions, prefix_successor
 from pbtree.ids import encode_id, shard_of
 from pbtree.outputs import fsync_dir
-from pbtree.shard import CONJUNCTIONS, ESTIMATES, Shard
+from pbtree.shard import ESTIMATES, Shard
 from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, ids_records, name_bytes
 from pbtree.write.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
-from storage.meta import COUNTER
+from storage.meta import CONJUNCTIONS, COUNTER
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)

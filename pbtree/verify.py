@@ -14,7 +14,6 @@ from pbtree.compaction.postings import split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
-from pbtree.shard import CONJUNCTIONS
 from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
 from pbtree.write import limits
 from storage import delta, sidset
@@ -31,7 +30,7 @@ from storage.lists import (
     node_key,
     tree_sentinels,
 )
-from storage.meta import read_counter, read_folded, read_merged
+from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_merged
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from storage.packed import Packed
 

@@ -21,6 +21,9 @@ from storage.errors import CorruptIndexError
 COUNTER = struct.Struct("<Q")
 #: meta counter of the transactions that changed a PB+tree
 TREE_GEN = b"tree_gen"
+#: meta record of the number of conjunctions stored (a sid each): more than the ids when
+#: some subscription holds 'or'
+CONJUNCTIONS = b"conjunctions"
 #: the largest sid: sids are u32 in every record that names one
 MAX_SID = 2**32 - 1
 

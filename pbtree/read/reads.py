@@ -1,0 +1,149 @@
+"""A shard's reads: the sids an event matches, searched in the snapshot's version, and
+the ids and records of subscriptions."""
+
+from __future__ import annotations
+
+import struct
+from functools import partial
+
+import numpy as np
+
+from pbtree import clusters, strids
+from pbtree.columns import STRING_ID
+from pbtree.errors import CorruptIndexError, PbtreeError
+from pbtree.ids import decode_id
+from pbtree.read.matcher import Search
+from pbtree.read.snapshot import Snapshot, matched
+from pbtree.read.version import Value, Version
+from pbtree.subs import (
+    decoded,
+    elements_name,
+    listed_sids,
+    sid_key,
+    split_sub,
+)
+from storage.meta import CONJUNCTIONS, read_counter
+
+
+class ShardReads:
+    """The part of ``Shard`` that matches events and reads subscriptions back."""
+
+    def _attr(self, txn, name: bytes) -> int | None:
+        """The attribute id of ``name`` in ``txn``, or None; one found is kept (an id
+        never changes)."""
+        aid = self._attr_ids.get(name)
+        if aid is None:
+            raw = txn.get(name, db=self.dbs["attrs"])
+            if raw is None:
+                return None
+            aid = self._attr_ids[name] = int.from_bytes(raw, "little")
+        return aid
+
+    def _version(self, txn, cache: Snapshot) -> Version:
+        """The sources a match in ``txn`` searches: the trees, then those ``cache`` keeps
+        (``Snapshot.sources_of``)."""
+        attr_id = partial(self._attr, txn)
+        return Version((Search(txn, self.dbs, cache, attr_id),
+                        *cache.sources_of(txn, self.dbs, self._recent, attr_id)))
+
+    def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:
+        """Sids of the subscriptions that a prepared event satisfies: every source of the
+        snapshot's version asked for the event's values."""
+        try:
+            version = self._version(txn, cache)
+            if type(event) is not list:  # an ArrayEvent
+                return self._match_values(txn, cache, version, event)
+            out: list[np.ndarray] = []
+            version.search(event, out)
+            return matched(txn, self.dbs, cache, out)
+        except (struct.error, ValueError, TypeError) as exc:
+            if isinstance(exc, PbtreeError):
+                raise
+            raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
+
+    def _match_values(self, txn, cache: Snapshot, version: Version,
+                      event: list[Value]) -> np.ndarray:
+        """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
+        searched on its own, so that its hits are one segment, an array's element under
+        its attribute's elements name too (interval entries: one holds for an element that
+        hits it twice, ``snapshot.matched``), and the entries of ``!=`` an element looked
+        up, to be cleared."""
+        out: list[np.ndarray] = []
+        ends = []
+        for n, value in enumerate(event):
+            if n >= event.first:
+                name, family, payload, exact = value
+                version.search([value, (elements_name(name), family, payload, exact)], out)
+            else:
+                version.search([value], out)
+            ends.append(len(out))
+        if not out:
+            return matched(txn, self.dbs, cache, out)
+        owner = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
+        segments = np.repeat(owner, [a.size for a in out])
+        found = txn.cursor(db=self.dbs[clusters.PREDS]).getmulti(event.unequal)
+        unequal = np.array([clusters.decode_entry(raw)[0] for _, raw in found], np.int64)
+        return matched(txn, self.dbs, cache, out, segments, unequal)
+
+    def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Ids of sorted sids: int ids as one array, string ids as a list (in no set
+        order), both read from per-sid tables (``Snapshot``)."""
+        ints = cache.int_ids_all(txn, self.dbs)[sids]
+        strings = ints == STRING_ID
+        if not strings.any():
+            return ints, []
+        try:
+            found = cache.string_ids(txn, self.dbs).ids(sids[strings])
+        except UnicodeDecodeError:
+            raise CorruptIndexError(f"{self.path}: a matched subscription has no valid "
+                                    f"string id in the {strids.DB} column") from None
+        return ints[~strings], found
+
+    def get(self, idkey: bytes) -> list[list] | None:
+        """The stored core predicates of each conjunction of a subscription, or None."""
+        with self.read() as txn:
+            listed = txn.get(idkey, db=self.dbs["ids"])
+            if listed is None:
+                return None
+            found = []
+            for sid in listed_sids(listed):
+                raw = txn.get(sid_key(sid), db=self.dbs["subs"])
+                if raw is None:
+                    return None
+                found.append(decoded(sid, raw)[1])
+            return found
+
+    def distinct(self, txn, cache: Snapshot, sids: np.ndarray) -> int:
+        """How many subscriptions the matched ``sids`` (conjunctions) belong to."""
+        if read_counter(txn, self.dbs["meta"], CONJUNCTIONS) <= \
+                txn.stat(self.dbs["ids"])["entries"]:
+            return int(sids.size)  # no subscription holds 'or'
+        ints, strings = self.ids_of(txn, cache, sids)
+        return int(np.unique(ints).size) + len(set(strings))
+
+    def records(self) -> list[tuple[int, bytes]]:
+        """Every subscription record, (sid, ``subs`` value), copied in one snapshot
+        (predicate entries left out)."""
+        with self.read() as txn:
+            return [(int.from_bytes(k, "big"), bytes(v))
+                    for k, v in txn.cursor(db=self.dbs["subs"])
+                    if split_sub(v)[0] != clusters.PREDICATE_ID]
+
+    def __len__(self) -> int:
+        with self.read() as txn:
+            return txn.stat(self.dbs["ids"])["entries"]
+
+    def contains(self, idkey: bytes) -> bool:
+        with self.read() as txn:
+            return txn.get(idkey, db=self.dbs["ids"]) is not None
+
+    def existing(self, idkeys: list[bytes]) -> set[bytes]:
+        """Those of ``idkeys`` that are stored ids, all read in one snapshot (a batch's
+        duplicate check; a transaction per id cost more than the lookup itself)."""
+        with self.read() as txn:
+            return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
+
+    def ids(self) -> list:
+        with self.read() as txn:
+            cur = txn.cursor(db=self.dbs["ids"])
+            return [decode_id(k) for k in cur.iternext(keys=True, values=False)]

@@ -476,12 +476,18 @@ class Index:
         return [(shard, group) for shard, group in zip(shards, groups, strict=True) if group]
 
     @collector_paused
-    def fold(self) -> int:
-        """Fold every pending and staged subscription into the trees, and purge removed
+    def compact(self) -> int:
+        """Move every pending and staged subscription into the trees, and purge removed
         ones' postings from them, now (writes fold pending ones into staged runs whenever a
-        shard has enough, ``Shard.fold_due``, merge those later, ``Shard.merge_due``, and
-        purge removed ones in bulk, ``Shard.purge_due``); returns how many were folded."""
-        return sum(shard.fold() for shard in self._live())
+        shard has enough, ``Shard.fold_due``, merge those into the trees later,
+        ``Shard.merge_due``, and purge removed ones in bulk, ``Shard.purge_due``); returns
+        how many subscriptions moved."""
+        return sum(shard.compact() for shard in self._live())
+
+    def fold(self) -> int:
+        """``compact``, under its former name."""
+        warnings.warn("Index.fold() is Index.compact()", DeprecationWarning, stacklevel=2)
+        return self.compact()
 
     @collector_paused
     def recluster(self, events: Iterable[Mapping] | None = None) -> None:

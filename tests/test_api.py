@@ -79,6 +79,17 @@ def test_unsubscribe_counts(index):
     index.verify()
 
 
+def test_compact_moves_what_waits_and_fold_is_its_former_name(index):
+    assert index.stats()["pending"] == 4
+    assert index.compact() == 4
+    assert index.stats()["pending"] == 0 and index.stats()["staged"] == 0
+    index.subscribe("late", "price > 1")
+    with pytest.warns(DeprecationWarning, match="compact"):
+        assert index.fold() == 1
+    assert index.match({"price": 2}) == ["late"]
+    index.verify()
+
+
 def test_stats_counts(index):
     stats = index.stats()
     assert stats["subscriptions"] == 4

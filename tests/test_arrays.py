@@ -73,7 +73,7 @@ def test_the_examples_of_the_issue(tmp_path, where):
         for sub_id, expr in SUBS.items():
             ix.subscribe(sub_id, expr)
         if where == "trees":
-            ix.fold()
+            ix.compact()
     with ix:
         ix.verify()
         model = {i: parse(e) for i, e in SUBS.items()}
@@ -108,7 +108,7 @@ def test_mixed_family_bounds_never_hold(tmp_path):
                          (2, encode_id(2), [("a", "between", ("a", 5)), ("b", "=", 1)])], False)
         for fold in (False, True):
             if fold:
-                ix.fold()
+                ix.compact()
             for event in [{"a": 1}, {"a": "x"}, {"a": [1, "x"]}, {"a": [0, 2, "b", "z"]},
                           {"a": ["b", 3], "b": 1}, {"a": 3, "b": 1}]:
                 assert ix.match(event) == [], event
@@ -198,7 +198,7 @@ def test_bulk_and_api_indexes_agree_on_array_events(tmp_path, seed):
             left = {i: p for i, p in model.items() if i not in gone}
             index.verify()
             assert index.match_many(events) == [oracle_match(left, e) for e in events]
-            index.fold()
+            index.compact()
             index.verify()
             assert index.match_many(events) == [oracle_match(left, e) for e in events]
 

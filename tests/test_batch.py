@@ -238,7 +238,7 @@ def test_big_batches_over_shards_match_the_oracle(tmp_path) -> None:
                 del model[ident]
                 ix.unsubscribe(ident)
             check(ix)
-        ix.fold()
+        ix.compact()
         ix.verify()
         check(ix)
     with pbtree.open(tmp_path / "ix") as ix:

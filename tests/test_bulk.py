@@ -44,7 +44,7 @@ def _check_same(api, built, model: dict, rng: random.Random, events: int, domain
     expected = [oracle_match(model, e) for e in batch]
     for index in (api, built):  # the API's writes are pending, matched from memory
         assert index.match_many(batch) == expected
-        index.fold()
+        index.compact()
         assert index.stats()["pending"] == 0
     api.verify()
     built.verify()

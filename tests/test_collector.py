@@ -18,7 +18,7 @@ from pbtree.shard import Shard
 def collector_states(monkeypatch) -> list[bool]:
     """Whether the collector was enabled inside each shard write."""
     seen: list[bool] = []
-    subscribe, unsubscribe, fold = Shard.subscribe, Shard.unsubscribe, Shard.fold
+    subscribe, unsubscribe, compact = Shard.subscribe, Shard.unsubscribe, Shard.compact
 
     def record(write):
         def recorded(self, *args):
@@ -28,7 +28,7 @@ def collector_states(monkeypatch) -> list[bool]:
 
     monkeypatch.setattr(Shard, "subscribe", record(subscribe))
     monkeypatch.setattr(Shard, "unsubscribe", record(unsubscribe))
-    monkeypatch.setattr(Shard, "fold", record(fold))
+    monkeypatch.setattr(Shard, "compact", record(compact))
     yield seen
     gc.enable()
 
@@ -38,7 +38,7 @@ def test_writes_pause_the_collector_and_restore_it(tmp_path, collector_states) -
         assert gc.isenabled()
         ix.subscribe_many([(n, f"a = {n}") for n in range(300)])
         ix.subscribe(300, "a > 1")
-        assert ix.fold() == 301
+        assert ix.compact() == 301
         assert ix.unsubscribe_many(range(10)) == 10
         assert gc.isenabled()
         with pytest.raises(DuplicateIdError):

@@ -47,7 +47,7 @@ def test_folds_fill_a_delta_then_merge_it_into_the_tree(tmp_path, no_packing, mo
             batch = {100 * round_no + n: f"a > {base + n % 10} and a < {200 + base + n % 10}"
                      for n in range(100)}
             ix.subscribe_many(batch.items())
-            ix.fold()
+            ix.compact()
             model.update((i, parse(s)) for i, s in batch.items())
             report = _check(ix, model, ["a"], round_no)
             sizes.append((report["deltas"], report["gt_items"]))
@@ -81,7 +81,7 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
 
     with pbtree.create(tmp_path / "ix", node_bytes=node_bytes, fold_at=10**6) as ix:
         ix.subscribe_many((n, f"a > {n}") for n in range(50))
-        ix.fold()  # builds the PB+tree: deltas come after it
+        ix.compact()  # builds the PB+tree: deltas come after it
         model.update((n, parse(f"a > {n}")) for n in range(50))
         for round_no, count in enumerate([60, 90, 120, 30, 1300, 400]):
             batch = {10_000 * (round_no + 1) + n: f"a > {10_000 * (round_no + 1) + n}"
@@ -96,7 +96,7 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
                 fates.append("kept over least" if held and size(held + count) >
                              limits.delta_least(node_bytes) else "kept")
             ix.subscribe_many(batch.items())
-            ix.fold()
+            ix.compact()
             model.update((i, parse(s)) for i, s in batch.items())
             held = held + count if fates[-1].startswith("kept") else 0
             assert _delta_bytes(ix) == size(held)
@@ -111,7 +111,7 @@ def test_a_delta_holds_as_many_folds_as_its_limit_says(tmp_path, no_packing, mon
         assert _delta_bytes(ix) == size(400)  # removed sids stay until purged
         assert ix.stats()["dead"] == len(gone)
         _check(ix, model, ["a"], 98)
-        assert ix.fold() == 0  # purges them
+        assert ix.compact() == 0  # purges them
         assert _delta_bytes(ix) == size(400 - len(gone))  # shrunk, not merged
         _check(ix, model, ["a"], 99)
 
@@ -122,11 +122,11 @@ def test_removals_find_sids_in_the_delta_and_in_the_tree(tmp_path, no_packing, m
         monkeypatch.setattr(config, "DELTA_NODES", 0)  # the first fold goes into the tree
         old = {n: f"a > {n % 40} and a != {n % 9}" for n in range(300)}
         ix.subscribe_many(old.items())
-        ix.fold()
+        ix.compact()
         monkeypatch.setattr(config, "DELTA_NODES", 16)
         new = {n: f"a > {n % 35} and a != {n % 7}" for n in range(300, 500)}
         ix.subscribe_many(new.items())
-        ix.fold()
+        ix.compact()
         model.update((i, parse(s)) for i, s in {**old, **new}.items())
         assert _check(ix, model, ["a"], 1)["deltas"] == 1
         gone = random.Random(5).sample(sorted(model), 220)
@@ -167,16 +167,16 @@ def test_an_emptied_tree_takes_its_delta_along(tmp_path, monkeypatch, packing):
         monkeypatch.setattr(config, "DELTA_NODES", 0)
         monkeypatch.setattr(config, "PACKED_NODES", 0)
         ix.subscribe_many((n, f"a > {n}") for n in range(100))
-        ix.fold()
+        ix.compact()
         monkeypatch.setattr(config, "DELTA_NODES", 16)
         if packing:
             monkeypatch.undo()
         ix.subscribe_many((n, f"a < {n}") for n in range(100, 110))
-        ix.fold()
+        ix.compact()
         assert ix.stats()["deltas"] == 1
         assert ix.unsubscribe_many(range(100)) == 100
         assert ix.verify()["deltas"] == 1  # until the purge
-        ix.fold()
+        ix.compact()
         report = ix.verify()
         assert report["deltas"] == 0 and report["packed_trees"] == int(packing)
         model = {n: parse(f"a < {n}") for n in range(100, 110)}
@@ -187,9 +187,9 @@ def _delta_shard(tmp_path):
     """An index of one PB+tree on ``a`` with a delta; its shard and the tree prefix."""
     ix = pbtree.create(tmp_path / "ix", node_bytes=256, fold_at=10**6)
     ix.subscribe_many((n, f"a > {n}") for n in range(100))
-    ix.fold()
+    ix.compact()
     ix.subscribe_many((n, f"a > {n}") for n in range(100, 103))
-    ix.fold()
+    ix.compact()
     shard = ix.shards[0]
     with shard.read() as txn:
         keys = [bytes(k) for k in txn.cursor(db=shard.dbs["trees"]).iternext(values=False)]
@@ -242,7 +242,7 @@ def test_a_damaged_delta_is_named(tmp_path, no_packing):
         assert ix.unsubscribe(101)
         with pytest.raises(CorruptIndexError, match=f"delta {delta.key(prefix).hex()}: "
                                                     ".*damaged"):
-            ix.fold()  # purging 101's postings
+            ix.compact()  # purging 101's postings
         assert ix.match_many([{"b": 1}]) == [[]]
 
 
@@ -255,7 +255,7 @@ def test_a_delta_of_keys_without_sids_is_named_damaged(tmp_path, no_packing):
         assert ix.unsubscribe(101)
         with pytest.raises(CorruptIndexError, match=f"delta {delta.key(prefix).hex()}: .*"
                                                     "holds no sids"):
-            ix.fold()  # purging 101's postings
+            ix.compact()  # purging 101's postings
         with pytest.raises(CorruptIndexError, match="delta .*a key holds no sids"):
             ix.verify()
 
@@ -287,7 +287,7 @@ def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeyp
     event = {"a": 5, "b": 1}
     with pbtree.create(tmp_path / "ix", fold_at=10**6) as ix:
         ix.subscribe_many((n, exprs[n]) for n in range(200))
-        ix.fold()
+        ix.compact()
         for _ in range(3):
             assert ix.match(event) == oracle_match(model, event)
         flat = {k: v for k, v in ix.shards[0]._cache.trees.items() if isinstance(v, FlatTree)}
@@ -295,13 +295,13 @@ def test_flattened_trees_outlive_folds_into_deltas(tmp_path, no_packing, monkeyp
         ix.subscribe_many((n, exprs[n]) for n in range(200, 250))
         model.update((n, parse(exprs[n])) for n in range(200, 250))
         assert ix.match(event) == oracle_match(model, event)  # pins the last commit
-        ix.fold()
+        ix.compact()
         assert ix.verify()["deltas"] == 2
         assert ix.match(event) == oracle_match(model, event)
         assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
         monkeypatch.setattr(config, "DELTA_NODES", 0)  # the next fold merges the deltas
         ix.subscribe_many((n, exprs[n]) for n in range(250, 300))
-        ix.fold()
+        ix.compact()
         model.update((n, parse(exprs[n])) for n in range(250, 300))
         assert ix.match(event) == oracle_match(model, event)
         assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())

@@ -120,7 +120,7 @@ def test_churn_matches_oracle(tmp_path_factory, data, shards, fold_at):
                 for sub_id in gone:
                     model.pop(sub_id, None)
             elif action == "fold":
-                ix.fold()
+                ix.compact()
             elif action == "recluster":
                 ix.recluster(data.draw(st.lists(events, max_size=5)))
             report = ix.verify()

@@ -179,7 +179,7 @@ def test_huge_integers_against_the_oracle(tmp_path_factory, monkeypatch, subs, e
         for _ in range(2):
             got = ix.match_many([{"n": v} for v in events])
             assert got == [oracle_match(model, {"n": v}) for v in events]
-            ix.fold()
+            ix.compact()
 
 
 def _typed_events(path: Path) -> None:

@@ -54,13 +54,13 @@ def test_a_shard_of_many_trees_merges_later(tmp_path, small_constants):
         wide = {1000 + i: f"w{i} = {i}" for i in range(15)}
         ix.subscribe_many(wide.items())
         model.update(wide)
-        ix.fold()
+        ix.compact()
         assert _trees(ix) == 16
         assert _points(ix, model, 2000) == ([10, 20, 30, 40], 40)  # MERGE_PER_TREE per tree
         wider = {3000 + i: f"v{i} <= {i}" for i in range(20)}
         ix.subscribe_many(wider.items())
         model.update(wider)
-        ix.fold()
+        ix.compact()
         assert _trees(ix) == 36
         assert _points(ix, model, 4000) == ([10, 20, 30, 40, 50], 50)  # capped by MERGE_MOST
         for event in ({"a": 3, "w4": 4}, {"a": 9, "v3": 1}, {"w0": 0, "v19": 19}):
@@ -97,7 +97,7 @@ def test_removed_postings_stay_in_the_trees_until_enough_are_dead(tmp_path, monk
     model = {n: f"a > {n % 7} and b != {n % 3}" for n in range(64)}
     with pbtree.create(tmp_path / "ix", fold_at=fold_at) as ix:
         ix.subscribe_many(model.items())
-        ix.fold()
+        ix.compact()
         items = ix.stats()["gt_items"], ix.stats()["ineq_items"]
         want, dead = [], 0
         for k in range(1, 41):  # the bound as the live ones fall
@@ -111,7 +111,7 @@ def test_removed_postings_stay_in_the_trees_until_enough_are_dead(tmp_path, monk
         ix.subscribe_many(pending.items())
         model.update(pending)
         assert _purges(ix, model, [100, 101]) == [want[-1]] * 2
-        assert ix.fold() == 0 and ix.stats()["dead"] == 0  # fold() purges too
+        assert ix.compact() == 0 and ix.stats()["dead"] == 0  # fold() purges too
         stats = ix.stats()
         assert (stats["gt_items"], stats["ineq_items"]) == items  # every key kept a sid
         assert ix.verify()["subscriptions"] == len(model) == 24
@@ -120,7 +120,7 @@ def test_removed_postings_stay_in_the_trees_until_enough_are_dead(tmp_path, monk
 def test_verify_names_a_dead_record_of_a_live_subscription(tmp_path):
     with pbtree.create(tmp_path / "ix") as ix:
         ix.subscribe_many([(1, "a > 3"), (2, "a < 9")])
-        ix.fold()
+        ix.compact()
         assert ix.unsubscribe(2) and ix.verify()["ok"]
         shard = ix.shards[0]
         with shard.env.env.begin(write=True) as txn:  # sid 0 (id 1) dead, yet live

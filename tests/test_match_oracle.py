@@ -92,7 +92,7 @@ def test_interleaved_updates_match_oracle(tmp_path_factory, form, data, shards, 
                 model[sub_id] = parse(sub)
             elif action == "fold":
                 stats = ix.stats()
-                assert ix.fold() == stats["pending"] + stats["staged"]
+                assert ix.compact() == stats["pending"] + stats["staged"]
                 stats = ix.stats()
                 assert stats["pending"] == stats["staged"] == stats["dead"] == 0
             ix.verify()

@@ -283,7 +283,7 @@ def test_damaged_records_are_refused():
 def test_a_damaged_record_is_named_by_stats_and_verify(tmp_path):
     with pbtree.create(tmp_path / "ix") as ix:
         ix.subscribe_many([(1, "a > 3"), (2, "a < 9")])
-        ix.fold()
+        ix.compact()
         shard = ix.shards[0]
         with shard.env.env.begin(write=True) as txn:
             key, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
@@ -296,7 +296,7 @@ def test_a_damaged_record_is_named_by_stats_and_verify(tmp_path):
         ix.subscribe(3, "a > 3")  # pending: its fold reaches the record
         assert ix.unsubscribe(1)  # its postings stay until a purge, which reaches it too
         with pytest.raises(CorruptIndexError, match=named):
-            ix.fold()
+            ix.compact()
 
 
 def test_close_negative_constants_are_found_for_removal(tmp_path):

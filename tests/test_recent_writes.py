@@ -80,7 +80,7 @@ def test_folds_and_matches_read_no_record_this_process_wrote(tmp_path, reads):
                 ix.subscribe(n, text, replace=True)
                 model[n] = parse(text)
             _check(ix, model, rng, 5)
-        assert ix.fold() > 0
+        assert ix.compact() > 0
         ix.verify()
         _check(ix, model, rng)
     assert reads == []
@@ -192,7 +192,7 @@ def test_sids_of_a_failed_write_are_read_again(tmp_path, monkeypatch, reads):
         model.update((n, parse(text)) for n, text in again)
         _check(ix, model, rng)
         assert reads == [(0, _sids(ix)[1])]
-        assert ix.fold() == 200
+        assert ix.compact() == 200
         ix.verify()
         _check(ix, model, rng)
 
@@ -220,11 +220,11 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
         assert reads == [(0, ends[3])]
         write(400, True)
         _check(ix, model, rng, 3)
-        assert ix.fold() == 500
+        assert ix.compact() == 500
         assert reads == [(0, ends[3])]  # its own sids since, from its lists
         write(500, False)
         write(600, True)
-        assert ix.fold() == 200
+        assert ix.compact() == 200
         # the other's; its own since, as it wrote them
         assert reads == [(0, ends[3]), (ends[4], ends[5])]
         ix.verify()

@@ -71,7 +71,7 @@ def built(tmp_path_factory) -> tuple[Path, list[dict], list]:
     subs.update({f"s{n}": [("a", ">=", 3), ("b", "!=", 7)] for n in range(1500)})
     with pbtree.create(path, shards=1, node_bytes=4096) as ix:  # small: lists of many nodes
         ix.subscribe_many(subs.items())
-        ix.fold()  # into the trees, whose records the tests damage
+        ix.compact()  # into the trees, whose records the tests damage
     events = [random_event(rng, ATTRS, 300) for _ in range(40)]
     model = {k: parse(v) for k, v in subs.items()}
     return path, events, [oracle_match(model, e) for e in events]
@@ -425,7 +425,7 @@ def test_inline_set_over_a_quarter_node_is_a_corrupt_index_error_in_verify(tmp_p
     path = tmp_path / "index"
     with pbtree.create(path, node_bytes=512) as ix:
         ix.subscribe_many([(n, "a = 1 and b > 1") for n in range(20)])
-        ix.fold()
+        ix.compact()
         assert ix.verify()["ok"]
     _shard_meta(path, b"node_bytes", (256).to_bytes(4, "little"))
     with pbtree.open(path, readonly=True) as ix:
@@ -451,7 +451,7 @@ def _chunked_index(tmp_path: Path, expr: str, count: int, edit) -> Path:
     path = tmp_path / "index"
     with pbtree.create(path, node_bytes=256) as ix:
         ix.subscribe_many([(n, expr) for n in range(count)])
-        ix.fold()
+        ix.compact()
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:
         edit(txn, env.open_db(b"chunks", txn=txn))
@@ -647,7 +647,7 @@ def test_damaged_pending_subscription_is_a_corrupt_index_error(tmp_path, preds):
     path, sid = _damaged_subs_record(tmp_path, preds, fold=False)
     shard = re.escape(str(path / "shard-0000"))
     with pbtree.open(path) as ix:
-        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
+        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.compact):
             with pytest.raises(pbtree.CorruptIndexError,
                                match=f"^{shard}: .*sid {sid} is damaged"):
                 call()
@@ -673,7 +673,7 @@ def test_truncated_pending_subscription_names_its_sid(tmp_path):
     path, sid = _damaged_subs_record(tmp_path, None, fold=False, truncate=True)
     shard = re.escape(str(path / "shard-0000"))
     with pbtree.open(path) as ix:
-        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.fold):
+        for call in (ix.verify, lambda: ix.match({"a": 1, "b": 2}), ix.compact):
             with pytest.raises(pbtree.CorruptIndexError,
                                match=f"^{shard}: .*sid {sid} is truncated"):
                 call()
@@ -690,7 +690,7 @@ def _damaged_subs_record(tmp_path: Path, preds: object, fold: bool,
     with pbtree.create(path) as ix:
         ix.subscribe_many([(n, "a = 1 and b < 5") for n in range(10)])
         if fold:
-            ix.fold()
+            ix.compact()
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:
         subs = env.open_db(b"subs", txn=txn)

@@ -256,7 +256,7 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
     event = {"a": 5, "b": 1}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         ix.subscribe_many([(n, f"a > {n % 7} and b != {n % 3}") for n in range(200)])
-        ix.fold()
+        ix.compact()
         for _ in range(3):
             assert ix.match(event) == oracle_match(model, event)
         cache = ix.shards[0]._cache
@@ -273,7 +273,7 @@ def test_flattened_trees_outlive_commits_that_change_no_tree(tmp_path, monkeypat
         assert all(ix.shards[0]._cache.trees[k] is v for k, v in flat.items())
         assert ix.unsubscribe(1000)  # pending: its fold moves nothing to the trees
         del model[1000]
-        assert ix.fold() == 0  # purges 3's postings
+        assert ix.compact() == 0  # purges 3's postings
         assert ix.match(event) == oracle_match(model, event)
         assert not any(v is flat.get(k) for k, v in ix.shards[0]._cache.trees.items())
 
@@ -289,7 +289,7 @@ def test_flattened_single_node_lists_stay_on_the_map(tmp_path, monkeypatch, pbtr
     model = {n: parse(text) for n, text in subs}
     with pbtree.create(tmp_path / "index", node_bytes=1024, fold_at=10**6) as ix:
         ix.subscribe_many(subs)
-        ix.fold()
+        ix.compact()
         for a, b, t in ((0, 1, "w1"), (17, 0, "w0"), (60, 5, "v")):
             event = {"a": a, "b": b, "s": "v007", "t": t}
             for _ in range(3):
@@ -326,7 +326,7 @@ def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pb
 
     with pbtree.create(tmp_path / "index", node_bytes=512, fold_at=10**6) as ix:
         ix.subscribe_many(texts.items())
-        ix.fold()
+        ix.compact()
         for _ in range(2):
             matches()
         cache, flats = ix.shards[0]._cache, _flats(ix)
@@ -338,13 +338,13 @@ def test_trees_of_eq_items_only_keep_overflow_sets_met(tmp_path, monkeypatch, pb
         matches()
         assert ix.shards[0]._cache is not cache and ix.shards[0]._cache.equal == cache.equal
         assert _flats(ix) == flats and {len(f.equal) for f in flats if not f.lists} == kept
-        ix.fold()  # one write, into the set of a = 0 that the tree of a keeps
+        ix.compact()  # one write, into the set of a = 0 that the tree of a keeps
         matches()
         assert not set(_flats(ix)) & set(flats)
         assert ix.shards[0]._cache.equal == sum(len(flat.equal) for flat in _flats(ix))
         flats = _flats(ix)
         assert ix.unsubscribe(0) and ix.unsubscribe(1001)
-        ix.fold()  # purges their postings
+        ix.compact()  # purges their postings
         del model[0], model[1001]
         for _ in range(2):
             matches()
@@ -381,7 +381,7 @@ def test_pending_reads_only_new_sids_in_few_runs(tmp_path, monkeypatch):
         assert sum(sizes) == sum(len(list(postings(p))) for p in model.values())
         assert all(a > 2 * b for a, b in zip(sizes, sizes[1:], strict=False))
         assert len(sizes) <= (sum(sizes) + 1).bit_length() <= 9
-        assert ix.fold() == 200
+        assert ix.compact() == 200
         assert ix.match({"a": 3}) == oracle_match(model, {"a": 3})
         assert ix.shards[0]._cache.pending.runs == []
 
@@ -424,7 +424,7 @@ def test_fold_takes_what_matching_read_in(tmp_path, monkeypatch):
             ix.subscribe(n, expr, replace=True)
             model[n] = parse(expr)
         monkeypatch.setattr(pending_module, "read_postings", recorded)
-        assert ix.fold() == len(model)
+        assert ix.compact() == len(model)
         assert decoded_from == [read_in]
         ix.verify()
         for _ in range(30):
@@ -438,7 +438,7 @@ def test_writes_keep_the_pinned_snapshot_for_a_few_commits(tmp_path, pbtrees):
     model = {n: parse(f"a > {n % 7}") for n in range(50)}
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         ix.subscribe_many(model.items())
-        ix.fold()
+        ix.compact()
         for _ in range(config.FLATTEN_AFTER + 1):
             assert ix.match({"a": 4}) == oracle_match(model, {"a": 4})
         shard = ix.shards[0]
@@ -470,7 +470,7 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
         ix.subscribe_many([(n, f"a > {n % 7} and b != {n % 3}") for n in range(100)])
         ix.subscribe(100, "c = 1")
         model[100] = parse("c = 1")
-        ix.fold()
+        ix.compact()
         for _ in range(config.FLATTEN_AFTER + 1):
             assert ix.match(event) == oracle_match(model, event)
         assert ix.match(cold) == [100]
@@ -483,14 +483,14 @@ def test_hot_trees_come_back_flattened_soon_after_a_tree_change(tmp_path, pbtree
 
         def change(kind: str, n: int) -> None:
             if kind == "purge":
-                assert ix.unsubscribe(n) and ix.fold() == 0
+                assert ix.unsubscribe(n) and ix.compact() == 0
                 del model[n]
             elif kind == "burst":  # the last write finds the pinned snapshot too old
                 for k in range(config.KEEP_PINNED + 1):
                     ix.subscribe(200 + 20 * n + k, "a > 1" if k % 2 else "b != 2")
                     model[200 + 20 * n + k] = parse("a > 1" if k % 2 else "b != 2")
             else:
-                assert ix.fold() > 0
+                assert ix.compact() > 0
 
         for n, kind in enumerate(("purge", "burst", "fold")):
             change(kind, n)
@@ -517,11 +517,11 @@ def test_a_fold_names_only_attributes_of_live_subscriptions(tmp_path):
         ix.subscribe_many([(1, "a = 1"), (2, "zzz = 5")])
         assert ix.match({"a": 1}) == [1]  # reads both pending subscriptions in
         assert ix.unsubscribe(2)
-        assert ix.fold() == 1
+        assert ix.compact() == 1
         ix.subscribe(3, "yyy = 1")  # a run whose every subscription is removed
         assert ix.match({"yyy": 1}) == [3]
         assert ix.unsubscribe(3)
-        assert ix.fold() == 0
+        assert ix.compact() == 0
         shard = ix.shards[0]
         with shard.read() as txn:
             names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]

@@ -57,7 +57,7 @@ def _build(spark, src, out, **options) -> build.BuildResult:
 def _api_index(path, subs: dict, shards: int, node_bytes: int = NODE_BYTES) -> pbtree.Index:
     index = pbtree.create(path, shards=shards, node_bytes=node_bytes)
     index.subscribe_many(subs.items())
-    index.fold()  # its trees are compared with the built ones
+    index.compact()  # its trees are compared with the built ones
     return index
 
 

@@ -377,7 +377,7 @@ def run_system(
 
         if cold and name in DISK_SYSTEMS:
             res.update(measure_cold(system, events, warm, settings))
-        if hasattr(system, "fold"):
+        if hasattr(system, "compact"):
             res.update(measure_sustained(system, core, sample, settings))
     except Exception as exc:  # report and carry on with the other systems
         res["error"] = f"{type(exc).__name__}: {exc}"
@@ -395,7 +395,7 @@ def run_system(
     return res
 
 
-def measure_fold(system: Any, events: Sequence[dict], settings: dict) -> dict[str, Any]:
+def measure_compact(system: Any, events: Sequence[dict], settings: dict) -> dict[str, Any]:
     """pbtree's subscribes leave their postings pending (matched from memory) until a fold
     puts them into the trees: the first match after the writes (which reads the pending
     subscriptions in), events/s while they are pending, then the fold itself (which takes
@@ -409,7 +409,7 @@ def measure_fold(system: Any, events: Sequence[dict], settings: dict) -> dict[st
     out["pending_events_per_s"] = len(lat) / sum(lat) if sum(lat) else None
     out["pending_matcher_rss_bytes"] = matcher_rss(system.path, events[: warm + len(lat)])
     t0 = time.perf_counter()
-    system.fold()
+    system.compact()
     out["fold_s"] = time.perf_counter() - t0
     return out
 
@@ -450,8 +450,8 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     batched_s = clock() - t0
     out["subscribe_many_per_s"] = nb / batched_s
     out["update_batch"] = bs
-    if hasattr(system, "fold"):  # pbtree: the new subscriptions are pending, not in trees
-        out.update(measure_fold(system, events, settings))
+    if hasattr(system, "compact"):  # pbtree: the new subscriptions are pending, not in trees
+        out.update(measure_compact(system, events, settings))
 
     # the copies must now match wherever their originals do
     ev, want = sample[0]
@@ -471,9 +471,9 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     out["unsubscribe_many_per_s"] = nb / (clock() - t0)
     out["updates_correct"] = out["updates_correct"] and removed == n1 + nb
     out["updates_correct"] = out["updates_correct"] and system.match(ev) == want
-    if hasattr(system, "fold"):  # pbtree: the removed ones' postings stay in the trees
+    if hasattr(system, "compact"):  # pbtree: the removed ones' postings stay in the trees
         t0 = clock()
-        system.fold()  # until a purge, which this forces: the cost the removals put off
+        system.compact()  # until a purge, which this forces: the cost the removals put off
         out["purge_s"] = clock() - t0
         out["updates_correct"] = out["updates_correct"] and system.match(ev) == want
     return out
@@ -537,7 +537,7 @@ def measure_sustained(system: Any, core: list, sample, settings: dict) -> dict[s
         calls.append(clock() - t0)
     t0 = clock()
     system.flush()
-    getattr(system, "fold", lambda: None)()
+    getattr(system, "compact", lambda: None)()
     out: dict[str, Any] = {"sustained_subs": len(subs)}
     out["subscribe_sustained_per_s"] = len(subs) / (sum(calls) + clock() - t0)
     out["sustained_longest_call_s"] = max(calls)

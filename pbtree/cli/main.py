@@ -238,10 +238,10 @@ def cmd_recluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_fold(args: argparse.Namespace) -> int:
+def cmd_compact(args: argparse.Namespace) -> int:
     with pbtree.open(args.index) as index:
-        folded = index.fold()
-    note(args, f"{args.index}: folded {plural(folded, 'pending or staged subscription')} into "
+        moved = index.compact()
+    note(args, f"{args.index}: moved {plural(moved, 'pending or staged subscription')} into "
                f"the trees and purged removed ones' postings")
     return 0
 
@@ -610,8 +610,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def _command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], summary: str,
-             example: str) -> argparse.ArgumentParser:
+             example: str, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=summary, description=summary, parents=[common_options()],
+                            aliases=list(aliases),
                             epilog="example:\n  " + example.replace("\n", "\n  "),
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(func=func, command=parser.prog)
@@ -771,11 +772,11 @@ def build_parser() -> Parser:
     p.add_argument("--sample", type=int, default=config.SAMPLE_EVENTS, metavar="N",
                    help=f"events read from FILE at most (default {config.SAMPLE_EVENTS:,})")
 
-    p = _command(sub, "fold", cmd_fold,
+    p = _command(sub, "compact", cmd_compact,
                  "move pending and staged subscriptions into the trees, and removed ones' "
                  f"postings out of them, now (writes fold every {config.FOLD_AT:,} per shard into "
                  "staged runs, merge those later, and purge removed ones in bulk)",
-                 "pbtree fold alerts.pbt")
+                 "pbtree compact alerts.pbt", aliases=["fold"])
     p.add_argument("index", metavar="INDEX")
 
     p = _command(sub, "generate", cmd_generate,

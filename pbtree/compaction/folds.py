@@ -43,9 +43,9 @@ class ShardFolds:
         return staged >= config.MERGE_MOST or staged >= config.MERGE_AT and \
             staged >= config.MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
 
-    def fold(self) -> int:
-        """Fold every pending and staged subscription into the trees, and purge removed
-        ones' postings from them, now; returns how many were folded."""
+    def compact(self) -> int:
+        """Move every pending and staged subscription into the trees, and purge removed
+        ones' postings from them, now; returns how many subscriptions moved."""
         def apply(txn) -> int:
             w = self._writer(txn)
             folded = self._fold(w, txn, self._recent, True) if w.next_sid > w.merged else 0

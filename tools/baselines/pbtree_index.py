@@ -11,7 +11,7 @@ from typing import Any
 
 from pbtree.config import NODE_BYTES
 
-#: the harness folds once, timed, after its update phase (``fold``), rather than
+#: the harness folds once, timed, after its update phase (``compact``), rather than
 #: whenever a shard reaches the default fold_at in the middle of a timed phase
 HOLD_FOLDS = 10**9
 
@@ -72,7 +72,7 @@ class PbtreeSystem:
                                 fold_at=HOLD_FOLDS)
         for start in range(0, len(subs), self.batch):
             self.ix.subscribe_many(subs[start : start + self.batch])
-        self.ix.fold()
+        self.ix.compact()
 
     def open(self, readonly: bool = False) -> None:
         import pbtree
@@ -108,8 +108,8 @@ class PbtreeSystem:
     def flush(self) -> None:
         pass
 
-    def fold(self) -> int:
-        return self.ix.fold()
+    def compact(self) -> int:
+        return self.ix.compact()
 
     def stats(self) -> dict[str, Any]:
         return dict(self.ix.stats()) if self.ix is not None else {}

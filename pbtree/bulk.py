@@ -28,13 +28,21 @@ from pbtree.expr import OPS_STORED, conjunctions, prefix_successor
 from pbtree.ids import encode_id, shard_of
 from pbtree.outputs import fsync_dir
 from pbtree.shard import ESTIMATES, Shard
-from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, ids_records, name_bytes
+from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, name_bytes
 from pbtree.write.wholetree import Record, Records, Spilled, TreeBuilder
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
 from storage.meta import CONJUNCTIONS, COUNTER
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
+from storage.records import (
+    PREDICATE_ID,
+    ROW_CHUNK,
+    chunk_key,
+    encode_chunk,
+    encode_entry,
+    ids_records,
+)
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
 
@@ -394,7 +402,7 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     e_rest, e_const = np.divmod(unique, size)
     e_attr, e_op = np.divmod(e_rest, len(OPS_STORED))
     ones = np.ones(m, dtype=np.int64)
-    full = Columns([0] * m + cols.ids, [clusters.PREDICATE_ID] * m + cols.keys,
+    full = Columns([0] * m + cols.ids, [PREDICATE_ID] * m + cols.keys,
                    np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
                    np.concatenate((e_op, op)), np.concatenate((e_const, const)), cols.attrs,
                    consts, cols.members)
@@ -403,18 +411,18 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     lengths = np.concatenate((np.zeros(m, dtype=np.int64), np.bincount(item_sub, minlength=n)))
     row_sub = item_sub + m  # sids of the rows' owners, in sid order
     rows = []
-    for number in range(-(-(m + n) // clusters.ROW_CHUNK)):
-        lo, hi = number * clusters.ROW_CHUNK, (number + 1) * clusters.ROW_CHUNK
-        part = np.zeros(clusters.ROW_CHUNK, dtype=np.int64)
+    for number in range(-(-(m + n) // ROW_CHUNK)):
+        lo, hi = number * ROW_CHUNK, (number + 1) * ROW_CHUNK
+        part = np.zeros(ROW_CHUNK, dtype=np.int64)
         got = lengths[lo:hi]
         part[:got.size] = got
         if part.any():
             a, b = np.searchsorted(row_sub, (lo, hi))
-            rows.append((clusters.chunk_key(number), clusters.encode_chunk(part, entry[a:b])))
+            rows.append((chunk_key(number), encode_chunk(part, entry[a:b])))
     uses = np.bincount(entry, minlength=m).tolist()
     keys = [clusters.predicate_key((cols.attrs[a], OPS_STORED[o], consts[c]))
             for a, o, c in zip(e_attr.tolist(), e_op.tolist(), e_const.tolist(), strict=True)]
-    preds = sorted((key, clusters.encode_entry(sid, count))
+    preds = sorted((key, encode_entry(sid, count))
                    for sid, (key, count) in enumerate(zip(keys, uses, strict=True)))
     return full, posted, rows, preds
 

@@ -20,8 +20,6 @@ of the rows, then the u4 sids they list. Matching reads them where they lie in L
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -36,24 +34,17 @@ from pbtree.nested import flattened
 from pbtree.subs import INTERVALS, OWN_ENTRY, bounds
 from pbtree.values import searched
 from storage.keys import const_payload
+from storage.records import ROW_CHUNK, chunk_key, decode_chunk, encode_chunk, key_of
 
 #: the rows database, and the predicate entries' (predicate -> sid and uses)
 DB, PREDS = "rows", "preds"
-#: sids per rows record: its header of end offsets (4 KiB) puts every record on
-#: overflow pages of its own, so that its words are aligned on the map
-ROW_CHUNK = 1024
 _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry,
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
 #: bounds: it holds for a value that hits it twice)
 FREE, SUBSCRIPTION, PREDICATE, INTERVAL = 0, 1, 2, 3
-#: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
-PREDICATE_ID = b"p"
-#: the longest ``preds`` key (LMDB's limit is 511 bytes)
-MAX_KEY = 400
 #: the weight of the static estimate added to a sampled one, to break its ties
 TIE = 1e-9
-_ENTRY = struct.Struct("<II")
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
@@ -232,63 +223,6 @@ def pack(pred: Sequence) -> bytes:
     """A core predicate as a subs record holds it: the MessagePack array (attribute, op,
     value), an ``in`` value an array."""
     return _pack(pred)
-
-
-def key_of(packed: bytes) -> bytes:
-    """The ``preds`` key of a packed predicate: itself, or when longer than LMDB takes a
-    key, its first bytes and a 16-byte BLAKE2 digest."""
-    if len(packed) <= MAX_KEY:
-        return packed
-    return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
-
-
-def array_header(n: int) -> bytes:
-    """The MessagePack header of an array of ``n`` items (a subs record's list)."""
-    return bytes((0x90 + n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
-
-
-#: the header of a predicate entry's list of one predicate
-ONE = array_header(1)
-
-
-def found_entry(item: tuple[bytes, bytes]) -> tuple[bytes, tuple[int, int]]:
-    """(key, (sid, uses)) of a ``preds`` record as a cursor gives it."""
-    return bytes(item[0]), decode_entry(item[1])
-
-
-def encode_entry(sid: int, refs: int) -> bytes:
-    """A ``preds`` value: the predicate entry's sid and how many subscriptions use it."""
-    return _ENTRY.pack(sid, refs)
-
-
-def decode_entry(raw: bytes | memoryview) -> tuple[int, int]:
-    """(sid, uses) of a ``preds`` value."""
-    try:
-        return _ENTRY.unpack(raw)
-    except struct.error:
-        raise CorruptIndexError("a predicate entry record is not 8 bytes") from None
-
-
-def chunk_key(number: int) -> bytes:
-    return number.to_bytes(4, "big")
-
-
-def encode_chunk(lengths: np.ndarray, pids: np.ndarray) -> bytes:
-    """A rows record: the u4 end offset of each of ROW_CHUNK rows, then their sids."""
-    return np.cumsum(lengths, dtype=np.int64).astype(_WORDS).tobytes() + \
-        pids.astype(_WORDS).tobytes()
-
-
-def decode_chunk(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
-    """(row lengths, sids listed) of a rows record; CorruptIndexError if they disagree."""
-    words = np.frombuffer(raw, _WORDS) if len(raw) % 4 == 0 else None
-    if words is None or words.size < ROW_CHUNK:
-        raise CorruptIndexError("a check rows record is truncated")
-    ends = words[:ROW_CHUNK].astype(np.int64)
-    lengths = np.diff(ends, prepend=0)
-    if (lengths < 0).any() or ends[-1] != words.size - ROW_CHUNK:
-        raise CorruptIndexError("a check rows record's offsets do not cut its sids")
-    return lengths, words[ROW_CHUNK:].astype(np.int64)
 
 
 class RowsWriter:

@@ -28,11 +28,12 @@ from pbtree.ids import decode_id
 from pbtree.read.pinning import SnapshotPinning
 from pbtree.read.reads import ShardReads
 from pbtree.read.snapshot import Snapshot
-from pbtree.subs import decoded, records
+from pbtree.subs import decoded
 from pbtree.write.writer import Writer
 from pbtree.write.writes import ShardWrites
 from storage.env import Environment
 from storage.meta import CONJUNCTIONS
+from storage.records import PREDICATE_ID, sid_records
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
             "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
@@ -134,9 +135,9 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         posts all its predicates and has no predicate entries), by ``estimates``."""
         dbs = self.dbs
         found: dict[bytes, list] = {}
-        for sid, raw in records(txn, dbs["subs"], 0):
+        for sid, raw in sid_records(txn, dbs["subs"], 0):
             idkey, preds, _ = decoded(sid, raw)
-            if idkey != clusters.PREDICATE_ID:
+            if idkey != PREDICATE_ID:
                 found.setdefault(idkey, []).append(preds)
         items = [(decode_id(idkey), idkey, conjs[0] if len(conjs) == 1 else Disjunction(conjs))
                  for idkey, conjs in found.items()]

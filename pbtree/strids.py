@@ -21,7 +21,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree.columns import grown
-from pbtree.subs import split_sub
+from storage.records import split_sub
 
 DB = "strids"
 #: sids per chunk: its offsets fill one 4 KiB page, and a batch of 1,000 new string ids

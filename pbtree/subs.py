@@ -6,7 +6,6 @@ postings say where each predicate lives in the trees (DESIGN §3).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
@@ -17,8 +16,9 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import OPS_CORE, OPS_STORED, prefix_successor
-from storage.keys import const_payload, element_bytes
+from storage.keys import const_payload
 from storage.leaf import EQ, GT, INEQ, LT
+from storage.records import PREDICATE_ID, sid_records, split_sub
 
 PLACES = {"=": (EQ,), "in": (EQ,), ">=": (EQ, GT), ">": (GT,), "<=": (EQ, LT), "<": (LT,),
            "!=": (INEQ,)}  # op -> the kinds of place a predicate posts to
@@ -40,8 +40,6 @@ FIRST_KIND = np.array([PLACES[op][0] for op in OPS_CORE], np.int64)
 SECOND_KIND = np.array([PLACES[op][1] if len(PLACES[op]) > 1 else -1 for op in OPS_CORE],
                        np.int64)
 
-#: the id bytes of a predicate entry's record (``clusters.PREDICATE_ID``)
-ENTRY_ID = b"p"
 Posting = tuple[bytes, int, bytes, int]  # attribute name, family, payload, kind
 
 
@@ -106,25 +104,12 @@ def _cached_payload(value: object) -> tuple[int, bytes]:
     return const_payload(value)
 
 
-def records(txn: lmdb.Transaction, db, first: int, end: int | None = None
-            ) -> Iterator[tuple[int, bytes | memoryview]]:
-    """(sid, raw subs value) of the records of sids ``first`` up to ``end``, in sid order."""
-    cur = txn.cursor(db=db)
-    if not cur.set_range(sid_key(first)):
-        return
-    for key, raw in cur:
-        sid = int.from_bytes(key, "big")
-        if end is not None and sid >= end:
-            return
-        yield sid, raw
-
-
 def stored(txn: lmdb.Transaction, db, first: int, end: int | None = None
            ) -> Iterator[tuple[int, bytes, list, list[Posting]]]:
     """(sid, id bytes, predicates, postings) of the subs records of sids ``first`` up to
     ``end``, in sid order; a record that does not decode to predicates is a
     CorruptIndexError (a pending subscription has nothing else to be matched by)."""
-    for sid, raw in records(txn, db, first, end):
+    for sid, raw in sid_records(txn, db, first, end):
         yield sid, *decoded(sid, raw)
 
 
@@ -138,47 +123,7 @@ def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Postin
             from None
     try:
         preds = msgpack.unpackb(packed)
-        return idkey, preds, list(postings(preds, idkey == ENTRY_ID))
+        return idkey, preds, list(postings(preds, idkey == PREDICATE_ID))
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
                                 f"({type(exc).__name__}: {exc})") from None
-
-
-def sid_key(sid: int) -> bytes:
-    return sid.to_bytes(4, "big")
-
-
-def sid_keys(first: int, n: int) -> list[bytes]:
-    """``sid_key`` of the sids ``first .. first + n``, spelled at once."""
-    return element_bytes(np.arange(first, first + n, dtype=">u4"))
-
-
-def listed_sids(value: bytes | memoryview) -> list[int]:
-    """The sids an ``ids`` value lists: one per conjunction of the subscription."""
-    return np.frombuffer(value, ">u4").tolist()
-
-
-def ids_records(idkeys: Sequence[bytes], keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
-    """The ``ids`` records of conjunctions whose id bytes are ``idkeys`` and sid keys
-    ``keys``: one per id, its conjunctions' sid keys joined in order."""
-    joined: dict[bytes, bytes] = {}
-    for idkey, key in zip(idkeys, keys, strict=True):
-        joined[idkey] = joined.get(idkey, b"") + key
-    return list(joined.items())
-
-
-_ID_LEN = struct.Struct("<H")
-
-
-def sub_record(idkey: bytes, packed: bytes) -> bytes:
-    """A subs value: id length (u16 LE), id bytes, MessagePack predicates. One record
-    for both, so a subscribe writes one B-tree path where a sid -> id one took another."""
-    return _ID_LEN.pack(len(idkey)) + idkey + packed
-
-
-def split_sub(raw: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
-    """(id bytes, MessagePack predicates) of a subs value."""
-    end = _ID_LEN.size + (_ID_LEN.unpack_from(raw)[0] if len(raw) >= _ID_LEN.size else len(raw))
-    if len(raw) < end:
-        raise CorruptIndexError("a subscription record is truncated")
-    return bytes(raw[_ID_LEN.size:end]), raw[end:]

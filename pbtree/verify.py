@@ -14,7 +14,7 @@ from pbtree.compaction.postings import split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
-from pbtree.subs import ELEMENTS, INTERVALS, listed_sids, sid_key, stored
+from pbtree.subs import ELEMENTS, INTERVALS, stored
 from pbtree.write import limits
 from storage import delta, sidset
 from storage.keys import STRING, tree_prefix
@@ -33,6 +33,14 @@ from storage.lists import (
 from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_merged
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
 from storage.packed import Packed
+from storage.records import (
+    PREDICATE_ID,
+    ROW_CHUNK,
+    decode_chunk,
+    decode_entry,
+    listed_sids,
+    sid_key,
+)
 
 LIST_KINDS = (GT, LT, INEQ)
 
@@ -55,7 +63,7 @@ def shard_stats(shard) -> dict:
         meta = dbs["meta"]
         folded = read_folded(txn, meta, read_counter(txn, meta, b"next_sid"))
         for sid, idkey, preds, _ in stored(txn, dbs["subs"], read_merged(txn, meta, folded)):
-            if idkey == clusters.PREDICATE_ID:
+            if idkey == PREDICATE_ID:
                 continue
             if sid < folded:
                 staged += 1
@@ -74,7 +82,7 @@ def shard_stats(shard) -> dict:
             # access predicate twice: its entry is in its row too; an interval as its
             # bounds and its interval entry)
             "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
-                int(np.frombuffer(raw, "<u4", 1, 4 * (clusters.ROW_CHUNK - 1))[0])
+                int(np.frombuffer(raw, "<u4", 1, 4 * (ROW_CHUNK - 1))[0])
                 for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
             # distinct predicates of the check rows, each stored once
             "predicate_entries": txn.stat(dbs[clusters.PREDS])["entries"],
@@ -331,7 +339,7 @@ class _Checker:
         string_ids: dict[int, bytes] = {}
         live = 0
         rows = self.rows()
-        entries = {bytes(k): clusters.decode_entry(v)
+        entries = {bytes(k): decode_entry(v)
                    for k, v in txn.cursor(db=dbs[clusters.PREDS])}
         uses: Counter = Counter()
         users = 0
@@ -343,7 +351,7 @@ class _Checker:
             chunk = int_ids.get(sid // INT_IDS.size)
             int_id = None if chunk is None else chunk[sid % INT_IDS.size]
             row = rows.pop(sid, [])
-            if bytes(idkey) == clusters.PREDICATE_ID:
+            if bytes(idkey) == PREDICATE_ID:
                 key = clusters.predicate_key(preds[0]) if len(preds) == 1 else b""
                 if len(preds) != 1 or entries.get(key, (None,))[0] != sid:
                     self.fail(f"sid {sid}: a predicate entry not recorded in "
@@ -397,7 +405,7 @@ class _Checker:
         for key, raw in self.txn.cursor(db=self.dbs[clusters.DB]):
             number = int.from_bytes(key, "big")
             try:
-                lengths, pids = clusters.decode_chunk(raw)
+                lengths, pids = decode_chunk(raw)
             except CorruptIndexError as exc:
                 self.fail(f"check rows record {number}: {exc}")
             if not lengths.any():
@@ -405,7 +413,7 @@ class _Checker:
             ends = np.cumsum(lengths).tolist()
             for at, (start, end) in enumerate(zip([0, *ends], ends, strict=False)):
                 if end > start:
-                    out[number * clusters.ROW_CHUNK + at] = pids[start:end].tolist()
+                    out[number * ROW_CHUNK + at] = pids[start:end].tolist()
         return out
 
     def check_row(self, sid: int, preds: list, row: list[int],

@@ -18,6 +18,7 @@ import pbtree
 from pbtree import bulk, clusters
 from pbtree.expr import parse
 from pbtree.ids import encode_id
+from storage.records import PREDICATE_ID, ROW_CHUNK, decode_chunk, decode_entry, encode_chunk
 
 SUBS = {
     "tags": "tags = 'sale'",
@@ -124,7 +125,7 @@ def test_subscriptions_of_one_interval_or_one_unequal(tmp_path):
         ix.subscribe(3, "t prefix 'ab'")
         shard = ix.shards[0]
         with shard.read() as txn:
-            entries = [clusters.decode_entry(raw)[0]
+            entries = [decode_entry(raw)[0]
                        for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
         with shard.matching() as (txn, cache):
             kinds = cache.kinds_of(txn, shard.dbs)[entries].tolist()
@@ -222,17 +223,17 @@ def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
         subs = env.open_db(b"subs", txn=txn)
         kinds = env.open_db(b"kinds", txn=txn)
         key = clusters.predicate_key(("a", "!=", 5))
-        sid = clusters.decode_entry(txn.get(key, db=preds))[0]
+        sid = decode_entry(txn.get(key, db=preds))[0]
         txn.delete(key, db=preds)
         txn.delete(sid.to_bytes(4, "big"), db=subs)
         chunk = bytearray(txn.get((0).to_bytes(4, "big"), db=kinds))
         chunk[2 * sid:2 * sid + 2] = b"\0\0"
         txn.put((0).to_bytes(4, "big"), bytes(chunk), db=kinds)
-        lengths, pids = clusters.decode_chunk(txn.get((0).to_bytes(4, "big"), db=rows))
+        lengths, pids = decode_chunk(txn.get((0).to_bytes(4, "big"), db=rows))
         keep = pids != sid
-        owner = np.repeat(np.arange(clusters.ROW_CHUNK), lengths)
-        lengths = np.bincount(owner[keep], minlength=clusters.ROW_CHUNK)
-        txn.put((0).to_bytes(4, "big"), clusters.encode_chunk(lengths, pids[keep]), db=rows)
+        owner = np.repeat(np.arange(ROW_CHUNK), lengths)
+        lengths = np.bincount(owner[keep], minlength=ROW_CHUNK)
+        txn.put((0).to_bytes(4, "big"), encode_chunk(lengths, pids[keep]), db=rows)
         txn.put(b"version", (9).to_bytes(4, "little"), db=env.open_db(b"meta", txn=txn))
     env.close()
     with pytest.raises(pbtree.FormatVersionError, match="version 9 is older"):
@@ -272,13 +273,14 @@ def test_a_version_10_shard_is_stored_anew(tmp_path):
 
 def _entry_uses(ix: pbtree.Index) -> dict[tuple, int]:
     """Each predicate entry of a one-shard index, as (attribute, op, value), with its uses."""
-    from pbtree.subs import decoded, records
+    from pbtree.subs import decoded
+    from storage.records import sid_records
 
     shard = ix.shards[0]
     with shard.read() as txn:
-        preds = {sid: decoded(sid, raw)[1][0] for sid, raw in records(txn, shard.dbs["subs"], 0)
-                 if decoded(sid, raw)[0] == clusters.PREDICATE_ID}
-        found = [clusters.decode_entry(raw)
+        preds = {sid: decoded(sid, raw)[1][0] for sid, raw in sid_records(txn, shard.dbs["subs"], 0)
+                 if decoded(sid, raw)[0] == PREDICATE_ID}
+        found = [decode_entry(raw)
                  for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
     return {(preds[sid][0], preds[sid][1], tuple(v) if isinstance(v := preds[sid][2], list)
              else v): uses for sid, uses in found}
@@ -324,7 +326,8 @@ def _stored(path) -> tuple[dict, dict, list]:
     check rows (as predicates), per entry its uses and kind, and the attribute names."""
     from pbtree.ids import decode_id
     from pbtree.read.snapshot import Snapshot
-    from pbtree.subs import decoded, records
+    from pbtree.subs import decoded
+    from storage.records import sid_records
 
     def plain(pred):
         return tuple(tuple(p) if isinstance(p, list) else p for p in pred)
@@ -332,16 +335,17 @@ def _stored(path) -> tuple[dict, dict, list]:
     with pbtree.open(path, readonly=True) as ix:
         shard = ix.shards[0]
         with shard.read() as txn:
-            recs = {sid: decoded(sid, raw)[:2] for sid, raw in records(txn, shard.dbs["subs"], 0)}
+            recs = {sid: decoded(sid, raw)[:2]
+                    for sid, raw in sid_records(txn, shard.dbs["subs"], 0)}
             kinds = Snapshot().kinds_of(txn, shard.dbs)
             rows = clusters.RowsWriter(txn, shard.dbs)
             subs: dict = {}
             for sid, (idkey, preds) in recs.items():
-                if idkey != clusters.PREDICATE_ID:
+                if idkey != PREDICATE_ID:
                     row = [plain(recs[int(e)][1][0]) for e in rows.row(sid)]
                     subs.setdefault(decode_id(idkey), []).append((list(map(plain, preds)), row))
             entries = {plain(recs[sid][1][0]): (uses, int(kinds[sid])) for sid, uses in
-                       (clusters.decode_entry(raw) for raw in
+                       (decode_entry(raw) for raw in
                         txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False))}
             names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]
     return subs, entries, sorted(names)

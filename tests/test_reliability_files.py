@@ -27,11 +27,10 @@ from strategies import random_event, random_subscription
 import pbtree
 from pbtree import config
 from pbtree import shard as shard_module
-from pbtree.clusters import PREDICATE_ID
 from pbtree.expr import parse
 from pbtree.ids import encode_id
 from pbtree.shard import VERSION as SHARD_VERSION
-from pbtree.subs import split_sub
+from storage.records import PREDICATE_ID, split_sub
 
 ATTRS = ["a", "b", "c"]
 TRIALS = int(os.environ.get("PBTREE_STRESS_TRIALS", "16"))

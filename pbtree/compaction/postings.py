@@ -21,19 +21,18 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.subs import (
-    ENTRY_ID,
     FIRST_KIND,
     OP_RANK,
+    PREDICATE_ID,
     SECOND_KIND,
     constant,
     name_bytes,
     posted,
-    records,
-    split_sub,
     stored,
 )
 from storage.keys import BOOL, MAX_CONST_BYTES, MAX_EXACT_INT, NUMBER, STRING, number_keys
 from storage.lists import FIXED_WIDTH
+from storage.records import sid_records, split_sub
 
 #: keys of one place: integer values (uint64) for a fixed-width family, as ``packed``
 #: holds them, else the payloads
@@ -89,7 +88,7 @@ def read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingCol
 
 def _read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingColumns:
     """``read_postings``'s postings of one piece, unsorted."""
-    found = list(records(txn, db, first, end))
+    found = list(sid_records(txn, db, first, end))
     if not found:
         return NOTHING
     try:
@@ -97,7 +96,7 @@ def _read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingCo
         lists = []
         for _, raw in found:
             idkey, packed = split_sub(raw)
-            lists.append(posted(unpack(packed, use_list=False), idkey == ENTRY_ID))
+            lists.append(posted(unpack(packed, use_list=False), idkey == PREDICATE_ID))
         return unsorted(np.array([sid for sid, _ in found], np.uint32), lists, True)
     except (*_DECODE_ERRORS, CorruptIndexError):
         for _ in stored(txn, db, first, end):  # names the damaged record

@@ -15,14 +15,9 @@ from pbtree.ids import decode_id
 from pbtree.read.matcher import Search
 from pbtree.read.snapshot import Snapshot, matched
 from pbtree.read.version import Value, Version
-from pbtree.subs import (
-    decoded,
-    elements_name,
-    listed_sids,
-    sid_key,
-    split_sub,
-)
+from pbtree.subs import decoded, elements_name
 from storage.meta import CONJUNCTIONS, read_counter
+from storage.records import PREDICATE_ID, decode_entry, listed_sids, sid_key, split_sub
 
 
 class ShardReads:
@@ -82,7 +77,7 @@ class ShardReads:
         owner = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
         segments = np.repeat(owner, [a.size for a in out])
         found = txn.cursor(db=self.dbs[clusters.PREDS]).getmulti(event.unequal)
-        unequal = np.array([clusters.decode_entry(raw)[0] for _, raw in found], np.int64)
+        unequal = np.array([decode_entry(raw)[0] for _, raw in found], np.int64)
         return matched(txn, self.dbs, cache, out, segments, unequal)
 
     def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -127,7 +122,7 @@ class ShardReads:
         with self.read() as txn:
             return [(int.from_bytes(k, "big"), bytes(v))
                     for k, v in txn.cursor(db=self.dbs["subs"])
-                    if split_sub(v)[0] != clusters.PREDICATE_ID]
+                    if split_sub(v)[0] != PREDICATE_ID]
 
     def __len__(self) -> int:
         with self.read() as txn:

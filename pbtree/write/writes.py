@@ -14,18 +14,23 @@ from pbtree import clusters, config, strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, DuplicateIdError
 from pbtree.expr import conjunctions
-from pbtree.subs import (
-    INTERVALS,
-    decoded,
+from pbtree.subs import INTERVALS, decoded, posted
+from pbtree.write.writer import Writer
+from storage.meta import CONJUNCTIONS, COUNTER, read_counter
+from storage.records import (
+    ONE,
+    PREDICATE_ID,
+    array_header,
+    decode_entry,
+    encode_entry,
+    found_entry,
     ids_records,
+    key_of,
     listed_sids,
-    posted,
     sid_key,
     sid_keys,
     sub_record,
 )
-from pbtree.write.writer import Writer
-from storage.meta import CONJUNCTIONS, COUNTER, read_counter
 
 
 class ShardWrites:
@@ -93,7 +98,7 @@ class ShardWrites:
             for conj in conjunctions(preds):
                 owners.append(n)
                 ordered.append(clusters.ordered(conj, self.estimates))
-        pack, key_of = clusters.pack, clusters.key_of
+        pack = clusters.pack
         packed = [list(map(pack, preds)) for preds in ordered]  # for keys and records alike
         by_key: dict[bytes, bytes] = {}
         pred_of: dict[bytes, Sequence] = {}
@@ -107,7 +112,7 @@ class ShardWrites:
             pred_of.update(zip(keys, row, strict=True))
             keyed.append(keys)
         uses = Counter(chain.from_iterable(keyed))
-        entries = dict(map(clusters.found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
+        entries = dict(map(found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
             list(uses))))
         new = [key for key in uses if key not in entries]
         first = w.next_sid
@@ -115,7 +120,7 @@ class ShardWrites:
             at = w.new_sids(len(new))
             entries.update((key, (at + i, 0)) for i, key in enumerate(new))
         txn.cursor(db=dbs[clusters.PREDS]).putmulti(
-            [(key, clusters.encode_entry(entries[key][0], entries[key][1] + n))
+            [(key, encode_entry(entries[key][0], entries[key][1] + n))
              for key, n in uses.items()])
         start = w.new_sids(len(ordered))
         w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
@@ -125,15 +130,15 @@ class ShardWrites:
         else:
             owned = list(idkeys)
         sids = sid_keys(start, len(ordered))
-        idkeys = [clusters.PREDICATE_ID] * len(new) + owned
+        idkeys = [PREDICATE_ID] * len(new) + owned
         kinds = [clusters.INTERVAL if pred_of[key][1] in INTERVALS else clusters.PREDICATE
                  for key in new] + [clusters.SUBSCRIPTION] * len(ordered)
         w.kinds.set_run(first, kinds)
         w.int_ids.set_run(first, [0] * len(new) + [i if isinstance(i, int) else STRING_ID
                                                    for i in sub_ids])
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
-        bodies = [clusters.ONE + by_key[key] for key in new]
-        bodies += [clusters.array_header(len(each)) + b"".join(each) for each in packed]
+        bodies = [ONE + by_key[key] for key in new]
+        bodies += [array_header(len(each)) + b"".join(each) for each in packed]
         txn.cursor(db=dbs["subs"]).putmulti(list(zip(
             sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
         txn.cursor(db=dbs["ids"]).putmulti(ids_records(owned, sids) if len(owners) > len(lists)
@@ -217,12 +222,12 @@ class ShardWrites:
                                         f"not a predicate entry")
             key = clusters.predicate_key(preds[0])
             found = txn.get(key, db=db)
-            entry = None if found is None else clusters.decode_entry(found)
+            entry = None if found is None else decode_entry(found)
             if entry is None or entry[0] != pid or entry[1] < 1:
                 raise CorruptIndexError(f"{self.path}: predicate entry {pid} is not counted "
                                         f"in {clusters.PREDS}")
             if entry[1] > 1:
-                txn.put(key, clusters.encode_entry(pid, entry[1] - 1), db=db)
+                txn.put(key, encode_entry(pid, entry[1] - 1), db=db)
             else:
                 txn.delete(key, db=db)
                 self._drop(w, txn, pid)

@@ -1,0 +1,140 @@
+"""The records of a shard's subscriptions, as bytes: ``subs`` (a sid's id and predicates),
+``ids`` (an id's sids), ``preds`` (a predicate entry's sid and uses) and ``rows`` (check
+rows, ROW_CHUNK sids a record). docs/FORMAT.md gives their layout; what the predicates
+mean is pbtree's (``pbtree.subs``, ``pbtree.clusters``)."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections.abc import Iterator, Sequence
+
+import lmdb
+import numpy as np
+
+from storage.errors import CorruptIndexError
+from storage.keys import element_bytes
+
+#: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
+PREDICATE_ID = b"p"
+#: the longest ``preds`` key (LMDB's limit is 511 bytes)
+MAX_KEY = 400
+
+#: sids per rows record: its header of end offsets (4 KiB) puts every record on
+#: overflow pages of its own, so that its words are aligned on the map
+ROW_CHUNK = 1024
+
+_ENTRY = struct.Struct("<II")
+_WORDS = np.dtype("<u4")
+_ID_LEN = struct.Struct("<H")
+
+
+
+def sid_key(sid: int) -> bytes:
+    return sid.to_bytes(4, "big")
+
+
+def sid_keys(first: int, n: int) -> list[bytes]:
+    """``sid_key`` of the sids ``first .. first + n``, spelled at once."""
+    return element_bytes(np.arange(first, first + n, dtype=">u4"))
+
+
+def listed_sids(value: bytes | memoryview) -> list[int]:
+    """The sids an ``ids`` value lists: one per conjunction of the subscription."""
+    return np.frombuffer(value, ">u4").tolist()
+
+
+def ids_records(idkeys: Sequence[bytes], keys: Sequence[bytes]) -> list[tuple[bytes, bytes]]:
+    """The ``ids`` records of conjunctions whose id bytes are ``idkeys`` and sid keys
+    ``keys``: one per id, its conjunctions' sid keys joined in order."""
+    joined: dict[bytes, bytes] = {}
+    for idkey, key in zip(idkeys, keys, strict=True):
+        joined[idkey] = joined.get(idkey, b"") + key
+    return list(joined.items())
+
+
+def sub_record(idkey: bytes, packed: bytes) -> bytes:
+    """A subs value: id length (u16 LE), id bytes, MessagePack predicates. One record
+    for both, so a subscribe writes one B-tree path where a sid -> id one took another."""
+    return _ID_LEN.pack(len(idkey)) + idkey + packed
+
+
+def split_sub(raw: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
+    """(id bytes, MessagePack predicates) of a subs value."""
+    end = _ID_LEN.size + (_ID_LEN.unpack_from(raw)[0] if len(raw) >= _ID_LEN.size else len(raw))
+    if len(raw) < end:
+        raise CorruptIndexError("a subscription record is truncated")
+    return bytes(raw[_ID_LEN.size:end]), raw[end:]
+
+
+
+def sid_records(txn: lmdb.Transaction, db, first: int, end: int | None = None
+            ) -> Iterator[tuple[int, bytes | memoryview]]:
+    """(sid, raw subs value) of the records of sids ``first`` up to ``end``, in sid order."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(sid_key(first)):
+        return
+    for key, raw in cur:
+        sid = int.from_bytes(key, "big")
+        if end is not None and sid >= end:
+            return
+        yield sid, raw
+
+
+
+def key_of(packed: bytes) -> bytes:
+    """The ``preds`` key of a packed predicate: itself, or when longer than LMDB takes a
+    key, its first bytes and a 16-byte BLAKE2 digest."""
+    if len(packed) <= MAX_KEY:
+        return packed
+    return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
+
+
+
+def array_header(n: int) -> bytes:
+    """The MessagePack header of an array of ``n`` items (a subs record's list)."""
+    return bytes((0x90 + n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+
+
+#: the header of a predicate entry's list of one predicate
+ONE = array_header(1)
+
+
+def found_entry(item: tuple[bytes, bytes]) -> tuple[bytes, tuple[int, int]]:
+    """(key, (sid, uses)) of a ``preds`` record as a cursor gives it."""
+    return bytes(item[0]), decode_entry(item[1])
+
+
+def encode_entry(sid: int, refs: int) -> bytes:
+    """A ``preds`` value: the predicate entry's sid and how many subscriptions use it."""
+    return _ENTRY.pack(sid, refs)
+
+
+def decode_entry(raw: bytes | memoryview) -> tuple[int, int]:
+    """(sid, uses) of a ``preds`` value."""
+    try:
+        return _ENTRY.unpack(raw)
+    except struct.error:
+        raise CorruptIndexError("a predicate entry record is not 8 bytes") from None
+
+
+def chunk_key(number: int) -> bytes:
+    return number.to_bytes(4, "big")
+
+
+def encode_chunk(lengths: np.ndarray, pids: np.ndarray) -> bytes:
+    """A rows record: the u4 end offset of each of ROW_CHUNK rows, then their sids."""
+    return np.cumsum(lengths, dtype=np.int64).astype(_WORDS).tobytes() + \
+        pids.astype(_WORDS).tobytes()
+
+
+def decode_chunk(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+    """(row lengths, sids listed) of a rows record; CorruptIndexError if they disagree."""
+    words = np.frombuffer(raw, _WORDS) if len(raw) % 4 == 0 else None
+    if words is None or words.size < ROW_CHUNK:
+        raise CorruptIndexError("a check rows record is truncated")
+    ends = words[:ROW_CHUNK].astype(np.int64)
+    lengths = np.diff(ends, prepend=0)
+    if (lengths < 0).any() or ends[-1] != words.size - ROW_CHUNK:
+        raise CorruptIndexError("a check rows record's offsets do not cut its sids")
+    return lengths, words[ROW_CHUNK:].astype(np.int64)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import lmdb
 import numpy as np
@@ -138,3 +138,95 @@ def decode_chunk(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
     if (lengths < 0).any() or ends[-1] != words.size - ROW_CHUNK:
         raise CorruptIndexError("a check rows record's offsets do not cut its sids")
     return lengths, words[ROW_CHUNK:].astype(np.int64)
+
+
+class Records:
+    """The subscriptions' records as one transaction sees them: ``ids`` (an id's sids),
+    ``subs`` (a sid's id and predicates), ``preds`` (a predicate entry's sid and uses) and
+    ``dead`` (removed records whose postings a purge has still to find)."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
+        self.txn = txn
+        self._ids, self._subs, self._preds, self._dead = (
+            dbs["ids"], dbs["subs"], dbs["preds"], dbs["dead"])
+
+    # --- ids -----------------------------------------------------------------------
+    def sids(self, idkey: bytes) -> list[int] | None:
+        """The sids of the subscription ``idkey`` (one per conjunction), or None."""
+        listed = self.txn.get(idkey, db=self._ids)
+        return None if listed is None else listed_sids(listed)
+
+    def found_ids(self, idkeys: Sequence[bytes]) -> dict[bytes, list[int]]:
+        """The sids of each of ``idkeys`` that is stored, read at once."""
+        return {bytes(k): listed_sids(v)
+                for k, v in self.txn.cursor(db=self._ids).getmulti(list(idkeys))}
+
+    def put_ids(self, idkeys: Sequence[bytes], first: int) -> None:
+        """Store the ids of conjunctions given the sids from ``first`` on, in order: an id
+        named more than once lists all its sids."""
+        keys = sid_keys(first, len(idkeys))
+        items = ids_records(idkeys, keys) if len(set(idkeys)) < len(idkeys) else \
+            list(zip(idkeys, keys, strict=True))
+        self.txn.cursor(db=self._ids).putmulti(items)
+
+    def delete_id(self, idkey: bytes) -> None:
+        self.txn.delete(idkey, db=self._ids)
+
+    def id_count(self) -> int:
+        """How many subscriptions are stored."""
+        return self.txn.stat(self._ids)["entries"]
+
+    def id_keys(self) -> Iterator[bytes]:
+        """Every stored id's bytes, in key order."""
+        return self.txn.cursor(db=self._ids).iternext(keys=True, values=False)
+
+    # --- subs ----------------------------------------------------------------------
+    def sub(self, sid: int) -> bytes | memoryview | None:
+        """The subs record of ``sid``, or None."""
+        return self.txn.get(sid_key(sid), db=self._subs)
+
+    def put_subs(self, first: int, idkeys: Sequence[bytes], bodies: Sequence[bytes]) -> None:
+        """Store the records of sids ``first`` on: each id and MessagePack predicates."""
+        self.txn.cursor(db=self._subs).putmulti(list(zip(
+            sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
+
+    def delete_sub(self, sid: int, raw: bytes | memoryview, dead: bool) -> None:
+        """Delete the record ``raw`` of ``sid``, kept in ``dead`` when ``dead`` (its
+        postings are in the trees, for a purge to find)."""
+        key = sid_key(sid)
+        if dead:
+            self.txn.put(key, bytes(raw), db=self._dead)
+        self.txn.delete(key, db=self._subs)
+
+    def all_subs(self) -> Iterator[tuple[int, bytes | memoryview]]:
+        """(sid, record) of every subs record, in sid order."""
+        return sid_records(self.txn, self._subs, 0)
+
+    # --- preds ---------------------------------------------------------------------
+    def entries(self, keys: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
+        """(sid, uses) of each of the predicate keys ``keys`` that has an entry."""
+        return dict(map(found_entry, self.txn.cursor(db=self._preds).getmulti(list(keys))))
+
+    def entry(self, key: bytes) -> tuple[int, int] | None:
+        """(sid, uses) of the predicate entry of ``key``, or None."""
+        raw = self.txn.get(key, db=self._preds)
+        return None if raw is None else decode_entry(raw)
+
+    def put_entries(self, items: Iterable[tuple[bytes, int, int]]) -> None:
+        """Store (predicate key, sid, uses) entries."""
+        self.txn.cursor(db=self._preds).putmulti(
+            [(key, encode_entry(sid, uses)) for key, sid, uses in items])
+
+    def delete_entry(self, key: bytes) -> None:
+        self.txn.delete(key, db=self._preds)
+
+    # --- dead ----------------------------------------------------------------------
+    def dead_count(self) -> int:
+        return self.txn.stat(self._dead)["entries"]
+
+    def dead_subs(self) -> Iterator[tuple[int, bytes | memoryview]]:
+        """(sid, record) of every removed record a purge has still to clear, in sid order."""
+        return sid_records(self.txn, self._dead, 0)
+
+    def clear_dead(self) -> None:
+        self.txn.drop(self._dead, delete=False)

@@ -15,10 +15,7 @@ from pbtree.compaction import staged
 from pbtree.compaction.pending import RecentWrites, distinct, pending_postings
 from pbtree.compaction.postings import NOTHING, code, concatenated, places, split_code
 from pbtree.errors import CorruptIndexError
-from pbtree.subs import (
-    Posting,
-    stored,
-)
+from pbtree.subs import Posting, decoded
 from pbtree.write.writer import Writer
 from storage.keys import tree_prefix
 
@@ -137,16 +134,15 @@ class ShardFolds:
     def _purge(self, w: Writer, txn, due: bool = False) -> None:
         """Remove the postings of the removed subscriptions from the trees, and their
         ``dead`` records; with ``due``, only once there are enough (``purge_due``)."""
-        db = self.dbs["dead"]
-        dead = txn.stat(db)["entries"]
-        if not dead or due and not self.purge_due(dead, txn.stat(self.dbs["ids"])["entries"]):
+        dead = w.records.dead_count()
+        if not dead or due and not self.purge_due(dead, w.records.id_count()):
             return
         gone: dict[Posting, list[int]] = {}
-        for sid, _, _, found in stored(txn, db, 0):
-            for posting in set(found):
+        for sid, raw in w.records.dead_subs():
+            for posting in set(decoded(sid, raw)[2]):
                 gone.setdefault(posting, []).append(sid)
         self._remove(w, gone)
-        txn.drop(db, delete=False)
+        w.records.clear_dead()
 
     def purge_due(self, dead: int, live: int) -> bool:
         """Whether ``dead`` removed subscriptions' postings are to leave the trees, with

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 
-from pbtree import clusters, strids
+from pbtree import strids
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, PbtreeError
 from pbtree.ids import decode_id
@@ -17,7 +17,7 @@ from pbtree.read.snapshot import Snapshot, matched
 from pbtree.read.version import Value, Version
 from pbtree.subs import decoded, elements_name
 from storage.meta import CONJUNCTIONS, read_counter
-from storage.records import PREDICATE_ID, decode_entry, listed_sids, sid_key, split_sub
+from storage.records import PREDICATE_ID, Records, split_sub
 
 
 class ShardReads:
@@ -76,8 +76,8 @@ class ShardReads:
             return matched(txn, self.dbs, cache, out)
         owner = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
         segments = np.repeat(owner, [a.size for a in out])
-        found = txn.cursor(db=self.dbs[clusters.PREDS]).getmulti(event.unequal)
-        unequal = np.array([decode_entry(raw)[0] for _, raw in found], np.int64)
+        found = Records(txn, self.dbs).entries(event.unequal)
+        unequal = np.array([sid for sid, _ in found.values()], np.int64)
         return matched(txn, self.dbs, cache, out, segments, unequal)
 
     def ids_of(self, txn, cache: Snapshot, sids: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -97,12 +97,13 @@ class ShardReads:
     def get(self, idkey: bytes) -> list[list] | None:
         """The stored core predicates of each conjunction of a subscription, or None."""
         with self.read() as txn:
-            listed = txn.get(idkey, db=self.dbs["ids"])
-            if listed is None:
+            records = Records(txn, self.dbs)
+            sids = records.sids(idkey)
+            if sids is None:
                 return None
             found = []
-            for sid in listed_sids(listed):
-                raw = txn.get(sid_key(sid), db=self.dbs["subs"])
+            for sid in sids:
+                raw = records.sub(sid)
                 if raw is None:
                     return None
                 found.append(decoded(sid, raw)[1])
@@ -111,7 +112,7 @@ class ShardReads:
     def distinct(self, txn, cache: Snapshot, sids: np.ndarray) -> int:
         """How many subscriptions the matched ``sids`` (conjunctions) belong to."""
         if read_counter(txn, self.dbs["meta"], CONJUNCTIONS) <= \
-                txn.stat(self.dbs["ids"])["entries"]:
+                Records(txn, self.dbs).id_count():
             return int(sids.size)  # no subscription holds 'or'
         ints, strings = self.ids_of(txn, cache, sids)
         return int(np.unique(ints).size) + len(set(strings))
@@ -120,25 +121,23 @@ class ShardReads:
         """Every subscription record, (sid, ``subs`` value), copied in one snapshot
         (predicate entries left out)."""
         with self.read() as txn:
-            return [(int.from_bytes(k, "big"), bytes(v))
-                    for k, v in txn.cursor(db=self.dbs["subs"])
-                    if split_sub(v)[0] != PREDICATE_ID]
+            return [(sid, bytes(raw)) for sid, raw in Records(txn, self.dbs).all_subs()
+                    if split_sub(raw)[0] != PREDICATE_ID]
 
     def __len__(self) -> int:
         with self.read() as txn:
-            return txn.stat(self.dbs["ids"])["entries"]
+            return Records(txn, self.dbs).id_count()
 
     def contains(self, idkey: bytes) -> bool:
         with self.read() as txn:
-            return txn.get(idkey, db=self.dbs["ids"]) is not None
+            return Records(txn, self.dbs).sids(idkey) is not None
 
     def existing(self, idkeys: list[bytes]) -> set[bytes]:
         """Those of ``idkeys`` that are stored ids, all read in one snapshot (a batch's
         duplicate check; a transaction per id cost more than the lookup itself)."""
         with self.read() as txn:
-            return {bytes(k) for k, _ in txn.cursor(db=self.dbs["ids"]).getmulti(idkeys)}
+            return set(Records(txn, self.dbs).found_ids(idkeys))
 
     def ids(self) -> list:
         with self.read() as txn:
-            cur = txn.cursor(db=self.dbs["ids"])
-            return [decode_id(k) for k in cur.iternext(keys=True, values=False)]
+            return [decode_id(k) for k in Records(txn, self.dbs).id_keys()]

@@ -22,6 +22,7 @@ from pbtree.write.allocator import Allocator
 from pbtree.write.router import Router
 from pbtree.write.tree import PBTrees
 from storage.meta import read_folded, read_merged, write_counter
+from storage.records import Records
 
 
 class Writer:
@@ -36,6 +37,7 @@ class Writer:
         self.int_ids = ColumnWriter(INT_IDS, txn, dbs)
         self.str_ids = StringIdWriter(txn, dbs)
         self.rows = clusters.RowsWriter(txn, dbs)
+        self.records = Records(txn, dbs)
         self.pbtrees = PBTrees(txn, dbs, node_bytes, self.allocator)
         self.router = Router(txn, dbs, node_bytes, self.pbtrees)
 

@@ -16,20 +16,12 @@ from pbtree.errors import CorruptIndexError, DuplicateIdError
 from pbtree.expr import conjunctions
 from pbtree.subs import INTERVALS, decoded, posted
 from pbtree.write.writer import Writer
-from storage.meta import CONJUNCTIONS, COUNTER, read_counter
+from storage.meta import CONJUNCTIONS, read_counter, write_counter
 from storage.records import (
     ONE,
     PREDICATE_ID,
     array_header,
-    decode_entry,
-    encode_entry,
-    found_entry,
-    ids_records,
     key_of,
-    listed_sids,
-    sid_key,
-    sid_keys,
-    sub_record,
 )
 
 
@@ -51,7 +43,6 @@ class ShardWrites:
         the pending sids to ``fold_at`` (``fold_due``), the same transaction folds them
         all.
         """
-        dbs = self.dbs
         sub_ids, idkeys, lists = zip(*items, strict=True)
 
         mine: tuple = ()  # the last try's (first sid, count, predicates) for ``RecentWrites``
@@ -61,7 +52,7 @@ class ShardWrites:
             nonlocal mine, folded
             w = self._writer(txn)
             folded = False
-            old_sids = dict(txn.cursor(db=dbs["ids"]).getmulti(idkeys))
+            old_sids = w.records.found_ids(idkeys)
             if old_sids:
                 for sub_id, idkey in zip(sub_ids, idkeys, strict=True):
                     old = old_sids.get(idkey)
@@ -92,7 +83,6 @@ class ShardWrites:
         (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
         (first new sid, new sids, the predicates each posts, ``subs.posted``), as
         ``RecentWrites`` takes them."""
-        dbs = self.dbs
         owners, ordered = [], []
         for n, preds in enumerate(lists):
             for conj in conjunctions(preds):
@@ -112,16 +102,14 @@ class ShardWrites:
             pred_of.update(zip(keys, row, strict=True))
             keyed.append(keys)
         uses = Counter(chain.from_iterable(keyed))
-        entries = dict(map(found_entry, txn.cursor(db=dbs[clusters.PREDS]).getmulti(
-            list(uses))))
+        entries = w.records.entries(list(uses))
         new = [key for key in uses if key not in entries]
         first = w.next_sid
         if new:
             at = w.new_sids(len(new))
             entries.update((key, (at + i, 0)) for i, key in enumerate(new))
-        txn.cursor(db=dbs[clusters.PREDS]).putmulti(
-            [(key, encode_entry(entries[key][0], entries[key][1] + n))
-             for key, n in uses.items()])
+        w.records.put_entries((key, entries[key][0], entries[key][1] + n)
+                              for key, n in uses.items())
         start = w.new_sids(len(ordered))
         w.rows.set_run(start, [[entries[key][0] for key in keys] for keys in keyed])
         if len(owners) > len(lists):
@@ -129,7 +117,6 @@ class ShardWrites:
             owned = [idkeys[n] for n in owners]
         else:
             owned = list(idkeys)
-        sids = sid_keys(start, len(ordered))
         idkeys = [PREDICATE_ID] * len(new) + owned
         kinds = [clusters.INTERVAL if pred_of[key][1] in INTERVALS else clusters.PREDICATE
                  for key in new] + [clusters.SUBSCRIPTION] * len(ordered)
@@ -139,10 +126,8 @@ class ShardWrites:
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
         bodies = [ONE + by_key[key] for key in new]
         bodies += [array_header(len(each)) + b"".join(each) for each in packed]
-        txn.cursor(db=dbs["subs"]).putmulti(list(zip(
-            sid_keys(first, len(bodies)), map(sub_record, idkeys, bodies), strict=True)))
-        txn.cursor(db=dbs["ids"]).putmulti(ids_records(owned, sids) if len(owners) > len(lists)
-                                           else list(zip(owned, sids, strict=True)))
+        w.records.put_subs(first, idkeys, bodies)
+        w.records.put_ids(owned, start)
         self._add_conjunctions(txn, len(ordered))
         return first, len(bodies), [posted([pred_of[key]], True) for key in new] + \
             [posted(preds, False) for preds in ordered]
@@ -150,17 +135,16 @@ class ShardWrites:
     def _add_conjunctions(self, txn, n: int) -> None:
         """Count ``n`` conjunctions more (or fewer) in meta CONJUNCTIONS."""
         meta = self.dbs["meta"]
-        txn.put(CONJUNCTIONS, COUNTER.pack(read_counter(txn, meta, CONJUNCTIONS) + n), db=meta)
+        write_counter(txn, meta, CONJUNCTIONS, read_counter(txn, meta, CONJUNCTIONS) + n)
 
     def unsubscribe(self, idkeys: list[bytes]) -> int:
         """Remove the subscriptions with these ids in one transaction; returns how many existed."""
-        dbs = self.dbs
 
         def apply(txn) -> int:
             w = self._writer(txn)
             found = 0
             for idkey in idkeys:
-                old = txn.get(idkey, db=dbs["ids"])
+                old = w.records.sids(idkey)
                 if old is not None:
                     self._forget(w, txn, idkey, old)
                     found += 1
@@ -194,15 +178,14 @@ class ShardWrites:
             committed()
             return result
 
-    def _forget(self, w: Writer, txn, idkey: bytes, listed: bytes) -> None:
-        """Delete a subscription (``listed``: its ``ids`` value, the sid of each of its
-        conjunctions): the records of its sids, and the predicate entries of their check
+    def _forget(self, w: Writer, txn, idkey: bytes, sids: list[int]) -> None:
+        """Delete a subscription (``sids``: the sid of each of its conjunctions): the
+        records of its sids, and the predicate entries of their check
         rows that no other subscription uses. A sid forgotten is free (``kinds`` 0), so no
         event matches it however many of its postings remain: those in the trees stay
         until a purge (``_purge``), its record moved to ``dead`` to find them by; a staged
         or pending one's go at the next merge or fold."""
-        txn.delete(idkey, db=self.dbs["ids"])
-        sids = listed_sids(bytes(listed))
+        w.records.delete_id(idkey)
         for sid in sids:
             self._drop(w, txn, sid)
             row = w.rows.row(sid)
@@ -213,36 +196,30 @@ class ShardWrites:
 
     def _unuse(self, w: Writer, txn, pids: list[int]) -> None:
         """Count one use less of each predicate entry ``pids``; drop those left unused."""
-        db = self.dbs[clusters.PREDS]
         for pid in pids:
-            raw = txn.get(sid_key(pid), db=self.dbs["subs"])
+            raw = w.records.sub(pid)
             preds = None if raw is None else decoded(pid, raw)[1]
             if not preds or len(preds) != 1:
                 raise CorruptIndexError(f"{self.path}: check row names sid {pid}, which is "
                                         f"not a predicate entry")
             key = clusters.predicate_key(preds[0])
-            found = txn.get(key, db=db)
-            entry = None if found is None else decode_entry(found)
+            entry = w.records.entry(key)
             if entry is None or entry[0] != pid or entry[1] < 1:
                 raise CorruptIndexError(f"{self.path}: predicate entry {pid} is not counted "
                                         f"in {clusters.PREDS}")
             if entry[1] > 1:
-                txn.put(key, encode_entry(pid, entry[1] - 1), db=db)
+                w.records.put_entries([(key, pid, entry[1] - 1)])
             else:
-                txn.delete(key, db=db)
+                w.records.delete_entry(key)
                 self._drop(w, txn, pid)
 
     def _drop(self, w: Writer, txn, sid: int) -> bytes:
         """Free a sid and delete its record (kept in ``dead`` for a purge if its postings
         are in the trees); returns its id bytes."""
-        dbs = self.dbs
-        key = sid_key(sid)
-        raw = txn.get(key, db=dbs["subs"])
+        raw = w.records.sub(sid)
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
         idkey, _, _ = decoded(sid, raw)  # a record a purge could not read is refused now
-        if sid < w.merged:
-            txn.put(key, bytes(raw), db=dbs["dead"])
+        w.records.delete_sub(sid, raw, dead=sid < w.merged)
         w.free_sid(sid)
-        txn.delete(key, db=dbs["subs"])
         return idkey

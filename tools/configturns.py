@@ -11,7 +11,7 @@ effect (flattened trees, ``MAX_FLAT``). With ``--build`` each is bulk-built with
 settings in force, so those read when a tree is written count too (packed trees,
 ``PACKED_NODES``). With ``--write N`` (which builds so) each round also times the write
 path before matching: N new subscriptions, ``subscribe_many`` in batches of ``--batch``,
-then ``fold``; subscriptions/s, then events/s matched after the writes, per turn.
+then ``compact``; subscriptions/s, then events/s matched after the writes, per turn.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def run(profile: str, changed: dict[str, int], n_subs: int | None = None, rounds
         events: int = 300, seed: int = 0, log=print, build: bool = False, write: int = 0,
         batch: int = 5000) -> dict[str, Any]:
     """Events/s of the index as configured and with ``changed``, per round, in turns; with
-    ``write``, subscriptions/s of that many new subscriptions a round (and a fold) first."""
+    ``write``, subscriptions/s of that many new subscriptions a round (and a compaction) first."""
     import pbtree
     from pbtree import bulk, config
 
@@ -103,7 +103,7 @@ def run(profile: str, changed: dict[str, int], n_subs: int | None = None, rounds
                                 ix.subscribe_many(
                                     (first_id + offset + n, new[n])
                                     for n in range(at, min(at + batch, (r + 1) * write)))
-                            ix.fold()
+                            ix.compact()
                             writes[name].append(write / (time.perf_counter() - start))
                         for event in batch_events[:WARM]:
                             ix.match(event)
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="bulk-build the second index with the settings in force (default: "
                          "a copy of the first)")
     ap.add_argument("--write", type=int, default=0, metavar="N",
-                    help="new subscriptions per index per round, then a fold, timed before "
+                    help="new subscriptions per index per round, then a compaction, timed before "
                          "matching (implies --build)")
     ap.add_argument("--batch", type=int, default=5000,
                     help="subscriptions per subscribe_many call with --write")

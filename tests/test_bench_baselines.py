@@ -282,9 +282,10 @@ def test_bench_harness_runs_small(tmp_path, capsys):
     assert f"{speed[0]:.1f} ms, then {speed[1]:.1f} ms" in (tmp_path / "equality-small.md"
                                                             ).read_text()
     capsys.readouterr()
+    (tmp_path / "turns.json").write_text(json.dumps([{"profile": "dense"}]))  # not the harness's
     assert summary.main(str(tmp_path)) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert rows[2].startswith("| equality | 0k |") and rows[2].endswith(f"| {max(speed):.0f} |")
+    assert len(rows) == 3 and rows[2].startswith("| equality | 0k |") and rows[2].endswith(f"| {max(speed):.0f} |")
     assert f"({timed['ratios']['counting-mem'][1]:.2f}× in turns) |" in rows[2]
 
 

@@ -65,8 +65,15 @@ def live_row(report: dict) -> str:
             f"{report.get('code', {}).get('commit', '?')} |")
 
 
+def is_bench_report(found: object) -> bool:
+    """Whether a JSON file of the results is a harness report (``tools.bench``): the
+    directory also holds other tools' reports (turns, configurations, versions)."""
+    return isinstance(found, dict) and "workload" in found and "results" in found
+
+
 def main(directory: str = "bench/results") -> int:
-    reports = sorted((json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json"))),
+    found = (json.loads(p.read_text()) for p in sorted(Path(directory).glob("*.json")))
+    reports = sorted((r for r in found if is_bench_report(r)),
                      key=lambda r: (r["workload"]["subscriptions"], r["workload"]["profile"]))
     print("| profile | subs | pbtree events/s | p50 ms | p99 ms | vs counting-mem | vs scan "
           "| vs sqlite | vs duckdb | index MiB | matcher RssAnon Δ / index | subscribe p50 ms "

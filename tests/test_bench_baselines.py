@@ -285,7 +285,8 @@ def test_bench_harness_runs_small(tmp_path, capsys):
     (tmp_path / "turns.json").write_text(json.dumps([{"profile": "dense"}]))  # not the harness's
     assert summary.main(str(tmp_path)) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert len(rows) == 3 and rows[2].startswith("| equality | 0k |") and rows[2].endswith(f"| {max(speed):.0f} |")
+    assert len(rows) == 3 and rows[2].startswith("| equality | 0k |")
+    assert rows[2].endswith(f"| {max(speed):.0f} |")
     assert f"({timed['ratios']['counting-mem'][1]:.2f}× in turns) |" in rows[2]
 
 

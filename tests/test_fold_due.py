@@ -111,7 +111,7 @@ def test_removed_postings_stay_in_the_trees_until_enough_are_dead(tmp_path, monk
         ix.subscribe_many(pending.items())
         model.update(pending)
         assert _purges(ix, model, [100, 101]) == [want[-1]] * 2
-        assert ix.compact() == 0 and ix.stats()["dead"] == 0  # fold() purges too
+        assert ix.compact() == 0 and ix.stats()["dead"] == 0  # compact() purges too
         stats = ix.stats()
         assert (stats["gt_items"], stats["ineq_items"]) == items  # every key kept a sid
         assert ix.verify()["subscriptions"] == len(model) == 24

@@ -396,10 +396,11 @@ def run_system(
 
 
 def measure_compact(system: Any, events: Sequence[dict], settings: dict) -> dict[str, Any]:
-    """pbtree's subscribes leave their postings pending (matched from memory) until a fold
-    puts them into the trees: the first match after the writes (which reads the pending
-    subscriptions in), events/s while they are pending, then the fold itself (which takes
-    the postings that match read in). And the RssAnon growth of a fresh matcher process
+    """pbtree's subscribes leave their postings pending (matched from memory) until a
+    compaction puts them into the trees: the first match after the writes (which reads the
+    pending subscriptions in), events/s while they are pending, then ``compact()`` itself
+    (which takes the postings that match read in; reported as ``fold_s``, the key earlier
+    reports hold). And the RssAnon growth of a fresh matcher process
     while they are pending (every matcher holds their postings)."""
     warm = settings["warmup"]
     limit = min(settings["events"], 200)

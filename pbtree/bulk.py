@@ -29,7 +29,7 @@ from pbtree.ids import encode_id, shard_of
 from pbtree.outputs import fsync_dir
 from pbtree.shard import ESTIMATES, Shard
 from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, name_bytes
-from pbtree.write.wholetree import Record, Records, Spilled, TreeBuilder
+from pbtree.write.wholetree import Record, Spilled, TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
@@ -37,11 +37,12 @@ from storage.meta import CONJUNCTIONS, COUNTER
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from storage.records import (
     PREDICATE_ID,
+    PREDS,
     ROW_CHUNK,
-    chunk_key,
-    encode_chunk,
     encode_entry,
+    encode_rows,
     ids_records,
+    rows_key,
 )
 
 Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.subscribe takes)
@@ -287,7 +288,7 @@ def fixed_rows(data: np.ndarray, width: int) -> pa.Array:
 
 def _sub_values(cols: Columns) -> list[bytes]:
     """The subs value of each subscription (id, MessagePack predicate list), as
-    ``pbtree.subs.sub_record`` makes it.
+    ``storage.records.sub_record`` makes it.
 
     Each distinct predicate is packed once; a list is its array header and their bytes.
     """
@@ -418,7 +419,7 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
         part[:got.size] = got
         if part.any():
             a, b = np.searchsorted(row_sub, (lo, hi))
-            rows.append((chunk_key(number), encode_chunk(part, entry[a:b])))
+            rows.append((rows_key(number), encode_rows(part, entry[a:b])))
     uses = np.bincount(entry, minlength=m).tolist()
     keys = [clusters.predicate_key((cols.attrs[a], OPS_STORED[o], consts[c]))
             for a, o, c in zip(e_attr.tolist(), e_op.tolist(), e_const.tolist(), strict=True)]
@@ -493,11 +494,11 @@ def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
 
 
 def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | None
-             ) -> tuple[Records, int, int, int]:
+             ) -> tuple[TreeRecords, int, int, int]:
     """All records of a shard holding ``cols`` (subscriptions in sid order, after the
     predicate entries), access predicates chosen by ``estimates``; also the sid, node and
     attr counters."""
-    out = Records()
+    out = TreeRecords()
     full, posted, rows, preds = _clustered(cols, estimates)
     m = len(full) - len(cols)
     names, keys, codes, sids = _postings(posted)
@@ -532,7 +533,7 @@ def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | Non
         dtype=np.int64)))
     out.add(strids.DB, strids.chunk_records(enumerate(full.keys)))
     out.add(clusters.DB, rows)
-    out.add(clusters.PREDS, preds)
+    out.add(PREDS, preds)
     heads, chunks = _spilled(out.overflow, node_bytes)
     out.add("overflow", heads)
     out.add("chunks", chunks)

@@ -34,10 +34,10 @@ from pbtree.nested import flattened
 from pbtree.subs import INTERVALS, OWN_ENTRY, bounds
 from pbtree.values import searched
 from storage.keys import const_payload
-from storage.records import ROW_CHUNK, chunk_key, decode_chunk, encode_chunk, key_of
+from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of, rows_key
 
-#: the rows database, and the predicate entries' (predicate -> sid and uses)
-DB, PREDS = "rows", "preds"
+#: the rows database (the predicate entries' is ``storage.records.PREDS``)
+DB = "rows"
 _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry,
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
@@ -236,8 +236,8 @@ class RowsWriter:
         """(row lengths, sids) of a record as this transaction sees it."""
         found = self.dirty.get(number)
         if found is None:
-            raw = self.txn.get(chunk_key(number), db=self.db)
-            found = decode_chunk(raw) if raw is not None else (
+            raw = self.txn.get(rows_key(number), db=self.db)
+            found = decode_rows(raw) if raw is not None else (
                 np.zeros(ROW_CHUNK, np.int64), _EMPTY)
         return found
 
@@ -283,9 +283,9 @@ class RowsWriter:
     def flush(self) -> None:
         for number, (lengths, pids) in self.dirty.items():
             if lengths.any():
-                self.txn.put(chunk_key(number), encode_chunk(lengths, pids), db=self.db)
+                self.txn.put(rows_key(number), encode_rows(lengths, pids), db=self.db)
             else:
-                self.txn.delete(chunk_key(number), db=self.db)
+                self.txn.delete(rows_key(number), db=self.db)
 
 
 def _address(view: memoryview) -> int:
@@ -341,7 +341,7 @@ class Rows:
         views, addresses = dict(self.views), dict(self.addresses)
         db = dbs[DB]
         for n in written:
-            raw = txn.get(chunk_key(n), db=db)
+            raw = txn.get(rows_key(n), db=db)
             if raw is None:
                 views.pop(n, None)
                 addresses.pop(n, None)

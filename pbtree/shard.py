@@ -33,10 +33,10 @@ from pbtree.write.writer import Writer
 from pbtree.write.writes import ShardWrites
 from storage.env import Environment
 from storage.meta import CONJUNCTIONS
-from storage.records import PREDICATE_ID, sid_records
+from storage.records import PREDICATE_ID, PREDS, sid_records
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
-            "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
+            "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, PREDS)
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
 #: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
@@ -51,12 +51,12 @@ VERSION = 11
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10)
 #: the version that brought each database a shard of an older one lacks
-ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, clusters.PREDS: 9}
+ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
 #: meta record of the selectivity estimates (``clusters.Estimates``)
 ESTIMATES = b"estimates"
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
 _REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "kinds",
-              "intids", "staged", "dead", strids.DB, clusters.DB, clusters.PREDS)
+              "intids", "staged", "dead", strids.DB, clusters.DB, PREDS)
 
 
 class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):

@@ -35,9 +35,10 @@ from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_record
 from storage.packed import Packed
 from storage.records import (
     PREDICATE_ID,
+    PREDS,
     ROW_CHUNK,
-    decode_chunk,
     decode_entry,
+    decode_rows,
     listed_sids,
     sid_key,
 )
@@ -85,7 +86,7 @@ def shard_stats(shard) -> dict:
                 int(np.frombuffer(raw, "<u4", 1, 4 * (ROW_CHUNK - 1))[0])
                 for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
             # distinct predicates of the check rows, each stored once
-            "predicate_entries": txn.stat(dbs[clusters.PREDS])["entries"],
+            "predicate_entries": txn.stat(dbs[PREDS])["entries"],
             "attribute_names": used,
             "leaf_items": txn.stat(dbs["leaf"])["entries"],
             "overflow_sidsets": txn.stat(dbs["overflow"])["entries"],
@@ -340,7 +341,7 @@ class _Checker:
         live = 0
         rows = self.rows()
         entries = {bytes(k): decode_entry(v)
-                   for k, v in txn.cursor(db=dbs[clusters.PREDS])}
+                   for k, v in txn.cursor(db=dbs[PREDS])}
         uses: Counter = Counter()
         users = 0
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
@@ -355,7 +356,7 @@ class _Checker:
                 key = clusters.predicate_key(preds[0]) if len(preds) == 1 else b""
                 if len(preds) != 1 or entries.get(key, (None,))[0] != sid:
                     self.fail(f"sid {sid}: a predicate entry not recorded in "
-                              f"{clusters.PREDS}")
+                              f"{PREDS}")
                 interval = len(preds) == 1 and preds[0][1] in INTERVALS
                 if interval and not _sound_interval(preds[0]):
                     self.fail(f"sid {sid}: interval entry {preds[0]!r} is malformed")
@@ -405,7 +406,7 @@ class _Checker:
         for key, raw in self.txn.cursor(db=self.dbs[clusters.DB]):
             number = int.from_bytes(key, "big")
             try:
-                lengths, pids = decode_chunk(raw)
+                lengths, pids = decode_rows(raw)
             except CorruptIndexError as exc:
                 self.fail(f"check rows record {number}: {exc}")
             if not lengths.any():

@@ -15,6 +15,8 @@ import numpy as np
 from storage.errors import CorruptIndexError
 from storage.keys import element_bytes
 
+#: the database of the predicate entries (predicate -> sid and uses)
+PREDS = "preds"
 #: the id bytes of a predicate entry's record (an encoded id never begins with ``p``)
 PREDICATE_ID = b"p"
 #: the longest ``preds`` key (LMDB's limit is 511 bytes)
@@ -27,7 +29,6 @@ ROW_CHUNK = 1024
 _ENTRY = struct.Struct("<II")
 _WORDS = np.dtype("<u4")
 _ID_LEN = struct.Struct("<H")
-
 
 
 def sid_key(sid: int) -> bytes:
@@ -67,7 +68,6 @@ def split_sub(raw: bytes | memoryview) -> tuple[bytes, bytes | memoryview]:
     return bytes(raw[_ID_LEN.size:end]), raw[end:]
 
 
-
 def sid_records(txn: lmdb.Transaction, db, first: int, end: int | None = None
             ) -> Iterator[tuple[int, bytes | memoryview]]:
     """(sid, raw subs value) of the records of sids ``first`` up to ``end``, in sid order."""
@@ -81,14 +81,12 @@ def sid_records(txn: lmdb.Transaction, db, first: int, end: int | None = None
         yield sid, raw
 
 
-
 def key_of(packed: bytes) -> bytes:
     """The ``preds`` key of a packed predicate: itself, or when longer than LMDB takes a
     key, its first bytes and a 16-byte BLAKE2 digest."""
     if len(packed) <= MAX_KEY:
         return packed
     return packed[:MAX_KEY - 16] + hashlib.blake2b(packed, digest_size=16).digest()
-
 
 
 def array_header(n: int) -> bytes:
@@ -100,7 +98,7 @@ def array_header(n: int) -> bytes:
 ONE = array_header(1)
 
 
-def found_entry(item: tuple[bytes, bytes]) -> tuple[bytes, tuple[int, int]]:
+def _found_entry(item: tuple[bytes, bytes]) -> tuple[bytes, tuple[int, int]]:
     """(key, (sid, uses)) of a ``preds`` record as a cursor gives it."""
     return bytes(item[0]), decode_entry(item[1])
 
@@ -118,17 +116,17 @@ def decode_entry(raw: bytes | memoryview) -> tuple[int, int]:
         raise CorruptIndexError("a predicate entry record is not 8 bytes") from None
 
 
-def chunk_key(number: int) -> bytes:
+def rows_key(number: int) -> bytes:
     return number.to_bytes(4, "big")
 
 
-def encode_chunk(lengths: np.ndarray, pids: np.ndarray) -> bytes:
+def encode_rows(lengths: np.ndarray, pids: np.ndarray) -> bytes:
     """A rows record: the u4 end offset of each of ROW_CHUNK rows, then their sids."""
     return np.cumsum(lengths, dtype=np.int64).astype(_WORDS).tobytes() + \
         pids.astype(_WORDS).tobytes()
 
 
-def decode_chunk(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
+def decode_rows(raw: bytes | memoryview) -> tuple[np.ndarray, np.ndarray]:
     """(row lengths, sids listed) of a rows record; CorruptIndexError if they disagree."""
     words = np.frombuffer(raw, _WORDS) if len(raw) % 4 == 0 else None
     if words is None or words.size < ROW_CHUNK:
@@ -148,7 +146,7 @@ class Records:
     def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
         self.txn = txn
         self._ids, self._subs, self._preds, self._dead = (
-            dbs["ids"], dbs["subs"], dbs["preds"], dbs["dead"])
+            dbs["ids"], dbs["subs"], dbs[PREDS], dbs["dead"])
 
     # --- ids -----------------------------------------------------------------------
     def sids(self, idkey: bytes) -> list[int] | None:
@@ -176,7 +174,7 @@ class Records:
         """How many subscriptions are stored."""
         return self.txn.stat(self._ids)["entries"]
 
-    def id_keys(self) -> Iterator[bytes]:
+    def id_keys(self) -> Iterator[bytes | memoryview]:
         """Every stored id's bytes, in key order."""
         return self.txn.cursor(db=self._ids).iternext(keys=True, values=False)
 
@@ -205,7 +203,7 @@ class Records:
     # --- preds ---------------------------------------------------------------------
     def entries(self, keys: Sequence[bytes]) -> dict[bytes, tuple[int, int]]:
         """(sid, uses) of each of the predicate keys ``keys`` that has an entry."""
-        return dict(map(found_entry, self.txn.cursor(db=self._preds).getmulti(list(keys))))
+        return dict(map(_found_entry, self.txn.cursor(db=self._preds).getmulti(list(keys))))
 
     def entry(self, key: bytes) -> tuple[int, int] | None:
         """(sid, uses) of the predicate entry of ``key``, or None."""

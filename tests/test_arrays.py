@@ -18,7 +18,7 @@ import pbtree
 from pbtree import bulk, clusters
 from pbtree.expr import parse
 from pbtree.ids import encode_id
-from storage.records import PREDICATE_ID, ROW_CHUNK, decode_chunk, decode_entry, encode_chunk
+from storage.records import PREDICATE_ID, PREDS, ROW_CHUNK, decode_entry, decode_rows, encode_rows
 
 SUBS = {
     "tags": "tags = 'sale'",
@@ -126,7 +126,7 @@ def test_subscriptions_of_one_interval_or_one_unequal(tmp_path):
         shard = ix.shards[0]
         with shard.read() as txn:
             entries = [decode_entry(raw)[0]
-                       for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
+                       for raw in txn.cursor(db=shard.dbs[PREDS]).iternext(keys=False)]
         with shard.matching() as (txn, cache):
             kinds = cache.kinds_of(txn, shard.dbs)[entries].tolist()
         assert sorted(kinds) == [clusters.PREDICATE] * 3 + [clusters.INTERVAL] * 2
@@ -219,7 +219,7 @@ def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
     with env.begin(write=True) as txn:  # as version 9 left it: no entry in the != row
         rows = env.open_db(clusters.DB.encode(), txn=txn)
-        preds = env.open_db(clusters.PREDS.encode(), txn=txn)
+        preds = env.open_db(PREDS.encode(), txn=txn)
         subs = env.open_db(b"subs", txn=txn)
         kinds = env.open_db(b"kinds", txn=txn)
         key = clusters.predicate_key(("a", "!=", 5))
@@ -229,11 +229,11 @@ def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
         chunk = bytearray(txn.get((0).to_bytes(4, "big"), db=kinds))
         chunk[2 * sid:2 * sid + 2] = b"\0\0"
         txn.put((0).to_bytes(4, "big"), bytes(chunk), db=kinds)
-        lengths, pids = decode_chunk(txn.get((0).to_bytes(4, "big"), db=rows))
+        lengths, pids = decode_rows(txn.get((0).to_bytes(4, "big"), db=rows))
         keep = pids != sid
         owner = np.repeat(np.arange(ROW_CHUNK), lengths)
         lengths = np.bincount(owner[keep], minlength=ROW_CHUNK)
-        txn.put((0).to_bytes(4, "big"), encode_chunk(lengths, pids[keep]), db=rows)
+        txn.put((0).to_bytes(4, "big"), encode_rows(lengths, pids[keep]), db=rows)
         txn.put(b"version", (9).to_bytes(4, "little"), db=env.open_db(b"meta", txn=txn))
     env.close()
     with pytest.raises(pbtree.FormatVersionError, match="version 9 is older"):
@@ -281,7 +281,7 @@ def _entry_uses(ix: pbtree.Index) -> dict[tuple, int]:
         preds = {sid: decoded(sid, raw)[1][0] for sid, raw in sid_records(txn, shard.dbs["subs"], 0)
                  if decoded(sid, raw)[0] == PREDICATE_ID}
         found = [decode_entry(raw)
-                 for raw in txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False)]
+                 for raw in txn.cursor(db=shard.dbs[PREDS]).iternext(keys=False)]
     return {(preds[sid][0], preds[sid][1], tuple(v) if isinstance(v := preds[sid][2], list)
              else v): uses for sid, uses in found}
 
@@ -346,7 +346,7 @@ def _stored(path) -> tuple[dict, dict, list]:
                     subs.setdefault(decode_id(idkey), []).append((list(map(plain, preds)), row))
             entries = {plain(recs[sid][1][0]): (uses, int(kinds[sid])) for sid, uses in
                        (decode_entry(raw) for raw in
-                        txn.cursor(db=shard.dbs[clusters.PREDS]).iternext(keys=False))}
+                        txn.cursor(db=shard.dbs[PREDS]).iternext(keys=False))}
             names = [bytes(k) for k in txn.cursor(db=shard.dbs["attrs"]).iternext(values=False)]
     return subs, entries, sorted(names)
 

@@ -24,7 +24,8 @@ _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
 
 
 class ShardFolds:
-    """The part of ``Shard`` that folds, merges and purges."""
+    """The part of ``Shard`` that folds, merges and purges, inside a write that
+    ``ShardWrites._write`` runs (``compact`` is one such write of its own)."""
 
     def fold_due(self, pending: int) -> bool:
         """Whether ``pending`` sids are to be folded into a staged run: ``fold_at`` of
@@ -46,7 +47,7 @@ class ShardFolds:
         def apply(txn) -> int:
             w = self._writer(txn)
             folded = self._fold(w, txn, self._recent, True) if w.next_sid > w.merged else 0
-            self._purge(w, txn)  # when no merge did
+            self._purge(w)  # when no merge did
             w.flush()
             return folded
 
@@ -75,7 +76,7 @@ class ShardFolds:
                                                           sids, strings))
             txn.put(staged.run_key(run.first), run.encode(), db=db)
             return moved
-        self._purge(w, txn)  # the trees are rewritten anyway
+        self._purge(w)  # the trees are rewritten anyway
         runs = staged.read(txn, self.dbs)
         kinds = w.kinds.values(w.merged, w.folded)
         alive = kinds != 0
@@ -131,7 +132,7 @@ class ShardFolds:
         for key in sorted(keyed):
             w.remove(key[:5], key[-1], key[5:-1], keyed[key])
 
-    def _purge(self, w: Writer, txn, due: bool = False) -> None:
+    def _purge(self, w: Writer, due: bool = False) -> None:
         """Remove the postings of the removed subscriptions from the trees, and their
         ``dead`` records; with ``due``, only once there are enough (``purge_due``)."""
         dead = w.records.dead_count()

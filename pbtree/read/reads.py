@@ -21,7 +21,9 @@ from storage.records import PREDICATE_ID, Records, split_sub
 
 
 class ShardReads:
-    """The part of ``Shard`` that matches events and reads subscriptions back."""
+    """The part of ``Shard`` that matches events and reads subscriptions back, in the
+    snapshot ``SnapshotPinning`` pins (``matching``) or a read of the last commit
+    (``read``)."""
 
     def _attr(self, txn, name: bytes) -> int | None:
         """The attribute id of ``name`` in ``txn``, or None; one found is kept (an id

@@ -1,3 +1,5 @@
 """The write path: a shard's writes (``writes``), the write transaction they run in
-(``writer``), made of the allocator of new ids, the router of postings to packed trees,
-deltas or PB+trees, and the paper's PB+tree insert, split and removal (``tree``)."""
+(``writer``), made of the allocator of new ids (``allocator``), the router of postings to
+packed trees, deltas or PB+trees (``router``, and ``limits``: how large the first two may
+grow), and the paper's PB+tree insert, split and removal (``tree``); ``wholetree`` builds
+a tree whole, for writes and bulk builds."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from pbtree.errors import CorruptIndexError
 from pbtree.write.allocator import Allocator
-from pbtree.write.wholetree import Records, TreeBuilder
+from pbtree.write.wholetree import TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import split_key, tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, LT, Leaf, overflow_key
@@ -355,7 +355,7 @@ class PBTrees:
     def build(self, prefix: bytes, tree: Packed) -> None:
         """Store the postings of a packed tree grown past its record as a PB+tree built
         whole (``wholetree``), not inserted place by place."""
-        out = Records()
+        out = TreeRecords()
         builder = TreeBuilder(self.node_bytes, out, self.allocator.next_node)
         builder.tree(prefix, *tree.places())
         self.allocator.next_node = builder.next_node

@@ -26,7 +26,7 @@ Spilled = tuple[bytes, np.ndarray]  # an overflow SidSet: its head key and its s
 LIST_KINDS = (GT, LT, INEQ)
 
 
-class Records:
+class TreeRecords:
     """Records to put, per database, each list in strictly increasing key order (those of
     a shard, or of one tree), and the overflow sets to store."""
 
@@ -69,7 +69,7 @@ def _runs(sizes: list[int], node_bytes: int) -> list[tuple[int, int]]:
 class TreeBuilder:
     """Turns the sorted places of one (attribute, family) tree into leaf, node, overflow records."""
 
-    def __init__(self, node_bytes: int, out: Records, next_node: int = 1) -> None:
+    def __init__(self, node_bytes: int, out: TreeRecords, next_node: int = 1) -> None:
         self.node_bytes, self.inline_max, self.out = node_bytes, inline_max(node_bytes), out
         self.next_node = next_node
 

@@ -20,6 +20,7 @@ from storage.meta import CONJUNCTIONS, read_counter, write_counter
 from storage.records import (
     ONE,
     PREDICATE_ID,
+    PREDS,
     array_header,
     key_of,
 )
@@ -27,7 +28,9 @@ from storage.records import (
 
 class ShardWrites:
     """The part of ``Shard`` that writes subscriptions: their records (``subs``, ``ids``), their
-    predicate entries and check rows (``pbtree.clusters``), and their removal."""
+    predicate entries and check rows (``pbtree.clusters``), and their removal. ``_write``
+    runs every write of the shard, under ``SnapshotPinning``'s lock; a write that folds,
+    merges or purges calls ``ShardFolds``."""
 
     def _writer(self, txn: lmdb.Transaction) -> Writer:
         """A Writer for this write's ``txn``, whose column chunks ``_write`` notes once
@@ -60,7 +63,7 @@ class ShardWrites:
                         if not replace:
                             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
                         self._forget(w, txn, idkey, old)
-                self._purge(w, txn, due=True)
+                self._purge(w, due=True)
             mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
                 self._fold(w, txn, self._recent.plus(*mine), False)
@@ -148,7 +151,7 @@ class ShardWrites:
                 if old is not None:
                     self._forget(w, txn, idkey, old)
                     found += 1
-            self._purge(w, txn, due=True)
+            self._purge(w, due=True)
             w.flush()
             return found
 
@@ -187,14 +190,14 @@ class ShardWrites:
         or pending one's go at the next merge or fold."""
         w.records.delete_id(idkey)
         for sid in sids:
-            self._drop(w, txn, sid)
+            self._drop(w, sid)
             row = w.rows.row(sid)
             if row.size:
                 w.rows.clear(sid)
-                self._unuse(w, txn, row.tolist())
+                self._unuse(w, row.tolist())
         self._add_conjunctions(txn, -len(sids))
 
-    def _unuse(self, w: Writer, txn, pids: list[int]) -> None:
+    def _unuse(self, w: Writer, pids: list[int]) -> None:
         """Count one use less of each predicate entry ``pids``; drop those left unused."""
         for pid in pids:
             raw = w.records.sub(pid)
@@ -206,20 +209,19 @@ class ShardWrites:
             entry = w.records.entry(key)
             if entry is None or entry[0] != pid or entry[1] < 1:
                 raise CorruptIndexError(f"{self.path}: predicate entry {pid} is not counted "
-                                        f"in {clusters.PREDS}")
+                                        f"in {PREDS}")
             if entry[1] > 1:
                 w.records.put_entries([(key, pid, entry[1] - 1)])
             else:
                 w.records.delete_entry(key)
-                self._drop(w, txn, pid)
+                self._drop(w, pid)
 
-    def _drop(self, w: Writer, txn, sid: int) -> bytes:
+    def _drop(self, w: Writer, sid: int) -> None:
         """Free a sid and delete its record (kept in ``dead`` for a purge if its postings
-        are in the trees); returns its id bytes."""
+        are in the trees)."""
         raw = w.records.sub(sid)
         if raw is None:
             raise CorruptIndexError(f"{self.path}: sid {sid} has an id but no predicates")
-        idkey, _, _ = decoded(sid, raw)  # a record a purge could not read is refused now
+        decoded(sid, raw)  # a record a purge could not read is refused now
         w.records.delete_sub(sid, raw, dead=sid < w.merged)
         w.free_sid(sid)
-        return idkey

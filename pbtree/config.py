@@ -49,12 +49,6 @@ PURGE_AT = 1_000
 PURGE_SHARE = 1 / 16
 #: list nodes' worth of bytes a packed tree may take: its rewrite costs what node writes would
 PACKED_NODES = 4
-#: list nodes' worth of bytes a delta takes before its merge, at the least: many folds a merge
-DELTA_NODES = 16
-#: ... or this many times the last write's growth, so a tree of many keys merges in bulk too
-DELTA_FOLDS = 64
-#: ... up to this many times ``DELTA_NODES``: each fold rewrites the whole delta
-DELTA_GROWTH = 64
 #: committed sids whose postings this process keeps for its next fold: twice a fold's worth
 RECENT_KEPT = 2 * FOLD_AT
 #: subs records decoded at a time: bigger pieces pinned new pymalloc arenas, none faster

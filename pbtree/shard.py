@@ -45,11 +45,12 @@ FORMAT = b"pbtree-shard"
 #: all listed in its ``ids`` value; interval entries (``between``, ``prefix`` one
 #: predicate each, kind INTERVAL) and the entry of a ``!=`` access predicate in its row;
 #: 11: an interval's bounds are entries in its check rows, and its interval entry posts
-#: under its attribute's ELEMENTS name, searched by array elements only
-VERSION = 11
+#: under its attribute's ELEMENTS name, searched by array elements only; 12: no deltas: a
+#: write's postings for a PB+tree are inserted into it
+VERSION = 12
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
 #: meta record of the selectivity estimates (``clusters.Estimates``)

@@ -16,7 +16,7 @@ from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
 from pbtree.subs import ELEMENTS, INTERVALS, stored
 from pbtree.write import limits
-from storage import delta, sidset
+from storage import sidset
 from storage.keys import STRING, tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from storage.lists import (
@@ -93,11 +93,9 @@ def shard_stats(shard) -> dict:
         }
         for kind in LIST_KINDS:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
-        stats["packed_trees"] = stats["deltas"] = 0
+        stats["packed_trees"] = 0
         for key, raw in txn.cursor(db=dbs["trees"]):
-            if delta.tree_of(bytes(key)) is not None:
-                stats["deltas"] += 1
-            elif is_packed(raw):  # its keys count as leaf items, its places as list items
+            if is_packed(raw):  # its keys count as leaf items, its places as list items
                 try:
                     counts = Packed.decode(raw, bytes(key)[4]).counts
                 except CorruptIndexError as exc:
@@ -254,18 +252,15 @@ class _Checker:
                 if key not in leaf_keys:
                     self.fail(f"{KIND_NAMES[kind]} item {key.hex()} has no leaf item")
 
-    def packed(self, prefix: bytes, raw: bytes, what: str = "packed tree",
-               most: int | None = None) -> Packed:
+    def packed(self, prefix: bytes, raw: bytes) -> Packed:
         """A tree packed in its record: consistent, within the size limit, every key
-        holding sids (it has no leaf items: those would lie outside any PB+tree). A
-        delta (``what`` and ``most`` given) is checked the same way, its sids added
-        after its tree's."""
-        what = f"{what} {prefix.hex()}"
+        holding sids (it has no leaf items: those would lie outside any PB+tree)."""
+        what = f"packed tree {prefix.hex()}"
         try:
             tree = Packed.decode(raw, prefix[4])
         except CorruptIndexError as exc:
             self.fail(f"{what}: {exc}")
-        most = limits.packed(self.shard.node_bytes) if most is None else most
+        most = limits.packed(self.shard.node_bytes)
         if len(raw) > most:
             self.fail(f"{what}: {len(raw)} bytes, over the {most} it may take")
         if not tree.counts.any(axis=0).all():  # decode refuses a record without keys
@@ -278,21 +273,6 @@ class _Checker:
             before = self.actual.get((prefix, kind, key), sidset.EMPTY)
             self.actual[(prefix, kind, key)] = np.concatenate((before, sids))
         return tree
-
-    def deltas(self, found: dict[bytes, bytes], trees: dict) -> None:
-        """Each delta beside a PB+tree, its sids above all of the tree's."""
-        highest: dict[bytes, int] = {}
-        for (prefix, _, _), sids in self.actual.items():
-            if prefix in found:
-                highest[prefix] = max(highest.get(prefix, -1), int(sids[-1]))
-        for prefix, raw in found.items():
-            if prefix not in trees:
-                self.fail(f"delta {prefix.hex()} beside no PB+tree")
-            low = int(self.packed(prefix, raw, "delta", limits.delta_most(self.shard.node_bytes))
-                      .sids.min())
-            if low <= highest.get(prefix, -1):
-                self.fail(f"delta {prefix.hex()} holds sid {low}, not above its tree's "
-                          f"{highest[prefix]}")
 
     def leaf(self, prefix, key, value, lists, keys, sentinels) -> None:
         gt, lt, ineq, flags = HEADER.unpack_from(value)
@@ -479,20 +459,17 @@ class _Checker:
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs
         expected = self.subscriptions()
-        trees, deltas = {}, {}
+        trees = {}
         for prefix, raw in txn.cursor(db=dbs["trees"]):
             prefix, raw = bytes(prefix), bytes(raw)
-            if (tree := delta.tree_of(prefix)) is not None:
-                deltas[tree] = raw
-            elif len(prefix) != 5:
-                self.fail(f"trees record {prefix.hex()} is neither a tree nor a delta")
+            if len(prefix) != 5:
+                self.fail(f"trees record {prefix.hex()} is not a tree's")
             elif is_packed(raw):
                 self.packed(prefix, raw)
             else:
                 trees[prefix] = tree_sentinels(raw)
         for prefix, sentinels in trees.items():
             self.tree(prefix, sentinels)
-        self.deltas(deltas, trees)
         for key in txn.cursor(db=dbs["leaf"]).iternext(values=False):
             if bytes(key)[:5] not in trees:
                 self.fail(f"leaf item {bytes(key).hex()} outside any tree")

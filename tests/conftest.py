@@ -21,10 +21,8 @@ def pytest_collect_file(file_path, parent):
 
 @pytest.fixture
 def pbtrees(monkeypatch):
-    """Every tree stored as a PB+tree, none packed, postings put in it by every fold (no
-    delta kept): for tests of leaf items and lists."""
+    """Every tree stored as a PB+tree, none packed: for tests of leaf items and lists."""
     monkeypatch.setattr(config, "PACKED_NODES", 0)
-    monkeypatch.setattr(config, "DELTA_NODES", 0)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def test_built_under_its_settings_answers_alike():
     assert "subscriptions_per_s" not in report
 
 
-@pytest.mark.parametrize("changed", [{"DELTA_NODES": 0}, {"MERGE_MOST": 0},
+@pytest.mark.parametrize("changed", [{"MERGE_AT": 50}, {"MERGE_MOST": 0},
                                      {"PACKED_NODES": 0, "FOLD_AT": 100}])
 def test_write_path_in_turns(changed):
     """New subscriptions in batches, a fold, then matching, each round for both indexes;
@@ -49,11 +49,11 @@ def test_write_path_in_turns(changed):
 def test_command_writes_json(tmp_path, capsys):
     out = tmp_path / "report.json"
     assert configturns.main(["dense", "--subs", "300", "--rounds", "1", "--events", "5",
-                             "--write", "50", "--batch", "20", "--set", "DELTA_NODES=0",
+                             "--write", "50", "--batch", "20", "--set", "MERGE_MOST=0",
                              "--json", str(out)]) == 0
     saved = json.loads(out.read_text())
     assert saved == json.loads(capsys.readouterr().out.split("\n", 1)[1])
-    assert saved["changed"] == {"DELTA_NODES": 0} and saved["write_median"] > 0
+    assert saved["changed"] == {"MERGE_MOST": 0} and saved["write_median"] > 0
 
 
 def test_unknown_setting_refused():

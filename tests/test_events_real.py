@@ -171,7 +171,6 @@ def test_huge_integers_against_the_oracle(tmp_path_factory, monkeypatch, subs, e
     """Pending, staged and merged subscriptions, in packed trees and PB+trees."""
     monkeypatch.setattr(config, "PACKED_NODES", 0 if trees == "pbtree" else
                         config.PACKED_NODES)
-    monkeypatch.setattr(config, "DELTA_NODES", 0 if trees == "pbtree" else config.DELTA_NODES)
     model = {n: [parse([p])[0] for p in preds] for n, preds in enumerate(subs)}
     with pbtree.create(tmp_path_factory.mktemp("big") / "ix", node_bytes=256,
                        fold_at=fold_at) as ix:

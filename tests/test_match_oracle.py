@@ -34,16 +34,12 @@ SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large,
 @pytest.fixture(params=["packed", "flatten-at-once", "walk-only"])
 def form(request, monkeypatch):
     """Run with small trees packed (the default), and with every tree a PB+tree, flattened
-    from its second use or searched by the plain walk only; folds then go into the trees
-    at once (no deltas) or into deltas of one node that are merged every few folds."""
+    from its second use or searched by the plain walk only."""
     if request.param != "packed":  # also "pbtree": PB+trees flattened as by default
         monkeypatch.setattr(config, "PACKED_NODES", 0)
     if request.param in ("flatten-at-once", "walk-only"):
         monkeypatch.setattr(config, "FLATTEN_AFTER", 1 if request.param == "flatten-at-once"
                             else 10**9)
-        monkeypatch.setattr(config, "DELTA_NODES", 0 if request.param == "flatten-at-once"
-                            else 1)
-        monkeypatch.setattr(config, "DELTA_GROWTH", 1)  # one node at most, whatever a fold adds
     return request.param
 
 

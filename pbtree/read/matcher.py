@@ -16,7 +16,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.read.flat import FlatTree, flatten
 from pbtree.read.snapshot import FLATTENED_BEFORE, Snapshot
 from pbtree.read.version import Value
-from storage import delta, packed, sidset
+from storage import packed, sidset
 from storage.keys import tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
 from storage.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
@@ -95,7 +95,6 @@ class Search:
                 else:
                     self.out += found
             state.collect(payload, exact, self.out)
-            self._delta(prefix, payload, exact)
             return
         raw = self.txn.get(prefix, db=self.trees_db)
         if raw is None:  # no constant of this attribute and family
@@ -113,7 +112,6 @@ class Search:
             return
         self.trees[prefix] = state + 1
         self._walk(prefix, payload, exact, ends)
-        self._delta(prefix, payload, exact)
 
     def _equal(self, flat: FlatTree, prefix: bytes, payload: bytes) -> None:
         """Collect the EQ sids of a flattened tree's leaf ``payload``. In a tree of EQ items
@@ -131,16 +129,6 @@ class Search:
             self.out += found
         else:
             self.out += self._eq(leaf, target, flags)
-
-    def _delta(self, prefix: bytes, payload: bytes, exact: bool) -> None:
-        """Collect what the event value satisfies in the PB+tree's delta, if it has one."""
-        key = delta.key(prefix)
-        raw = self.txn.get(key, db=self.trees_db)
-        if raw is not None:
-            try:
-                packed.collect(raw, prefix[4], payload, exact, self.out)
-            except CorruptIndexError as exc:
-                raise CorruptIndexError(f"delta {key.hex()}: {exc}") from None
 
     def _walk(self, prefix: bytes, payload: bytes, exact: bool, ends: tuple) -> None:
         """The PB+tree search: one leaf descent, then each list from its pointer.

@@ -8,8 +8,8 @@ and writes them all back in flush(). Leaf keys are put immediately when created 
 walks over the leaf level (for re-pointing) see them. Sids added to places that already
 exist decode neither: they are appended to the records as they were read.
 
-Postings reach a PB+tree only through ``pbtree.write.router``: from a delta grown past its
-limit (``insert``), or from a packed tree grown past its record (``build``).
+Postings reach a PB+tree only through ``pbtree.write.router``: a write's postings for it,
+place by place (``insert``), or a packed tree grown past its record (``build``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class PBTrees:
         self.raw: dict[int, bytes] = {}  # node records as decoded: unchanged ones are not put
         self.over = Store(txn, dbs, node_bytes)
         # set on changing a PB+tree (its leaf items, nodes, overflow sets or sentinels), which
-        # readers may have flattened; packed trees and deltas are read afresh each search
+        # readers may have flattened; packed trees are read afresh each search
         self.changed = False
 
     # --- records ----------------------------------------------------------------------

@@ -83,8 +83,9 @@ class Writer:
                 STRIDS: set(self.str_ids.dirty), clusters.DB: set(self.rows.dirty)}
 
     def flush(self) -> None:
-        """Write back everything the write changed: the trees (packed trees and deltas
-        first, which may insert into or build PB+trees), the columns and the counters."""
+        """Write back everything the write changed: the trees (packed trees and the
+        postings gathered for PB+trees first, which insert into or build PB+trees), the
+        columns and the counters."""
         self.router.flush()
         self.pbtrees.flush()
         self.kinds.flush()

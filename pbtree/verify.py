@@ -463,7 +463,8 @@ class _Checker:
         for prefix, raw in txn.cursor(db=dbs["trees"]):
             prefix, raw = bytes(prefix), bytes(raw)
             if len(prefix) != 5:
-                self.fail(f"trees record {prefix.hex()} is not a tree's")
+                self.fail(f"trees record {prefix.hex()} is not keyed by a tree prefix "
+                          f"(attribute id and family, 5 bytes)")
             elif is_packed(raw):
                 self.packed(prefix, raw)
             else:

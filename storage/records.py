@@ -162,10 +162,8 @@ class Records:
     def put_ids(self, idkeys: Sequence[bytes], first: int) -> None:
         """Store the ids of conjunctions given the sids from ``first`` on, in order: an id
         named more than once lists all its sids."""
-        keys = sid_keys(first, len(idkeys))
-        items = ids_records(idkeys, keys) if len(set(idkeys)) < len(idkeys) else \
-            list(zip(idkeys, keys, strict=True))
-        self.txn.cursor(db=self._ids).putmulti(items)
+        self.txn.cursor(db=self._ids).putmulti(
+            ids_records(idkeys, sid_keys(first, len(idkeys))))
 
     def delete_id(self, idkey: bytes) -> None:
         self.txn.delete(idkey, db=self._ids)

@@ -157,3 +157,17 @@ def test_a_version_11_shard_loses_its_deltas_on_upgrade(tmp_path, no_packing):
     with upgraded(path, 11) as ix:
         model = {n: parse(f"a > {n} and b = {n % 3}") for n in range(100)}
         _check(ix, model, ["a", "b"], 4)
+
+
+def test_verify_names_a_trees_record_of_no_tree(tmp_path, no_packing):
+    """A delta left in a version 12 shard (or any key that is no tree's prefix) is damage
+    that verify names, with what a key there must be."""
+    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
+        ix.subscribe_many((n, f"a > {n}") for n in range(100))
+        ix.compact()
+        shard = ix.shards[0]
+        with shard.env.env.begin(write=True) as txn:
+            prefix, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
+            txn.put(bytes(prefix) + b"+", bytes(raw), db=shard.dbs["trees"])
+        with pytest.raises(CorruptIndexError, match="not keyed by a tree prefix"):
+            ix.verify()

@@ -27,7 +27,6 @@ class Router:
     def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int,
                  pbtrees: PBTrees) -> None:
         self.txn, self.trees = txn, dbs["trees"]
-        self.node_bytes = node_bytes
         self.pbtrees = pbtrees
         # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
         self.packed: dict[bytes, Packed | None] = {}

@@ -148,12 +148,16 @@ def running(master: str | None, conf: dict[str, str], app: str, timings: Timings
 
 def _stop(spark, failed: bool) -> None:
     """Stop a session this process started; after a failure (Ctrl-C, a JVM that died),
-    stopping is best effort and must not hide the failure."""
-    try:
-        spark.stop()
-    except Exception:
-        if not failed:
-            raise
+    stopping is best effort and must not hide the failure, nor add PySpark's warning that
+    the JVM the failure took down did not stop cleanly."""
+    with warnings.catch_warnings():
+        if failed:
+            warnings.filterwarnings("ignore", message="Unable to cleanly shutdown Spark JVM")
+        try:
+            spark.stop()
+        except Exception:
+            if not failed:
+                raise
 
 
 @contextmanager

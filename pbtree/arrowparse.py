@@ -4,7 +4,7 @@
 ``in`` / ``not in`` lists (a row with ``between``, one interval predicate, is left to
 ``normalize``), with number, bool and plain string literals
 (no escapes, no whitespace, quotes, commas, parentheses or backslashes inside). Their core
-predicates are exactly ``pbtree.core.normalize``'s (same values, rewriting, order); every
+predicates are exactly ``pbtree.normalize.normalize``'s (same values, rewriting, order); every
 other row, and any row whose value or shape the full parser might refuse, is returned for
 ``normalize`` to parse or reject with its own message.
 """
@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pbtree.bulk import Columns
-from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES
 from pbtree.expr import KEYWORDS, OP_SPELLINGS, OPS_CORE
+from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES
 from storage.keys import MAX_CONST_BYTES, MAX_EXACT_INT
 
 _WS = r"[ \t\n\r\f\v]"

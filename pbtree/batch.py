@@ -8,7 +8,7 @@ list or tuple of (attribute, op, value) lists or tuples, an ASCII attribute, an 
 spelled as ``expr.OPS_SOURCE`` (or ``==``, ``<>``) spells it but ``between`` and ``prefix``
 (one interval predicate each), and constants that are plain
 ints, floats, bools or short ASCII strings. Whatever else a subscription holds is left to
-``core.normalize``, which gives the same predicates or names what is wrong.
+``normalize.normalize``, which gives the same predicates or names what is wrong.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ _STR = {str}
 
 def normalize_many(sources: list, max_predicates: int, max_attr_bytes: int,
                    names_seen: AttributeNames | None = None) -> list[list | None]:
-    """Per source, its core predicates as ``core.normalize`` gives them, or None where
-    ``core.normalize`` is to be asked: the source is not of the common shapes, holds a
+    """Per source, its core predicates as ``normalize.normalize`` gives them, or None where
+    ``normalize.normalize`` is to be asked: the source is not of the common shapes, holds a
     value or name it refuses or more than ``max_predicates`` core predicates, or two
     'in' sets on one attribute. ``names_seen`` keeps the attribute names checked and
     numbered between the batches of one index."""

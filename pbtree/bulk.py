@@ -22,10 +22,11 @@ import pyarrow.compute as pc
 
 from pbtree import clusters, config, strids
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
-from pbtree.core import check_layout, new_manifest, normalize, shard_dir, write_manifest
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_STORED, conjunctions, prefix_successor
 from pbtree.ids import encode_id, shard_of
+from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
+from pbtree.normalize import normalize
 from pbtree.outputs import fsync_dir
 from pbtree.shard import ESTIMATES, Shard
 from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, name_bytes
@@ -545,7 +546,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
                 estimates: clusters.Estimates | None = None) -> dict:
     """Write a new shard environment at ``path`` holding ``subs``; returns its counts.
 
-    ``subs`` are (id, encoded id, core predicates) as ``pbtree.core.normalize`` gives them,
+    ``subs`` are (id, encoded id, core predicates) as ``pbtree.normalize.normalize`` gives them,
     or the same as ``Columns``; each id must hash to ``shard_no`` of ``shards``. Access
     predicates are chosen by ``estimates``, by default those of the subscriptions' own
     constants (``own_estimates``), which the shard keeps for later subscriptions.

@@ -17,8 +17,8 @@ What stays beside its code, on purpose:
   ``records.ROW_CHUNK``, ``strids.SIZE``), node size bounds (``lists.MIN_NODE_BYTES``,
   ``lists.MAX_NODE_BYTES``), sid and set id bounds (``storage.meta.MAX_SID``,
   ``overflow.MAX_SET_ID``);
-- limits the format or LMDB imposes: ``core.MAX_PREDICATES`` (the u16 counter),
-  ``core.MAX_ATTR_BYTES``, ``ids.MAX_ID_BYTES``, ``records.MAX_KEY`` and
+- limits the format or LMDB imposes: ``normalize.MAX_PREDICATES`` (the u16 counter),
+  ``normalize.MAX_ATTR_BYTES``, ``ids.MAX_ID_BYTES``, ``records.MAX_KEY`` and
   ``storage.keys.MAX_CONST_BYTES`` (LMDB's 511-byte keys);
 - facts rather than choices: ``core.FILES_PER_SHARD``, ``strids.APART_BYTES`` (measured
   costs), ``snapshot.FLATTENED_BEFORE`` and ``clusters.TIE`` (a state and a tie-break, no

@@ -1,142 +1,67 @@
-"""The Index: an index directory of K shards behind one API (DESIGN §2).
+"""The Index: an index directory of K shards behind one API (DESIGN §2); ``create`` makes
+one and ``open`` opens one.
 
-``INDEX/manifest.json`` is written last, atomically; each ``shard-NNNN/`` is
-one LMDB environment. A subscription lives in the shard of a stable hash of
-its id; matching asks every shard. An Index follows its path: when another directory has
-been put there (``pbtree build --force``), it opens that one between two calls.
+A subscription lives in the shard of a stable hash of its id; matching asks every shard.
+An Index follows its path: when another directory has been put there (``pbtree build
+--force``), it opens that one between two calls.
 """
 
 from __future__ import annotations
 
-import builtins
-import json
 import os
 import resource
 import shutil
-import struct
-import tempfile
 import time
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
 from pbtree import config
 from pbtree import expr as expressions
 from pbtree.batch import AttributeNames, normalize_many
-from pbtree.clusters import Estimates, predicate_key
+from pbtree.clusters import Estimates
 from pbtree.collector import collector_paused
 from pbtree.errors import (
     CorruptIndexError,
     DuplicateIdError,
     EventError,
     ExpressionError,
-    FormatVersionError,
     IdError,
     IndexExistsError,
     IndexReplacedWarning,
     LocklessReadWarning,
-    NotAnIndexError,
     PbtreeError,
     StorageError,
     UnknownIdError,
     shown,
 )
+from pbtree.events import PreparedEvent, prepare_event
 from pbtree.explain import explain as explain_subscription
-from pbtree.expr import conjunctions
 from pbtree.ids import decode_id, encode_id, encode_ids, plain_id, shard_of
-from pbtree.nested import leaves
-from pbtree.outputs import as_created, fsync_dir, recover
-from pbtree.read.version import Value
+from pbtree.manifest import (
+    MANIFEST,
+    check_layout,
+    check_positive,
+    new_manifest,
+    read_manifest,
+    shard_dir,
+    write_manifest,
+)
+from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize
+from pbtree.outputs import fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
-from pbtree.values import searched
-from storage.keys import MAX_EXACT_INT, NUMBER, STRING
-from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 
-MANIFEST = "manifest.json"
-FORMAT_NAME = "pbtree"
-FORMAT_VERSION = 1
-MAX_ATTR_BYTES = 400
 #: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
 FILES_PER_SHARD = 3
 #: open files kept free beside the shards', for the input and output files of a command
 FILES_SPARE = 16
-#: one below the count that marks a free sid in the counter (snapshot.FREE), which the
-#: stale pending postings of a removed subscription must never reach
-MAX_PREDICATES = 65534
 
 #: the types of ids kept as given (``plain_id``)
 _PLAIN_IDS = frozenset((int, str))
 
-Expr = str | Sequence[tuple]
-PreparedEvent = list[Value]
 _NO_IDS = np.zeros(0, np.int64)
-_SIGN, _ALL = 1 << 63, (1 << 64) - 1
-
-
-def shard_dir(path: str, shard: int) -> str:
-    return os.path.join(path, f"shard-{shard:04d}")
-
-
-def write_manifest(path: str, manifest: dict) -> None:
-    """Write manifest.json atomically (temporary file, fsync, rename, fsync of the
-    directory)."""
-    fd, tmp = tempfile.mkstemp(prefix=".manifest-", dir=path)
-    as_created(fd, 0o666)
-    with os.fdopen(fd, "w") as out:
-        json.dump(manifest, out, indent=2, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, os.path.join(path, MANIFEST))
-    fsync_dir(path)  # the rename, and the names of the shard directories made before it
-
-
-def read_manifest(path: str) -> dict:
-    """The manifest of an index directory, or a clear error why there is none."""
-    if not os.path.isdir(path):
-        if os.path.exists(path):
-            raise NotAnIndexError(f"{path}: is a file, not an index directory")
-        raise NotAnIndexError(f"{path}: no such index directory")
-    try:
-        with builtins.open(os.path.join(path, MANIFEST), encoding="utf-8") as src:
-            manifest = json.load(src)
-    except FileNotFoundError:
-        raise NotAnIndexError(f"{path}: not a pbtree index (no {MANIFEST})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CorruptIndexError(f"{path}: {MANIFEST} is damaged ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise NotAnIndexError(f"{path}: {MANIFEST} is not a pbtree manifest")
-    version = manifest.get("version")
-    if not isinstance(version, int) or version < 1:
-        raise CorruptIndexError(f"{path}: {MANIFEST} has no valid format version")
-    if version > FORMAT_VERSION:
-        raise FormatVersionError(
-            f"{path}: index format version {version} is newer than this pbtree "
-            f"(reads up to {FORMAT_VERSION}); upgrade pbtree")
-    shards = manifest.get("shards")
-    if not isinstance(shards, int) or shards < 1:
-        raise CorruptIndexError(f"{path}: {MANIFEST} has no valid shard count")
-    return manifest
-
-
-def new_manifest(shards: int, node_bytes: int, **build: object) -> dict:
-    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "shards": shards,
-            "node_bytes": node_bytes, "build": build}
-
-
-def check_positive(name: str, value: object, what: str = "integer") -> None:
-    """PbtreeError unless ``value`` is an int of at least 1 (bools are not counts)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PbtreeError(f"{name} must be a positive {what}, not {value!r}")
-
-
-def check_layout(shards: int, node_bytes: int) -> None:
-    check_positive("shards", shards)
-    if not isinstance(node_bytes, int) or not MIN_NODE_BYTES <= node_bytes <= MAX_NODE_BYTES:
-        raise PbtreeError(
-            f"node_bytes must be an integer from {MIN_NODE_BYTES} to {MAX_NODE_BYTES}, "
-            f"not {node_bytes!r}")
 
 
 def _first_duplicate(items: list, stored: set[bytes]) -> None:
@@ -172,142 +97,6 @@ def check_options(fold_at: int | None, map_size: int) -> None:
     if fold_at is not None:
         check_positive("fold_at", fold_at)
     check_positive("map_size", map_size, "number of bytes")
-
-
-def normalize(expr: Expr, limit: int = config.MAX_CONJUNCTIONS) -> list:
-    """Core predicates of an expression (a Disjunction of conjunctions where it holds
-    'or', at most ``limit``), with pbtree's storage limits checked."""
-    if not isinstance(expr, str | list | tuple):
-        raise ExpressionError(
-            f"an expression is a string or a list of (attr, op, value) tuples, "
-            f"not {type(expr).__name__}")
-    preds = expressions.normalize(expr, limit)
-    for conj in conjunctions(preds):
-        if len(conj) > MAX_PREDICATES:
-            raise ExpressionError(
-                f"subscription has {len(conj)} predicates; the limit is {MAX_PREDICATES}")
-        for attr, _, _ in conj:
-            if not 0 < len(attr) <= MAX_ATTR_BYTES // 4:  # else UTF-8 may take over the limit
-                size = len(attr.encode("utf-8", "surrogatepass"))
-                if not 0 < size <= MAX_ATTR_BYTES:
-                    raise ExpressionError(
-                        f"attribute name {attr[:40]!r} must be 1 to {MAX_ATTR_BYTES} UTF-8 "
-                        f"bytes")
-    return preds
-
-
-class ArrayEvent(list):
-    """A prepared event some attribute of which holds two or more distinct comparable
-    values (an array): each is searched as its own value, and ``unequal`` lists the
-    ``preds`` keys of ``attribute != element`` for each element, whose entries' marks the
-    match clears (``snapshot.matched``): ``!=`` holds when no element equals. The values
-    from ``first`` on are arrays' elements: they search the interval entries too."""
-
-    __slots__ = ("unequal", "first")
-
-
-def is_array(value: object) -> bool:
-    """Whether an event value is an array: a list, a tuple or a numpy array."""
-    return type(value) is list or isinstance(value, list | tuple | np.ndarray)
-
-
-def prepare_event(event: Mapping) -> PreparedEvent:
-    """Encode each value of an event for search (``pbtree.values``).
-
-    Only an event that is not a mapping is an error. A nested object's values are the
-    attributes of their dotted names (``pbtree.nested``). A value no predicate can compare
-    (None, bytes, NaN, ...) is absent: every predicate on its attribute is false,
-    ``!=`` included. An array (list, tuple, numpy array) is its comparable elements, each
-    searched (objects, nested arrays and other values no predicate compares are left
-    out; an array of none is absent); with two or more distinct ones the event is an
-    ``ArrayEvent``. An attribute no subscription can name (not a string, not valid
-    Unicode, longer than the limit) is ignored whatever its value.
-    """
-    if not isinstance(event, Mapping):
-        raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
-    out: PreparedEvent = []
-    nested, arrays = [], []
-    for attr, value in event.items():
-        found = searched(value)
-        if found is None:
-            if isinstance(value, Mapping) and isinstance(attr, str):
-                nested.append((attr, value))
-            elif is_array(value):
-                arrays.append((attr, value))
-            continue
-        _add(out, attr, found)
-    if nested:
-        for attr, value in leaves(nested, {a for a in event if isinstance(a, str)}):
-            found = searched(value)
-            if found is not None:
-                _add(out, attr, found)
-            elif is_array(value):
-                arrays.append((attr, value))
-    if arrays:
-        return _with_arrays(out, arrays)
-    return out
-
-
-def _with_arrays(out: PreparedEvent, arrays: list[tuple[object, object]]) -> PreparedEvent:
-    """``out`` and the comparable elements of each array, an ArrayEvent if one holds two
-    or more distinct ones."""
-    unequal: list[bytes] = []
-    first, many = len(out), False
-    for attr, value in arrays:
-        found = list(dict.fromkeys(filter(None, map(searched, value))))  # distinct, in order
-        if len(found) == 1:
-            _add(out, attr, found[0])
-        elif found:
-            start = len(out)
-            for each in found:
-                _add(out, attr, each)
-            if len(out) > start:
-                many = True
-                unequal += _unequal_keys(attr, found)
-    if not many:
-        return out
-    event = ArrayEvent(out)
-    event.unequal, event.first = unequal, first
-    return event
-
-
-def _unequal_keys(attr: str, found: list[tuple[int, bytes, bool]]) -> list[bytes]:
-    """The ``preds`` keys of ``attr != v`` for each element v searched as ``found`` (those
-    that are constants a subscription can hold: exact)."""
-    keys = []
-    for family, payload, exact in found:
-        if not exact:
-            continue
-        if family == NUMBER:
-            bits = int.from_bytes(payload, "big")
-            bits = bits ^ _SIGN if bits & _SIGN else bits ^ _ALL
-            value: object = struct.unpack(">d", bits.to_bytes(8, "big"))[0]
-            if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
-                value = int(value)
-        elif family == STRING:
-            value = payload.decode("utf-8", "surrogatepass")
-        else:
-            value = payload == b"\x01"
-        try:
-            keys.append(predicate_key((str(attr), "!=", value)))
-        except (ValueError, TypeError, UnicodeEncodeError):  # no subscription holds it
-            pass
-    return keys
-
-
-def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> None:
-    """Append an event value searched as ``found`` under its attribute, if a subscription
-    can name that attribute."""
-    if type(attr) is not str:
-        if not isinstance(attr, str):
-            return
-        attr = str(attr)
-    try:
-        name = attr.encode("utf-8")
-    except UnicodeEncodeError:
-        return
-    if 0 < len(name) <= MAX_ATTR_BYTES:
-        out.append((name, *found))
 
 
 #: stored operators whose value MessagePack gives back as a list

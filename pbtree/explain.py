@@ -45,7 +45,7 @@ def explain(sub_id: object, preds: list, event: Mapping,
             prepared: list[tuple[bytes, int, bytes, bool]]) -> dict:
     """The verdict of one subscription's normalised ``preds`` (a conjunction, or a
     Disjunction of them) on ``event`` (as given) and on its ``prepared`` values
-    (``core.prepare_event``, an array's elements each): per conjunction, every predicate's
+    (``events.prepare_event``, an array's elements each): per conjunction, every predicate's
     text, the event value it saw (None when absent or of no comparable type) and whether it
     holds; the subscription matches when some conjunction holds."""
     seen: dict[str, list] = {}

@@ -19,10 +19,11 @@ import pyarrow.compute as pc
 from pbtree import arrowparse
 from pbtree.arrowparse import filled
 from pbtree.bulk import Columns, fixed_rows
-from pbtree.core import Index, normalize
+from pbtree.core import Index
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.expr import parse_tuple, source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
+from pbtree.normalize import normalize
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}

@@ -4,7 +4,7 @@ A key of the event itself wins over a nested path of the same name: ``{"user.cou
 "user": {"country": "FR"}}`` holds ``DE``. Between two nested paths of one name, the one
 with fewer levels wins (``{"a": {"b": {"c": 2}, "b.c": 1}}`` holds ``a.b.c`` = 1), then the
 first in the event's order. Objects nested deeper than ``config.MAX_DEPTH`` levels are not
-read. A list is a value like any other (an array, whose elements ``core.prepare_event``
+read. A list is a value like any other (an array, whose elements ``events.prepare_event``
 searches); objects inside lists are not read.
 """
 

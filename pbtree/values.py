@@ -2,7 +2,7 @@
 
 Semantics (DESIGN §1 and §8.3): a value no predicate can compare (a nested object, a list,
 bytes, NaN, None, any other type) is absent (an array's elements are each searched, by
-``core.prepare_event``), so every predicate on its attribute is false,
+``events.prepare_event``), so every predicate on its attribute is false,
 ``!=`` included; it never makes the event fail. Numbers compare as doubles, as the
 constants of a subscription do: a non-integer number (a float, Decimal, Fraction, numpy
 float) is taken as the double nearest to it, as a literal in an expression is. Integers are

@@ -23,8 +23,8 @@ import pyarrow as pa
 from pbtree import bulk, config, layouts
 from pbtree.arrowparse import filled
 from pbtree.clusters import Estimates
-from pbtree.core import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.errors import PbtreeError
+from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
     REASON,

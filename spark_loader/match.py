@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import pbtree
-from pbtree.core import MANIFEST
 from pbtree.errors import PbtreeError
 from pbtree.layouts import subscription_id_type
+from pbtree.manifest import MANIFEST
 from pbtree.outputs import Staging, check_outputs
 from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
 from spark_loader.timings import Timings

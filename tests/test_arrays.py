@@ -424,8 +424,8 @@ def test_interval_marks_hold_across_writes_between_array_events(tmp_path, fold_a
 def test_a_failed_match_gives_the_interval_marks_back(tmp_path, monkeypatch):
     """An array event that clears interval marks and fails while reading the check rows
     leaves the marks as they were between events."""
-    from pbtree.core import prepare_event
     from pbtree.errors import CorruptIndexError
+    from pbtree.events import prepare_event
 
     with pbtree.create(tmp_path / "ix") as ix:
         ix.subscribe_many([(1, "a between 1 and 5"), (2, "a between 2 and 9 and b = 1"),

@@ -16,9 +16,9 @@ from strategies import subscriptions
 
 from pbtree import arrowparse
 from pbtree.bulk import OPS_STORED, Columns
-from pbtree.core import normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates
+from pbtree.normalize import normalize
 
 ATTRS = ["a", "b", "x.y", "A_1", "_", "a1.", "and", "In", "inf", "Between", "é", "`a b`",
          "or", "b" * 401]

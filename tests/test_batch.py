@@ -1,4 +1,4 @@
-"""Batch normalisation (``batch.normalize_many``) against ``core.normalize``, one source at a
+"""Batch normalisation (``batch.normalize_many``) against ``normalize.normalize``, one source at a
 time: whatever the batch gives must be exactly what the slow path gives (types included),
 and the common shapes must be given, not left to the slow path; and big batches through an
 index against the oracle."""
@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 import pbtree
 from pbtree.batch import AttributeNames, normalize_many
-from pbtree.core import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 from pbtree.errors import ExpressionError
 from pbtree.expr import format_predicates, parse
+from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, normalize
 
 try:
     from tests.oracle import oracle_match

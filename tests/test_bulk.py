@@ -12,9 +12,9 @@ from strategies import random_event, random_subscription
 
 import pbtree
 from pbtree import bulk
-from pbtree.core import normalize
 from pbtree.expr import parse
 from pbtree.ids import encode_id
+from pbtree.normalize import normalize
 
 ATTRS = ["a", "b", "c", "x.y"]
 #: counts that do not depend on which predicate is each subscription's access one (an

@@ -1,10 +1,10 @@
 """One semantics of expressions: every entry point normalises a subscription alike.
 
 A subscription reaches the index as text or as (attribute, op, value) tuples
-(``core.normalize``), as tuples in a batch (``batch.normalize_many``, which
-``Index.subscribe_many`` uses, leaving what it does not take to ``core.normalize``), or as
+(``normalize.normalize``), as tuples in a batch (``batch.normalize_many``, which
+``Index.subscribe_many`` uses, leaving what it does not take to ``normalize.normalize``), or as
 Parquet rows in the expression or the predicate layout (``pbtree.arrowparse``
-through ``pbtree.layouts``, leaving what it does not take to ``core.normalize``).
+through ``pbtree.layouts``, leaving what it does not take to ``normalize.normalize``).
 Random subscriptions, valid and not, go through all of them: each must give the same core
 predicates (order, constants and their types: 1, 1.0 and True are not alike) or the same
 error (type, and a message naming the same predicate, attribute and problem).
@@ -31,10 +31,10 @@ import pbtree
 from pbtree import arrowparse, config, layouts
 from pbtree.batch import normalize_many
 from pbtree.bulk import OPS_STORED, Columns
-from pbtree.core import MAX_ATTR_BYTES, normalize
 from pbtree.errors import ExpressionError, PbtreeError, shown
 from pbtree.expr import OP_SPELLINGS, format_attr, format_predicates, format_value, parse, rewrite
 from pbtree.expr import normalize as expr_normalize
+from pbtree.normalize import MAX_ATTR_BYTES, normalize
 
 #: as the stress tests: PBTREE_STRESS_TRIALS=320 runs 20 times the examples, a longer hunt
 SCALE = int(os.environ.get("PBTREE_STRESS_TRIALS", "16")) / 16
@@ -413,7 +413,7 @@ def check_same_error(tuple_error: Failed, text_error: Failed, sub: list,
 
 
 def core_limit(error: Failed) -> bool:
-    """Whether an error is of a limit ``core.normalize`` checks after ``expr``'s work."""
+    """Whether an error is of a limit ``normalize.normalize`` checks after ``expr``'s work."""
     return problem(error[1]) in ("long name", "too many")
 
 
@@ -465,7 +465,7 @@ def as_lists(sub: list) -> list:
 @given(st.lists(st.one_of(any_subscriptions, subscriptions.map(as_lists)), max_size=16),
        st.integers(1, 6))
 def test_the_batch_path_agrees(subs: list, limit: int) -> None:
-    """Whatever ``normalize_many`` gives is what ``core.normalize`` gives (which says what
+    """Whatever ``normalize_many`` gives is what ``normalize.normalize`` gives (which says what
     is wrong with the sources it leaves), up to ``limit`` predicates."""
     lists = normalize_many(subs, limit, MAX_ATTR_BYTES)
     assert len(lists) == len(subs)
@@ -491,7 +491,7 @@ def index_path(tmp_path_factory) -> str:
 def test_subscribe_many_stores_what_normalize_gives(index_path, subs: list, more: int
                                                     ) -> None:
     """Through an index: a batch big enough for ``normalize_many`` stores each source as
-    ``core.normalize`` normalises it, or refuses the first bad one with its error."""
+    ``normalize.normalize`` normalises it, or refuses the first bad one with its error."""
     subs = (subs * (config.BATCH_AT // len(subs) + 1))[:config.BATCH_AT + more]
     wants = [outcome(normalize, sub) for sub in subs]
     bad = [n for n, want in enumerate(wants) if isinstance(want, Failed)]
@@ -518,7 +518,7 @@ def arrow_text(text: str) -> bool:
 
 
 def check_expression_layout(texts: list[str]) -> None:
-    """``arrowparse.parse`` and the expression layout give each text's ``core.normalize``
+    """``arrowparse.parse`` and the expression layout give each text's ``normalize.normalize``
     predicates, or reject its row with its error."""
     wants = [outcome(normalize, text) for text in texts]
     good, cols = arrowparse.parse(pa.array(texts, pa.string()))
@@ -611,7 +611,7 @@ def predicate_tables(subs: list, listed: bool) -> list[tuple[pa.Table, list]]:
 
 
 def check_predicate_layout(table: pa.Table, ids: list) -> None:
-    """The predicate layout gives each subscription's ``core.normalize`` predicates, or
+    """The predicate layout gives each subscription's ``normalize.normalize`` predicates, or
     rejects every row of it, the rows at fault with the error the tuple form gives."""
     rows = list(zip(*(table.column(c).to_pylist() for c in ("attr", "op", "value")),
                     strict=True))

@@ -17,7 +17,8 @@ import pbtree
 from pbtree import config
 from pbtree.compaction.pending import PendingRun, RecentWrites, SortedPostings, ranked_distinct
 from pbtree.compaction.postings import PostingColumns, joined, places, read_postings
-from pbtree.core import normalize, prepare_event
+from pbtree.events import prepare_event
+from pbtree.normalize import normalize
 from pbtree.subs import posted, stored
 from storage.keys import number_keys, number_payload
 from storage.lists import FIXED_WIDTH

@@ -369,7 +369,7 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
         assert placed in (None, inode)  # the second attempt kept the first one's shard
         placed = inode
     assert pq.read_table(rejects).column("id").to_pylist() == [2]
-    pbtree.core.write_manifest(str(staging), pbtree.core.new_manifest(1, 4096))
+    pbtree.manifest.write_manifest(str(staging), pbtree.manifest.new_manifest(1, 4096))
     with pbtree.open(staging) as ix:
         assert ix.match({"a": 2}) == [3] and ix.verify()["ok"]
 

@@ -18,9 +18,10 @@ from pbtree import config
 from pbtree.compaction import staged
 from pbtree.compaction.pending import PendingRun, RecentWrites
 from pbtree.compaction.postings import code, split_code
-from pbtree.core import normalize, prepare_event
 from pbtree.errors import CorruptIndexError
+from pbtree.events import prepare_event
 from pbtree.expr import parse
+from pbtree.normalize import normalize
 from pbtree.subs import posted
 
 #: attribute ids unlike the numbers a run gives its names

@@ -147,7 +147,7 @@ def test_as_arrays_and_counts(tmp_path):
         bad = ix.count_many([{"a": 1}, ["not", "a", "mapping"]], return_errors=True)
         assert bad[0] == len(arrays[0]) and isinstance(bad[1], pbtree.EventError)
         ix.subscribe("str", _sub(3))
-        shard = ix.shards[pbtree.core.shard_of(pbtree.ids.encode_id("str"), 2)]
+        shard = ix.shards[pbtree.ids.shard_of(pbtree.ids.encode_id("str"), 2)]
         with pytest.raises(pbtree.IdError, match="'str'"):
             ix.match_many([{"a": 1}], as_arrays=True)
         assert shard._snapshot is not None  # the error kept the snapshot and its tables

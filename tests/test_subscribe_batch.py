@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import pbtree
 from pbtree.columns import INT_IDS, STRING_ID, ColumnWriter
-from pbtree.core import MAX_ATTR_BYTES, normalize
 from pbtree.ids import encode_id, encode_ids, shard_of
+from pbtree.normalize import MAX_ATTR_BYTES, normalize
 
 SHARDS = 3
 

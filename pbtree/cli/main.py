@@ -38,9 +38,9 @@ from pbtree.cli.streams import (
     sample_events,
 )
 from pbtree.cli.subscribing import Item, Saved
-from pbtree.core import normalize
 from pbtree.errors import EventError, PbtreeError, shown
 from pbtree.ids import encode_id
+from pbtree.normalize import normalize
 from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 
 PROG = "pbtree"

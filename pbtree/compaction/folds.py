@@ -39,7 +39,7 @@ class ShardFolds:
         if self.fold_at is not None:
             return staged >= config.MERGE_FOLDS * self.fold_at
         return staged >= config.MERGE_MOST or staged >= config.MERGE_AT and \
-            staged >= config.MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
+            staged >= config.MERGE_PER_TREE * self.env.count(txn, "trees")
 
     def compact(self) -> int:
         """Move every pending and staged subscription into the trees, and purge removed

@@ -28,13 +28,13 @@ from pbtree.ids import encode_id, shard_of
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.normalize import normalize
 from pbtree.outputs import fsync_dir
-from pbtree.shard import ESTIMATES, Shard
+from pbtree.shard import Shard
 from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, name_bytes
 from pbtree.write.wholetree import Record, Spilled, TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
-from storage.meta import CONJUNCTIONS, COUNTER
+from storage.meta import CONJUNCTIONS, write_counter, write_estimates
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from storage.records import (
     PREDICATE_ID,
@@ -561,15 +561,14 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
     try:
         if len(ordered):
             def load(txn) -> None:
-                for name, recs in records.by_db.items():
-                    txn.cursor(db=shard.dbs[name]).putmulti(recs, append=True)
+                shard.env.append(txn, records.by_db)
                 meta = shard.dbs["meta"]
-                txn.put(b"next_sid", COUNTER.pack(next_sid), db=meta)
-                txn.put(b"next_node", COUNTER.pack(next_node), db=meta)
-                txn.put(b"next_attr", COUNTER.pack(next_attr), db=meta)
-                txn.put(NEXT_SET, COUNTER.pack(len(records.by_db["overflow"])), db=meta)
-                txn.put(ESTIMATES, estimates.encode(), db=meta)
-                txn.put(CONJUNCTIONS, COUNTER.pack(len(ordered)), db=meta)
+                write_counter(txn, meta, b"next_sid", next_sid)
+                write_counter(txn, meta, b"next_node", next_node)
+                write_counter(txn, meta, b"next_attr", next_attr)
+                write_counter(txn, meta, NEXT_SET, len(records.by_db["overflow"]))
+                write_estimates(txn, meta, estimates.encode())
+                write_counter(txn, meta, CONJUNCTIONS, len(ordered))
 
             shard.env.write(load)
     finally:

@@ -33,8 +33,9 @@ from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
 from pbtree.subs import INTERVALS, OWN_ENTRY, bounds
 from pbtree.values import searched
+from storage.chunks import Chunks
 from storage.keys import const_payload
-from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of, rows_key
+from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
 
 #: the rows database (the predicate entries' is ``storage.records.PREDS``)
 DB = "rows"
@@ -229,14 +230,14 @@ class RowsWriter:
     """Changes to the check rows inside one write transaction, put at ``flush``."""
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
-        self.txn, self.db = txn, dbs[DB]
+        self.records = Chunks(txn, dbs[DB])
         self.dirty: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def _read(self, number: int) -> tuple[np.ndarray, np.ndarray]:
         """(row lengths, sids) of a record as this transaction sees it."""
         found = self.dirty.get(number)
         if found is None:
-            raw = self.txn.get(rows_key(number), db=self.db)
+            raw = self.records.get(number)
             found = decode_rows(raw) if raw is not None else (
                 np.zeros(ROW_CHUNK, np.int64), _EMPTY)
         return found
@@ -283,9 +284,9 @@ class RowsWriter:
     def flush(self) -> None:
         for number, (lengths, pids) in self.dirty.items():
             if lengths.any():
-                self.txn.put(rows_key(number), encode_rows(lengths, pids), db=self.db)
+                self.records.put(number, encode_rows(lengths, pids))
             else:
-                self.txn.delete(rows_key(number), db=self.db)
+                self.records.delete(number)
 
 
 def _address(view: memoryview) -> int:
@@ -331,7 +332,7 @@ class Rows:
 
     @classmethod
     def read(cls, txn: lmdb.Transaction, dbs: dict) -> Rows:
-        return cls({int.from_bytes(k, "big"): v for k, v in txn.cursor(db=dbs[DB])})
+        return cls(Chunks(txn, dbs[DB]).by_number())
 
     def renewed(self, txn: lmdb.Transaction, dbs: dict, written: set[int] | None) -> Rows:
         """The rows of ``txn``, a newer snapshot begun while this one's is open: records
@@ -339,9 +340,9 @@ class Rows:
         if written is None:
             return Rows.read(txn, dbs)
         views, addresses = dict(self.views), dict(self.addresses)
-        db = dbs[DB]
+        records = Chunks(txn, dbs[DB])
         for n in written:
-            raw = txn.get(rows_key(n), db=db)
+            raw = records.get(n)
             if raw is None:
                 views.pop(n, None)
                 addresses.pop(n, None)

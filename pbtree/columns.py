@@ -14,6 +14,7 @@ import lmdb
 import numpy as np
 
 from pbtree import config
+from storage.chunks import Chunks, chunk_key
 
 
 class Column:
@@ -24,7 +25,7 @@ class Column:
         self.nbytes = size * self.dtype.itemsize  # of a full chunk
 
     def chunk_key(self, number: int) -> bytes:
-        return number.to_bytes(4, "big")
+        return chunk_key(number)
 
     def read(self, txn: lmdb.Transaction,
              dbs: dict) -> tuple[np.ndarray, list[np.ndarray] | None]:
@@ -33,22 +34,17 @@ class Column:
         views = self.views(txn, dbs)
         if views:  # one join, one copy
             return np.frombuffer(bytearray().join(views), self.dtype), views
-        records = [(int.from_bytes(k, "big"), v) for k, v in txn.cursor(db=dbs[self.db])]
-        out = np.zeros(self.size * (records[-1][0] + 1 if records else 0), self.dtype)
-        for number, raw in records:
+        records = Chunks(txn, dbs[self.db]).by_number()
+        out = np.zeros(self.size * (max(records) + 1 if records else 0), self.dtype)
+        for number, raw in records.items():
             out[number * self.size:(number + 1) * self.size] = np.frombuffer(raw, self.dtype)
         return out, None
 
     def views(self, txn: lmdb.Transaction, dbs: dict) -> list[np.ndarray] | None:
         """Every chunk as a read-only view into the map (valid while ``txn`` lasts), when
         chunks 0 .. n-1 are all present and full (the usual case); None otherwise."""
-        db = dbs[self.db]
-        count = txn.stat(db)["entries"]
-        cursor = txn.cursor(db=db)
-        if count and (not cursor.last() or int.from_bytes(cursor.key(), "big") != count - 1):
-            return None
-        values = list(cursor.iternext(keys=False, values=True)) if cursor.first() else []
-        if set(map(len, values)) - {self.nbytes}:
+        values = Chunks(txn, dbs[self.db]).contiguous()
+        if values is None or set(map(len, values)) - {self.nbytes}:
             return None
         return list(map(np.frombuffer, values, repeat(self.dtype)))
 
@@ -80,14 +76,14 @@ class Column:
                  written: set[int]) -> tuple[list[np.ndarray], list[int]] | None:
         """``changed`` given the chunks written since ``old``: a chunk no commit wrote is
         the same record on the same pages, which ``txn`` reaches as ``old`` did."""
-        db = dbs[self.db]
-        count = txn.stat(db)["entries"]
+        chunks = Chunks(txn, dbs[self.db])
+        count = chunks.count()
         if count < len(old):
             return None
         views = [*old, *[None] * (count - len(old))]
         numbers = sorted({n for n in written if n < len(old)} | set(range(len(old), count)))
         for number in numbers:
-            raw = txn.get(self.chunk_key(number), db=db)
+            raw = chunks.get(number)
             if raw is None or len(raw) != self.nbytes:
                 return None
             views[number] = np.frombuffer(raw, self.dtype)
@@ -95,8 +91,8 @@ class Column:
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
         """Every stored chunk by number (for verify and stats)."""
-        return {int.from_bytes(k, "big"): np.frombuffer(bytes(v), self.dtype)
-                for k, v in txn.cursor(db=dbs[self.db])}
+        return {number: np.frombuffer(bytes(raw), self.dtype)
+                for number, raw in Chunks(txn, dbs[self.db]).by_number().items()}
 
 
 def grown(table: np.ndarray, size: int, fill: int | bytes = 0) -> np.ndarray:
@@ -114,7 +110,7 @@ class ColumnWriter:
     """Pending changes to one column inside a write transaction."""
 
     def __init__(self, column: Column, txn: lmdb.Transaction, dbs: dict) -> None:
-        self.column, self.txn, self.db = column, txn, dbs[column.db]
+        self.column, self.chunks = column, Chunks(txn, dbs[column.db])
         self.dirty: dict[int, np.ndarray] = {}
 
     def set(self, sid: int, value: int) -> None:
@@ -146,7 +142,7 @@ class ColumnWriter:
         chunk = self.dirty.get(number)
         if chunk is None:
             col = self.column
-            raw = self.txn.get(col.chunk_key(number), db=self.db)
+            raw = self.chunks.get(number)
             chunk = np.frombuffer(raw, col.dtype) if raw is not None else np.zeros(
                 col.size, col.dtype)
         return chunk
@@ -160,7 +156,7 @@ class ColumnWriter:
 
     def flush(self) -> None:
         for number, chunk in self.dirty.items():
-            self.txn.put(self.column.chunk_key(number), chunk.tobytes(), db=self.db)
+            self.chunks.put(number, chunk.tobytes())
 
 
 #: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB

@@ -32,7 +32,15 @@ from pbtree.subs import decoded
 from pbtree.write.writer import Writer
 from pbtree.write.writes import ShardWrites
 from storage.env import Environment
-from storage.meta import CONJUNCTIONS
+from storage.meta import (
+    CONJUNCTIONS,
+    delete_counter,
+    read_estimates,
+    read_header,
+    write_estimates,
+    write_header,
+    write_version,
+)
 from storage.records import PREDICATE_ID, PREDS, sid_records
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
@@ -53,8 +61,6 @@ VERSION = 12
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
-#: meta record of the selectivity estimates (``clusters.Estimates``)
-ESTIMATES = b"estimates"
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
 _REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "kinds",
               "intids", "staged", "dead", strids.DB, clusters.DB, PREDS)
@@ -73,18 +79,13 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self.dbs = self.env.dbs
         meta = self.dbs["meta"]
         if create:
-            def init(txn) -> None:
-                txn.put(b"format", FORMAT, db=meta)
-                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
-                txn.put(b"node_bytes", node_bytes.to_bytes(4, "little"), db=meta)
-            self.env.write(init)
+            self.env.write(lambda txn: write_header(txn, meta, FORMAT, VERSION, node_bytes))
         with self.env.read() as txn:
-            fmt, ver, nb = (txn.get(k, db=meta) for k in (b"format", b"version", b"node_bytes"))
-            if fmt is None or bytes(fmt) != FORMAT or ver is None or nb is None:
-                self.env.close()
-                raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
-            version = int.from_bytes(ver, "little")
-            self.node_bytes = int.from_bytes(nb, "little")
+            header = read_header(txn, meta)
+        if header is None or header[0] != FORMAT:
+            self.env.close()
+            raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
+        _, version, self.node_bytes = header
         if version != VERSION and version not in UPGRADES:
             self.env.close()
             if version > VERSION:
@@ -102,8 +103,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
                 f"(version {VERSION}); open it for writing once, or run pbtree upgrade")
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
-            for name in self.env.missing:
-                self.dbs[name] = self.env.env.open_db(name.encode())
+            self.env.add_missing()
         elif self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
@@ -121,13 +121,13 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self._chunks: dict[int, dict[str, set[int]]] = {}
         self._used = time.monotonic()  # when a match or write last used the pinned snapshot
         with self.env.read() as txn:
-            raw = txn.get(ESTIMATES, db=meta)
-            #: what chooses access predicates (``clusters.ordered``): None for the static rule
-            self.estimates = None if raw is None else clusters.Estimates.decode(bytes(raw))
+            raw = read_estimates(txn, meta)
+        #: what chooses access predicates (``clusters.ordered``): None for the static rule
+        self.estimates = None if raw is None else clusters.Estimates.decode(raw)
         if version != VERSION:  # older readers must not see what is new
             def upgrade(txn) -> None:
                 self._rewrite(txn)
-                txn.put(b"version", VERSION.to_bytes(4, "little"), db=meta)
+                write_version(txn, meta, VERSION)
             self.env.write(upgrade)
         idle.watch(self)
 
@@ -142,14 +142,10 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
                 found.setdefault(idkey, []).append(preds)
         items = [(decode_id(idkey), idkey, conjs[0] if len(conjs) == 1 else Disjunction(conjs))
                  for idkey, conjs in found.items()]
-        for name in _REWRITTEN:
-            txn.drop(dbs[name], delete=False)
-        try:  # the predicate counts of versions before 9, which ``kinds`` replaces
-            txn.drop(self.env.env.open_db(b"needed", txn=txn, create=False), delete=True)
-        except lmdb.NotFoundError:
-            pass
+        self.env.empty(txn, _REWRITTEN)
+        self.env.drop(txn, "needed")  # predicate counts before version 9, now ``kinds``
         for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
-            txn.delete(name, db=dbs["meta"])
+            delete_counter(txn, dbs["meta"], name)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
             items.sort(key=lambda item: clusters.predicate_key(
@@ -163,10 +159,8 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         """Choose every subscription's access predicate anew by ``estimates`` (kept for
         the subscriptions to come; None: the static rule), in one transaction."""
         def apply(txn) -> None:
-            if estimates is None:
-                txn.delete(ESTIMATES, db=self.dbs["meta"])
-            else:
-                txn.put(ESTIMATES, estimates.encode(), db=self.dbs["meta"])
+            write_estimates(txn, self.dbs["meta"], None if estimates is None else
+                            estimates.encode())
             self._rewrite(txn)
 
         with self._lock:

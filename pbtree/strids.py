@@ -21,7 +21,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree.columns import grown
-from storage.records import split_sub
+from storage.chunks import Chunks, chunk_key
 
 DB = "strids"
 #: sids per chunk: its offsets fill one 4 KiB page, and a batch of 1,000 new string ids
@@ -42,10 +42,6 @@ def string_of(idkey: bytes) -> bytes:
     return idkey[1:] if idkey[:1] == b"s" else b""
 
 
-def chunk_key(number: int) -> bytes:
-    return number.to_bytes(4, "big")
-
-
 def encode_chunk(ids: list[bytes]) -> bytes:
     """A chunk's record: the end offsets of its ``SIZE`` ids (``b""`` for none), then their
     bytes."""
@@ -62,7 +58,7 @@ def decode_chunk(raw: bytes | memoryview) -> list[bytes]:
 
 def chunk_records(idkeys: Iterable[tuple[int, bytes]]) -> list[tuple[bytes, bytes]]:
     """The records, in key order, of the column holding these (sid, encoded id) pairs
-    (``pbtree.ids.encode_id``): for a shard written whole, or one upgraded."""
+    (``pbtree.ids.encode_id``): for a shard written whole."""
     chunks: dict[int, list[bytes]] = {}
     for sid, idkey in idkeys:
         found = string_of(idkey)
@@ -72,19 +68,11 @@ def chunk_records(idkeys: Iterable[tuple[int, bytes]]) -> list[tuple[bytes, byte
     return [(chunk_key(number), encode_chunk(ids)) for number, ids in sorted(chunks.items())]
 
 
-def fill(txn: lmdb.Transaction, dbs: dict) -> None:
-    """Write the column from the subscription records (``subs``: sid -> id and
-    predicates), upgrading a shard written before the column existed."""
-    pairs = ((int.from_bytes(key, "big"), split_sub(raw)[0])
-             for key, raw in txn.cursor(db=dbs["subs"]))
-    txn.cursor(db=dbs[DB]).putmulti(chunk_records(pairs))
-
-
 class StringIdWriter:
     """Changes to the string id column inside a write transaction, chunk by chunk."""
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
-        self.txn, self.db = txn, dbs[DB]
+        self.chunks = Chunks(txn, dbs[DB])
         self.dirty: dict[int, list[bytes]] = {}
 
     def set_run(self, first: int, ids: list[bytes]) -> None:
@@ -104,28 +92,27 @@ class StringIdWriter:
             self._chunk(number)[at] = b""
 
     def _stored(self, number: int) -> bool:
-        return self.txn.get(chunk_key(number), db=self.db) is not None
+        return self.chunks.get(number) is not None
 
     def _chunk(self, number: int) -> list[bytes]:
         chunk = self.dirty.get(number)
         if chunk is None:
-            raw = self.txn.get(chunk_key(number), db=self.db)
+            raw = self.chunks.get(number)
             chunk = self.dirty[number] = [b""] * SIZE if raw is None else decode_chunk(raw)
         return chunk
 
     def flush(self) -> None:
         for number, ids in self.dirty.items():
-            key = chunk_key(number)
             if any(ids):
-                self.txn.put(key, encode_chunk(ids), db=self.db)
+                self.chunks.put(number, encode_chunk(ids))
             else:
-                self.txn.delete(key, db=self.db)
+                self.chunks.delete(number)
 
 
 def read_views(txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
     """Every chunk record by number, as a byte view into the map (valid while ``txn`` is)."""
-    return {int.from_bytes(k, "big"): np.frombuffer(v, np.uint8)
-            for k, v in txn.cursor(db=dbs[DB])}
+    return {number: np.frombuffer(raw, np.uint8)
+            for number, raw in Chunks(txn, dbs[DB]).by_number().items()}
 
 
 def _split(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -180,9 +167,9 @@ class StringIdTable:
                        if n not in self.views or not np.may_share_memory(view, self.views[n])]
             changed += [n for n in self.views if n not in views]
         else:
-            views = dict(self.views)
+            views, chunks = dict(self.views), Chunks(txn, dbs[DB])
             for number in written:
-                raw = txn.get(chunk_key(number), db=dbs[DB])
+                raw = chunks.get(number)
                 if raw is None:
                     views.pop(number, None)
                 else:

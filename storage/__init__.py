@@ -1,5 +1,6 @@
 """Paged storage for pbtree on LMDB: environments, key codecs, SidSets, the shard's meta
-counters (``storage.meta``), the errors they raise (``storage.errors``), and the byte
+records (``storage.meta``) and numbered records such as column chunks (``storage.chunks``),
+the errors they raise (``storage.errors``), and the byte
 layout of every record a shard holds: the trees' (``leaf``, ``lists``, ``overflow``,
 ``packed``) and the subscriptions' (``records``).
 

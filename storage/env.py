@@ -19,7 +19,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -191,6 +191,38 @@ class Environment:
             raise NotAnIndexError(
                 f"{self.path}: an LMDB environment without a {first_db!r} database; "
                 f"not a pbtree shard") from None
+
+    def add_missing(self) -> None:
+        """Create the databases ``missing`` names, in files older than they are (opened for
+        an upgrade)."""
+        for name in self.missing:
+            self.dbs[name] = self.env.open_db(name.encode())
+        self.missing = []
+
+    def empty(self, txn: lmdb.Transaction, names: Iterable[str]) -> None:
+        """Delete every record of the databases ``names``, which stay open."""
+        for name in names:
+            txn.drop(self.dbs[name], delete=False)
+
+    def drop(self, txn: lmdb.Transaction, name: str) -> None:
+        """Delete the database ``name`` and its records, if the files hold one (a database
+        of an older format version, which this one does not open)."""
+        try:
+            txn.drop(self.env.open_db(name.encode(), txn=txn, create=False), delete=True)
+        except lmdb.NotFoundError:
+            pass
+
+    def count(self, txn: lmdb.Transaction, name: str) -> int:
+        """How many records the database ``name`` holds."""
+        return txn.stat(self.dbs[name])["entries"]
+
+    def append(self, txn: lmdb.Transaction,
+               records: Mapping[str, list[tuple[bytes, bytes]]]) -> None:
+        """Put each named database's ``records``, sorted by key and after every key it
+        holds, in LMDB's append mode: pages are filled in order, never split (a shard
+        written whole)."""
+        for name, items in records.items():
+            txn.cursor(db=self.dbs[name]).putmulti(items, append=True)
 
     def begin_read(self, release: Callable[[], None] = lambda: None) -> lmdb.Transaction:
         """A read-only transaction (zero-copy buffers); when another process has grown the

@@ -1,4 +1,9 @@
-"""The counters among a shard's meta records (docs/FORMAT.md §2.1), and their readers.
+"""A shard's meta records (docs/FORMAT.md §2.1): its header, its selectivity estimates
+and its counters, with their readers and writers.
+
+The header is three records: ``format`` (the format's name), ``version`` and
+``node_bytes`` (the list node capacity), u32 LE both. ``estimates`` holds the encoded
+estimates when the shard has them.
 
 Each counter is a u64 LE under an ASCII name in the ``meta`` database, absent until first
 written. Writes move them: the next sid, node id and attribute id to hand out, the first
@@ -19,6 +24,8 @@ from storage.errors import CorruptIndexError
 
 #: every counter's value: u64 LE
 COUNTER = struct.Struct("<Q")
+#: meta record of the selectivity estimates (``pbtree.clusters.Estimates``)
+ESTIMATES = b"estimates"
 #: meta counter of the transactions that changed a PB+tree
 TREE_GEN = b"tree_gen"
 #: meta record of the number of conjunctions stored (a sid each): more than the ids when
@@ -26,6 +33,44 @@ TREE_GEN = b"tree_gen"
 CONJUNCTIONS = b"conjunctions"
 #: the largest sid: sids are u32 in every record that names one
 MAX_SID = 2**32 - 1
+
+
+def write_header(txn: lmdb.Transaction, meta: lmdb._Database, name: bytes, version: int,
+                 node_bytes: int) -> None:
+    """Store a new shard's header: its format's ``name``, then its format version and list
+    node capacity, u32 LE both."""
+    txn.put(b"format", name, db=meta)
+    write_version(txn, meta, version)
+    txn.put(b"node_bytes", node_bytes.to_bytes(4, "little"), db=meta)
+
+
+def read_header(txn: lmdb.Transaction, meta: lmdb._Database) -> tuple[bytes, int, int] | None:
+    """(format name, format version, node_bytes) of a shard, or None when a record of them
+    is missing (not a shard)."""
+    name, version, node_bytes = (txn.get(k, db=meta)
+                                 for k in (b"format", b"version", b"node_bytes"))
+    if name is None or version is None or node_bytes is None:
+        return None
+    return bytes(name), int.from_bytes(version, "little"), int.from_bytes(node_bytes, "little")
+
+
+def write_version(txn: lmdb.Transaction, meta: lmdb._Database, version: int) -> None:
+    """Store the shard's format version (an upgrade's last step)."""
+    txn.put(b"version", version.to_bytes(4, "little"), db=meta)
+
+
+def read_estimates(txn: lmdb.Transaction, meta: lmdb._Database) -> bytes | None:
+    """The encoded selectivity estimates, or None when the shard has none."""
+    raw = txn.get(ESTIMATES, db=meta)
+    return None if raw is None else bytes(raw)
+
+
+def write_estimates(txn: lmdb.Transaction, meta: lmdb._Database, encoded: bytes | None) -> None:
+    """Store the ``encoded`` selectivity estimates; None deletes them (the static rule)."""
+    if encoded is None:
+        txn.delete(ESTIMATES, db=meta)
+    else:
+        txn.put(ESTIMATES, encoded, db=meta)
 
 
 def read_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> int:
@@ -37,6 +82,11 @@ def read_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> int:
 def write_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes, value: int) -> None:
     """Store ``value`` as the meta counter ``name``."""
     txn.put(name, COUNTER.pack(value), db=db)
+
+
+def delete_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> None:
+    """Delete the meta counter ``name``, which then reads as absent."""
+    txn.delete(name, db=db)
 
 
 def read_folded(txn: lmdb.Transaction, meta: lmdb._Database, next_sid: int) -> int:

@@ -39,7 +39,7 @@ class ShardFolds:
         if self.fold_at is not None:
             return staged >= config.MERGE_FOLDS * self.fold_at
         return staged >= config.MERGE_MOST or staged >= config.MERGE_AT and \
-            staged >= config.MERGE_PER_TREE * txn.stat(self.dbs["trees"])["entries"]
+            staged >= config.MERGE_PER_TREE * self.env.count(txn, "trees")
 
     def compact(self) -> int:
         """Move every pending and staged subscription into the trees, and purge removed
@@ -65,16 +65,16 @@ class ShardFolds:
         the postings it kept (``recent``: what ``RecentWrites`` holds, and the write's own),
         without decoding their records again; the ones removed since (predicate count 0)
         are left out, here and when merging."""
-        db = self.dbs["staged"]
+        stored = staged.records(txn, self.dbs)
         self._named = {}  # of this try only
         kinds = w.kinds.values(w.folded, w.next_sid)
         place, keys, sids, strings = self._pending(w, txn, recent, kinds != 0)
         moved = int(np.count_nonzero(kinds == clusters.SUBSCRIPTION))
         first, w.folded = w.folded, w.next_sid
         if not (merge or self.merge_due(w.folded - w.merged, txn)):
-            run = staged.compacted(txn, db, staged.staged(first, w.folded, place, keys,
-                                                          sids, strings))
-            txn.put(staged.run_key(run.first), run.encode(), db=db)
+            run = staged.compacted(stored, staged.staged(first, w.folded, place, keys, sids,
+                                                         strings))
+            stored.put(run.first, run.encode())
             return moved
         self._purge(w)  # the trees are rewritten anyway
         runs = staged.read(txn, self.dbs)
@@ -86,7 +86,7 @@ class ShardFolds:
                 places(place[order], keys[order], sids[order], strings)):
             w.add(tree_prefix(aid, family), kind, place_keys, place_sids)
         for run in runs:
-            txn.delete(staged.run_key(run.first), db=db)
+            stored.delete(run.first)
         moved += int(np.count_nonzero(kinds[:first - w.merged] == clusters.SUBSCRIPTION))
         w.merged = w.folded
         return moved

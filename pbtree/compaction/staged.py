@@ -20,6 +20,7 @@ from pbtree.compaction.pending import SortedPostings, distinct, queries_of, rank
 from pbtree.compaction.postings import Keys, places, ranked, split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.read.version import Value
+from storage.chunks import Chunks
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
 HEADER = struct.Struct("<6I")
@@ -190,28 +191,27 @@ def joined(older: StagedRun, newer: StagedRun) -> StagedRun:
                   np.concatenate((older.index.sids, newer.index.sids)), strings)
 
 
-def compacted(txn: lmdb.Transaction, db, run: StagedRun) -> StagedRun:
-    """``run`` after a compaction: joined with the staged runs before it, last first,
+def compacted(stored: Chunks, run: StagedRun) -> StagedRun:
+    """``run`` after a compaction: joined with the ``stored`` runs before it, last first,
     while the one before holds at most twice its postings; their records are deleted."""
-    keys = [bytes(key) for key in txn.cursor(db=db).iternext(values=False)]
-    while keys:
-        older = StagedRun.decode(int.from_bytes(keys[-1], "big"), txn.get(keys[-1], db=db))
+    firsts = stored.numbers()
+    while firsts:
+        older = StagedRun.decode(firsts[-1], stored.get(firsts[-1]))
         if older.size > 2 * run.size:
             break
         run = joined(older, run)
-        txn.delete(keys.pop(), db=db)
+        stored.delete(firsts.pop())
     return run
+
+
+def records(txn: lmdb.Transaction, dbs: dict) -> Chunks:
+    """The ``staged`` records in ``txn``: each a run's encoding, numbered by its first sid."""
+    return Chunks(txn, dbs["staged"])
 
 
 def read(txn: lmdb.Transaction, dbs: dict) -> list[StagedRun]:
     """The staged runs in sid order, views of the map valid while ``txn`` is."""
-    return [StagedRun.decode(int.from_bytes(key, "big"), raw)
-            for key, raw in txn.cursor(db=dbs["staged"]).iternext()]
-
-
-def run_key(first: int) -> bytes:
-    """The ``staged`` key of the run from sid ``first``."""
-    return first.to_bytes(4, "big")
+    return [StagedRun.decode(first, raw) for first, raw in records(txn, dbs).by_number().items()]
 
 
 def _same(aid: int) -> int:

@@ -1,0 +1,45 @@
+"""Numbered records through ``storage.chunks.Chunks``, on a real LMDB environment: listed
+in number order, and read whole only when numbered from 0 without a gap."""
+
+from __future__ import annotations
+
+import lmdb
+
+from storage.chunks import Chunks, chunk_key
+
+
+def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
+    env = lmdb.open(str(tmp_path / "env"), max_dbs=1, map_size=1 << 24)
+    return env, env.open_db(b"db")
+
+
+def test_records_are_listed_in_number_order_past_one_key_byte(tmp_path):
+    env, db = environment(tmp_path)
+    with env.begin(write=True) as txn:
+        chunks = Chunks(txn, db)
+        for number in (256, 3, 1):
+            chunks.put(number, b"v%d" % number)
+        chunks.delete(3)
+        chunks.delete(7)  # absent: nothing to delete
+    with env.begin() as txn:
+        chunks = Chunks(txn, db)
+        assert chunks.count() == 2 and chunks.numbers() == [1, 256]
+        assert {n: bytes(v) for n, v in chunks.by_number().items()} == {1: b"v1", 256: b"v256"}
+        assert bytes(chunks.get(256)) == b"v256" and chunks.get(3) is None
+        assert txn.get(chunk_key(256), db=db) == b"v256"
+
+
+def test_contiguous_only_when_numbered_from_zero_without_a_gap(tmp_path):
+    env, db = environment(tmp_path)
+    with env.begin() as txn:
+        assert Chunks(txn, db).contiguous() == []
+    with env.begin(write=True) as txn:
+        for number in (0, 1, 2):
+            Chunks(txn, db).put(number, bytes([number]) * 4)
+    with env.begin() as txn:
+        assert list(map(bytes, Chunks(txn, db).contiguous())) == [
+            b"\0" * 4, b"\1" * 4, b"\2" * 4]
+    with env.begin(write=True) as txn:
+        Chunks(txn, db).delete(1)
+    with env.begin() as txn:
+        assert Chunks(txn, db).contiguous() is None

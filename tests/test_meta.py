@@ -1,0 +1,40 @@
+"""A shard's header and estimates through ``storage.meta``, on a real LMDB environment."""
+
+from __future__ import annotations
+
+import lmdb
+
+from storage.meta import (
+    read_estimates,
+    read_header,
+    write_estimates,
+    write_header,
+    write_version,
+)
+
+
+def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
+    env = lmdb.open(str(tmp_path / "env"), max_dbs=1, map_size=1 << 24)
+    return env, env.open_db(b"meta")
+
+
+def test_header_reads_back_or_is_missing(tmp_path):
+    env, meta = environment(tmp_path)
+    with env.begin(write=True) as txn:
+        assert read_header(txn, meta) is None
+        write_header(txn, meta, b"name", 11, 4096)
+        write_version(txn, meta, 12)
+        assert read_header(txn, meta) == (b"name", 12, 4096)
+        assert txn.get(b"version", db=meta) == (12).to_bytes(4, "little")
+        txn.delete(b"node_bytes", db=meta)
+        assert read_header(txn, meta) is None
+
+
+def test_estimates_are_stored_or_deleted(tmp_path):
+    env, meta = environment(tmp_path)
+    with env.begin(write=True) as txn:
+        assert read_estimates(txn, meta) is None
+        write_estimates(txn, meta, b"\x93")
+        assert read_estimates(txn, meta) == b"\x93"
+        write_estimates(txn, meta, None)
+        assert read_estimates(txn, meta) is None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import lmdb
 import numpy as np
 
 from pbtree import config
@@ -19,29 +18,31 @@ from pbtree.read.version import Value
 from storage import packed, sidset
 from storage.keys import tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
-from storage.lists import SPILLED, TREE, View, is_packed, node_key, tree_sentinels
+from storage.lists import SPILLED, TREE, View, is_packed, tree_sentinels
 from storage.overflow import Reader
+from storage.trees import TreePages
 
 HAS_INEQ = HAS[INEQ]
 
 
 class Search:
     """The trees of one shard as a source (``version.Source``): collects the SidSets an
-    event's values satisfy inside a read transaction, a name resolved by ``attr_id`` to
-    the attribute id that keys its trees (None: no tree)."""
+    event's values satisfy in the records ``pages`` reads (and the overflow sets ``over``
+    reads) of a read transaction, a name resolved by ``attr_id`` to the attribute id that
+    keys its trees (None: no tree)."""
 
-    __slots__ = ("txn", "snapshot", "attr_id", "cursor", "leaf_db", "nodes_db", "over",
-                 "trees_db", "out", "trees", "budget")
+    __slots__ = ("snapshot", "attr_id", "node", "leaf", "tree", "around", "over", "out",
+                 "trees", "budget")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
+    def __init__(self, pages: TreePages, over: Reader, snapshot: Snapshot,
                  attr_id: Callable[[bytes], int | None]) -> None:
-        self.txn, self.snapshot, self.attr_id = txn, snapshot, attr_id
+        self.snapshot, self.attr_id, self.over = snapshot, attr_id, over
         self.trees = snapshot.trees
-        self.cursor = txn.cursor(db=dbs["leaf"])
-        self.leaf_db, self.nodes_db = dbs["leaf"], dbs["nodes"]
-        self.over, self.trees_db = Reader(txn, dbs), dbs["trees"]
+        # the accessor's methods bound once: a match calls them per value and node
+        self.node, self.leaf, self.tree, self.around = (
+            pages.node, pages.leaf, pages.tree, pages.around)
         # a list walk longer than the number of nodes means a damaged, cyclic list
-        self.budget = txn.stat(self.nodes_db)["entries"]
+        self.budget = pages.node_count()
 
     def search(self, values: list[Value], out: list[np.ndarray]) -> None:
         """Collect into ``out`` what each value satisfies in the tree of its attribute and
@@ -54,10 +55,7 @@ class Search:
                 self.attribute(tree_prefix(aid, family), payload, exact)
 
     def view(self, node_id: int) -> View:
-        raw = self.txn.get(node_key(node_id), db=self.nodes_db)
-        if raw is None:
-            raise CorruptIndexError(f"list node {node_id} is referenced but missing")
-        return View(raw, node_id)
+        return View(self.node(node_id), node_id)
 
     def step(self, node_id: int, steps: int) -> View:
         """The next node of a walk, refusing walks longer than the node count."""
@@ -96,7 +94,7 @@ class Search:
                     self.out += found
             state.collect(payload, exact, self.out)
             return
-        raw = self.txn.get(prefix, db=self.trees_db)
+        raw = self.tree(prefix)
         if raw is None:  # no constant of this attribute and family
             return
         if is_packed(raw):
@@ -119,7 +117,7 @@ class Search:
         it takes a cursor's steps, most of such a tree's search (where a tree has lists to
         search too, keeping its sets measured no faster)."""
         target = prefix + payload
-        leaf = self.txn.get(target, db=self.leaf_db)
+        leaf = self.leaf(target)
         if leaf is None:
             return
         flags = HEADER.unpack_from(leaf)[3]
@@ -136,27 +134,16 @@ class Search:
         ``ends`` are the tree's sentinel ids (GT, LT, INEQ head and tail): a walk
         stops on reaching one without reading it.
         """
-        cur = self.cursor
         target = prefix + payload
+        at, before, after = self.around(prefix, target, exact)
         hit = pred = succ = None
-        if cur.set_range(target):
-            key = cur.key()
-            if key == target:
-                value = cur.value()
-                if exact:
-                    hit = HEADER.unpack_from(value)
-                    self.out += self._eq(value, target, hit[3])
-                else:
-                    pred = HEADER.unpack_from(value)
-                    if cur.next() and cur.key()[:5] == prefix:
-                        succ = HEADER.unpack_from(cur.value())
-            else:
-                if key[:5] == prefix:
-                    succ = HEADER.unpack_from(cur.value())
-                if cur.prev() and cur.key()[:5] == prefix:
-                    pred = HEADER.unpack_from(cur.value())
-        elif cur.last() and cur.key()[:5] == prefix:
-            pred = HEADER.unpack_from(cur.value())
+        if at is not None:
+            hit = HEADER.unpack_from(at)
+            self.out += self._eq(at, target, hit[3])
+        if before is not None:
+            pred = HEADER.unpack_from(before)
+        if after is not None:
+            succ = HEADER.unpack_from(after)
         low, high = hit or pred, hit or succ
         if low is not None and low[0] != ends[0]:
             self._greater(prefix, low[0], ends[0], payload, not exact)

@@ -17,7 +17,9 @@ from pbtree.read.snapshot import Snapshot, matched
 from pbtree.read.version import Value, Version
 from pbtree.subs import decoded, elements_name
 from storage.meta import CONJUNCTIONS, read_counter
+from storage.overflow import Reader
 from storage.records import PREDICATE_ID, Records, split_sub
+from storage.trees import TreePages
 
 
 class ShardReads:
@@ -25,22 +27,23 @@ class ShardReads:
     snapshot ``SnapshotPinning`` pins (``matching``) or a read of the last commit
     (``read``)."""
 
-    def _attr(self, txn, name: bytes) -> int | None:
-        """The attribute id of ``name`` in ``txn``, or None; one found is kept (an id
-        never changes)."""
+    def _attr(self, pages: TreePages, name: bytes) -> int | None:
+        """The attribute id of ``name`` in the transaction of ``pages``, or None; one found
+        is kept (an id never changes)."""
         aid = self._attr_ids.get(name)
         if aid is None:
-            raw = txn.get(name, db=self.dbs["attrs"])
-            if raw is None:
+            aid = pages.attr_id(name)
+            if aid is None:
                 return None
-            aid = self._attr_ids[name] = int.from_bytes(raw, "little")
+            self._attr_ids[name] = aid
         return aid
 
     def _version(self, txn, cache: Snapshot) -> Version:
         """The sources a match in ``txn`` searches: the trees, then those ``cache`` keeps
         (``Snapshot.sources_of``)."""
-        attr_id = partial(self._attr, txn)
-        return Version((Search(txn, self.dbs, cache, attr_id),
+        pages = TreePages(txn, self.dbs)
+        attr_id = partial(self._attr, pages)
+        return Version((Search(pages, Reader(txn, self.dbs), cache, attr_id),
                         *cache.sources_of(txn, self.dbs, self._recent, attr_id)))
 
     def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:

@@ -13,6 +13,7 @@ import lmdb
 
 from pbtree.errors import CorruptIndexError
 from storage.meta import MAX_SID, read_counter, write_counter
+from storage.trees import TreePages
 
 
 class Allocator:
@@ -22,8 +23,8 @@ class Allocator:
     tree built whole by ``wholetree.TreeBuilder``).
     """
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict) -> None:
-        self.txn, self.attrs, self.meta = txn, dbs["attrs"], dbs["meta"]
+    def __init__(self, txn: lmdb.Transaction, dbs: dict, pages: TreePages) -> None:
+        self.txn, self.meta, self.pages = txn, dbs["meta"], pages
         self.next_sid = read_counter(txn, self.meta, b"next_sid")
         self.next_node = read_counter(txn, self.meta, b"next_node") or 1  # ids start at 1
         self.next_attr = read_counter(txn, self.meta, b"next_attr")
@@ -44,20 +45,19 @@ class Allocator:
 
     def attr_id(self, name: bytes) -> int | None:
         """The stored id of attribute ``name``, None if it has none."""
-        raw = self.txn.get(name, db=self.attrs)
-        return None if raw is None else int.from_bytes(raw, "little")
+        return self.pages.attr_id(name)
 
     def attr_ids(self, names: list[bytes]) -> list[int]:
         """The ids of the distinct ``names``, new ones given to those without: the stored
         ones found in one call (a fold may name thousands)."""
-        stored = dict(self.txn.cursor(db=self.attrs).getmulti(names))
-        return [self._new_attr(name) if (raw := stored.get(name)) is None
-                else int.from_bytes(raw, "little") for name in names]
+        stored = self.pages.attr_ids(names)
+        return [self._new_attr(name) if (aid := stored.get(name)) is None else aid
+                for name in names]
 
     def _new_attr(self, name: bytes) -> int:
         aid = self.next_attr
         self.next_attr += 1
-        self.txn.put(name, aid.to_bytes(4, "little"), db=self.attrs)
+        self.pages.put_attr(name, aid)
         return aid
 
     def flush(self) -> None:

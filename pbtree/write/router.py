@@ -12,22 +12,20 @@ all at once, at ``flush``.
 
 from __future__ import annotations
 
-import lmdb
 import numpy as np
 
 from pbtree.write import limits
 from pbtree.write.tree import PBTrees
 from storage.lists import is_packed
 from storage.packed import Packed, cut_all, splice_all
+from storage.trees import TreePages
 
 
 class Router:
     """Routes the postings of one write transaction to the trees that hold their places."""
 
-    def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int,
-                 pbtrees: PBTrees) -> None:
-        self.txn, self.trees = txn, dbs["trees"]
-        self.pbtrees = pbtrees
+    def __init__(self, pages: TreePages, node_bytes: int, pbtrees: PBTrees) -> None:
+        self.pages, self.pbtrees = pages, pbtrees
         # trees stored packed (and new trees, which start packed) by prefix; None: a PB+tree
         self.packed: dict[bytes, Packed | None] = {}
         self.pack_limit = limits.packed(node_bytes)
@@ -70,7 +68,7 @@ class Router:
         it is a PB+tree."""
         if prefix in self.packed:
             return self.packed[prefix]
-        raw = self.txn.get(prefix, db=self.trees)
+        raw = self.pages.tree(prefix)
         tree = None
         if raw is None:
             tree = Packed.empty(prefix[4])
@@ -110,9 +108,9 @@ class Router:
         bytes is deleted too, and True returned: its postings are then for a PB+tree."""
         record = tree.encode()
         if record is not None and len(record) <= self.pack_limit:
-            self.txn.put(prefix, record, db=self.trees)
+            self.pages.put_tree(prefix, record)
             return False
-        self.txn.delete(prefix, db=self.trees)
+        self.pages.delete_tree(prefix)
         return record is not None
 
 

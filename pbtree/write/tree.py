@@ -34,20 +34,20 @@ from storage.lists import (
     Node,
     View,
     appended,
-    node_key,
     tree_sentinels,
 )
 from storage.meta import TREE_GEN, read_counter, write_counter
 from storage.overflow import Store, inline_max
 from storage.packed import Packed
+from storage.trees import TreePages
 
 
 class PBTrees:
     """The PB+trees of one shard, changed inside one write transaction."""
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int,
-                 allocator: Allocator) -> None:
-        self.txn, self.dbs = txn, dbs
+                 allocator: Allocator, pages: TreePages) -> None:
+        self.txn, self.dbs, self.pages = txn, dbs, pages
         self.node_bytes = node_bytes
         self.inline_max = inline_max(node_bytes)
         self.allocator = allocator  # of list node ids
@@ -69,13 +69,7 @@ class PBTrees:
     # --- records ----------------------------------------------------------------------
     def node(self, node_id: int) -> Node:
         node = self.nodes.get(node_id)
-        return self._decoded(node_id, self._record(node_id)) if node is None else node
-
-    def _record(self, node_id: int) -> bytes:
-        raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
-        if raw is None:
-            raise CorruptIndexError(f"list node {node_id} is referenced but missing")
-        return raw
+        return self._decoded(node_id, self.pages.node(node_id)) if node is None else node
 
     def _decoded(self, node_id: int, raw: bytes) -> Node:
         """Decode a node record, merging the appends still pending for it."""
@@ -105,7 +99,7 @@ class PBTrees:
     def leaf(self, key: bytes) -> Leaf | None:
         leaf = self.leaves.get(key)
         if leaf is None:
-            raw = self.txn.get(key, db=self.dbs["leaf"])
+            raw = self.pages.leaf(key)
             if raw is None:
                 return None
             leaf = self.leaves[key] = Leaf.decode(raw)
@@ -116,7 +110,7 @@ class PBTrees:
 
     def _sentinels(self, prefix: bytes) -> dict[int, tuple[int, int]]:
         """Sentinels of the tree with this prefix, creating the tree if new."""
-        raw = self.txn.get(prefix, db=self.dbs["trees"])
+        raw = self.pages.tree(prefix)
         if raw is not None:
             return tree_sentinels(raw)
         ids = []
@@ -125,7 +119,7 @@ class PBTrees:
             tail = self._new_node(kind, TAIL, head.id, 0, prefix)
             head.next = tail.id
             ids += [head.id, tail.id]
-        self.txn.put(prefix, TREE.pack(*ids), db=self.dbs["trees"])
+        self.pages.put_tree(prefix, TREE.pack(*ids))
         return tree_sentinels(TREE.pack(*ids))
 
     def _ensure_leaf(self, prefix: bytes, key: bytes) -> Leaf:
@@ -134,34 +128,20 @@ class PBTrees:
         if leaf is not None:
             return leaf
         ends = self._sentinels(prefix)
-        cur = self.txn.cursor(db=self.dbs["leaf"])
-        pred = succ = None
-        if cur.set_range(key):
-            if cur.key()[:5] == prefix:
-                succ = cur.key()
-            found = cur.prev()
-        else:
-            found = cur.last()
-        if found and cur.key()[:5] == prefix:
-            pred = cur.key()
+        pred, succ = self.pages.neighbours(prefix, key)
         p = self.leaf(pred) if pred else None
         s = self.leaf(succ) if succ else None
         ptr = [0, p.ptr[GT] if p else ends[GT][0], s.ptr[LT] if s else ends[LT][1],
                p.ptr[INEQ] if p else ends[INEQ][0]]
         leaf = self.leaves[key] = Leaf(ptr, 0, sidset.EMPTY)
-        self.txn.put(key, leaf.encode(True), db=self.dbs["leaf"])
+        self.pages.put_leaf(key, leaf.encode(True))
         return leaf
 
     # --- re-pointing ------------------------------------------------------------------
     def _repoint(self, prefix: bytes, kind: int, lo: bytes | None, lo_incl: bool,
                  hi: bytes | None, hi_incl: bool, node_id: int) -> None:
         """Point ``kind`` of every leaf item with key in the range at ``node_id``."""
-        cur = self.txn.cursor(db=self.dbs["leaf"])
-        if not cur.set_range(prefix + (lo or b"")):
-            return
-        for key in cur.iternext(keys=True, values=False):
-            if key[:5] != prefix:
-                break
+        for key in self.pages.leaf_keys(prefix, lo or b""):
             payload = key[5:]
             if lo is not None and not lo_incl and payload == lo:
                 continue
@@ -247,7 +227,7 @@ class PBTrees:
         meets tens of thousands of leaf items once each); False when the place is new or
         its eq set is in the overflow database: the caller takes the general path."""
         stash = self.eq_appends.get(key)
-        raw = stash[0] if stash is not None else self.txn.get(key, db=self.dbs["leaf"])
+        raw = stash[0] if stash is not None else self.pages.leaf(key)
         if raw is None:
             return False
         ptrs = HEADER.unpack_from(raw)
@@ -336,19 +316,18 @@ class PBTrees:
     def _drop_leaf(self, prefix: bytes, key: bytes, leaf: Leaf) -> bool:
         """Delete an unreferenced leaf item, and the whole tree when it was the last;
         returns whether it was."""
-        dbs = self.dbs
-        self.txn.delete(key, db=dbs["leaf"])
+        pages = self.pages
+        pages.delete_leaf(key)
         if leaf.was_overflow:
             self.over.delete(overflow_key(EQ, key))
         del self.leaves[key]
-        cur = self.txn.cursor(db=dbs["leaf"])
-        if cur.set_range(prefix) and cur.key()[:5] == prefix:
+        if pages.has_leaves(prefix):
             return False
-        for head, tail in tree_sentinels(self.txn.get(prefix, db=dbs["trees"])).values():
+        for head, tail in tree_sentinels(pages.tree(prefix)).values():
             for node_id in (head, tail):
                 self.nodes.pop(node_id, None)
                 self.dropped.add(node_id)
-        self.txn.delete(prefix, db=dbs["trees"])
+        pages.delete_tree(prefix)
         return True
 
     # --- a tree built whole ------------------------------------------------------------
@@ -359,8 +338,7 @@ class PBTrees:
         builder = TreeBuilder(self.node_bytes, out, self.allocator.next_node)
         builder.tree(prefix, *tree.places())
         self.allocator.next_node = builder.next_node
-        for name, records in out.by_db.items():
-            self.txn.cursor(db=self.dbs[name]).putmulti(records)
+        self.pages.put_built(out.by_db)
         for key, sids in out.overflow:
             self.over.put(key, sids)
         self.changed = True
@@ -369,7 +347,7 @@ class PBTrees:
     def _flush_appends(self) -> None:
         """Splice pending appends into their records; decode (and split) where that fails."""
         for node_id in list(self.appends):
-            raw = self._record(node_id)
+            raw = self.pages.node(node_id)
             view = View(raw, node_id)
             if not self._append_spilled(node_id, view):
                 del self.appends[node_id]
@@ -380,7 +358,7 @@ class PBTrees:
                 self._decoded(node_id, raw)
             else:
                 del self.appends[node_id]
-                self.txn.put(node_key(node_id), new, db=self.dbs["nodes"])
+                self.pages.put_node(node_id, new)
         for node_id in sorted(self.unsplit):
             node = self.nodes.get(node_id)
             if node is not None:
@@ -408,7 +386,7 @@ class PBTrees:
         room = self.inline_max + HEADER.size
         for key, (raw, sids) in list(self.eq_appends.items()):
             if len(raw) + 4 * len(sids) <= room:
-                self.txn.put(key, raw + sidset.packed(sids), db=self.dbs["leaf"])
+                self.pages.put_leaf(key, raw + sidset.packed(sids))
             else:
                 self.leaf(key)
         self.eq_appends.clear()
@@ -418,7 +396,7 @@ class PBTrees:
         generation of the trees (``TREE_GEN``) when a PB+tree changed."""
         self._flush_appends()
         self._flush_eq_appends()
-        txn, dbs, inline_max = self.txn, self.dbs, self.inline_max
+        pages, inline_max = self.pages, self.inline_max
         for key, leaf in self.leaves.items():
             if leaf.eq is None:
                 if leaf.adds:
@@ -434,7 +412,7 @@ class PBTrees:
                     self.over.delete(overflow_key(EQ, key))
                 value = leaf.encode(inline)
             if value != leaf.raw:
-                txn.put(key, value, db=dbs["leaf"])
+                pages.put_leaf(key, value)
         for node_id, node in self.nodes.items():
             prefix = tree_prefix(node.attr, node.family)
             for i, sids in enumerate(node.sets):
@@ -444,11 +422,11 @@ class PBTrees:
                     node.adds[i] = None
             value = node.encode(inline_max, self._spiller(node))
             if value != self.raw.get(node_id):
-                txn.put(node_key(node_id), value, db=dbs["nodes"])
+                pages.put_node(node_id, value)
         for node_id in self.dropped - self.nodes.keys():
-            txn.delete(node_key(node_id), db=dbs["nodes"])
+            pages.delete_node(node_id)
         if self.changed:  # readers keep what they read of the trees until this moves
-            meta = dbs["meta"]
+            txn, meta = self.txn, self.dbs["meta"]
             write_counter(txn, meta, TREE_GEN, read_counter(txn, meta, TREE_GEN) + 1)
         self.over.flush()
 

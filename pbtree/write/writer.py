@@ -23,6 +23,7 @@ from pbtree.write.router import Router
 from pbtree.write.tree import PBTrees
 from storage.meta import read_folded, read_merged, write_counter
 from storage.records import Records
+from storage.trees import TreePages
 
 
 class Writer:
@@ -30,7 +31,8 @@ class Writer:
 
     def __init__(self, txn: lmdb.Transaction, dbs: dict, node_bytes: int) -> None:
         self.txn, self.meta = txn, dbs["meta"]
-        self.allocator = Allocator(txn, dbs)
+        pages = TreePages(txn, dbs)
+        self.allocator = Allocator(txn, dbs, pages)
         self.folded = read_folded(txn, self.meta, self.next_sid)  # set by the shard when folding
         self.merged = read_merged(txn, self.meta, self.folded)  # ... and when merging
         self.kinds = ColumnWriter(KINDS, txn, dbs)
@@ -38,8 +40,8 @@ class Writer:
         self.str_ids = StringIdWriter(txn, dbs)
         self.rows = clusters.RowsWriter(txn, dbs)
         self.records = Records(txn, dbs)
-        self.pbtrees = PBTrees(txn, dbs, node_bytes, self.allocator)
-        self.router = Router(txn, dbs, node_bytes, self.pbtrees)
+        self.pbtrees = PBTrees(txn, dbs, node_bytes, self.allocator, pages)
+        self.router = Router(pages, node_bytes, self.pbtrees)
 
     # --- sids and attributes --------------------------------------------------------
     @property

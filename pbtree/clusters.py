@@ -49,7 +49,7 @@ TIE = 1e-9
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
-#: the event values that are arrays (``core.is_array``)
+#: the event values that are arrays (``events.is_array``)
 _ARRAYS = (list, tuple, np.ndarray)
 
 

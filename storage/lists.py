@@ -40,7 +40,7 @@ _U32 = struct.Struct("<I")
 FIXED_WIDTH = {NUMBER: 8, BOOL: 1}
 FIXED_DTYPE = {NUMBER: np.dtype(">u8"), BOOL: np.dtype(">u1")}
 FAMILIES = frozenset((NUMBER, STRING, BOOL))
-#: the node capacities an index may have (``core.check_layout``)
+#: the node capacities an index may have (``manifest.check_layout``)
 MIN_NODE_BYTES, MAX_NODE_BYTES = 256, 1 << 20
 
 

@@ -370,7 +370,7 @@ class Pending:
         """Read the subscriptions of sids ``self.next .. next_sid`` (``PendingRun``).
 
         Postings read earlier stay when their subscription is removed: its count in the
-        counter is then FREE, which no event reaches (``core.MAX_PREDICATES``).
+        counter is then FREE, which no event reaches (``normalize.MAX_PREDICATES``).
         """
         run = PendingRun(txn, dbs, self.next, next_sid, recent)
         self.next = next_sid

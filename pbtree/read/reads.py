@@ -63,7 +63,7 @@ class ShardReads:
 
     def _match_values(self, txn, cache: Snapshot, version: Version,
                       event: list[Value]) -> np.ndarray:
-        """``match_sids`` of an event holding arrays (``core.ArrayEvent``): each value
+        """``match_sids`` of an event holding arrays (``events.ArrayEvent``): each value
         searched on its own, so that its hits are one segment, an array's element under
         its attribute's elements name too (interval entries: one holds for an element that
         hits it twice, ``snapshot.matched``), and the entries of ``!=`` an element looked

@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 #: an event value as every source is asked it: (attribute name, family, payload, exact),
-#: ``exact`` False for a string cut to its payload (``core.prepare_event``)
+#: ``exact`` False for a string cut to its payload (``events.prepare_event``)
 Value = tuple[bytes, int, bytes, bool]
 
 

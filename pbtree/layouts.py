@@ -24,6 +24,7 @@ from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.expr import parse_tuple, source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
 from pbtree.normalize import normalize
+from storage.records import Records
 
 EXPRESSION, PREDICATE = "expression", "predicate"
 COLUMNS = {EXPRESSION: ("id", "expr"), PREDICATE: ("id", "attr", "op", "value")}
@@ -322,8 +323,8 @@ def subscription_id_type(index: Index) -> pa.DataType:
     """int64 when every id is an integer, else string (integer ids then print as decimals)."""
     for shard in index.shards:
         with shard.read() as txn:
-            cur = txn.cursor(db=shard.dbs["ids"])
-            if cur.last() and bytes(cur.key()[:1]) == b"s":
+            last = Records(txn, shard.dbs).last_id_key()
+            if last is not None and last[:1] == b"s":
                 return pa.string()
     return pa.int64()
 

@@ -17,6 +17,7 @@ from pbtree.ids import decode_id, shard_of
 from pbtree.subs import ELEMENTS, INTERVALS, stored
 from pbtree.write import limits
 from storage import sidset
+from storage.chunks import Chunks
 from storage.keys import STRING, tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, GT, HAS, HEADER, INEQ, KIND_NAMES, LT, overflow_key
 from storage.lists import (
@@ -27,21 +28,21 @@ from storage.lists import (
     TAIL,
     View,
     is_packed,
-    node_key,
     tree_sentinels,
 )
 from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_merged
-from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, capacity, chunk_records, inline_max
+from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, Reader, capacity, inline_max
 from storage.packed import Packed
 from storage.records import (
     PREDICATE_ID,
     PREDS,
     ROW_CHUNK,
-    decode_entry,
+    Records,
     decode_rows,
     listed_sids,
     sid_key,
 )
+from storage.trees import TreePages
 
 LIST_KINDS = (GT, LT, INEQ)
 
@@ -50,11 +51,12 @@ def shard_stats(shard) -> dict:
     """Counts over one shard, read in one snapshot."""
     dbs = shard.dbs
     with shard.read() as txn:
-        names = {int.from_bytes(v, "little"):  # an ELEMENTS name's trees are its attribute's
+        pages, records, over = TreePages(txn, dbs), Records(txn, dbs), Reader(txn, dbs)
+        names = {v:  # an ELEMENTS name's trees are its attribute's
                  bytes(k).decode("utf-8", "surrogateescape").removesuffix(ELEMENTS)
-                 for k, v in txn.cursor(db=dbs["attrs"])}
+                 for k, v in pages.all_attr_ids().items()}
         used = set()
-        for key in txn.cursor(db=dbs["trees"]).iternext(values=False):
+        for key, _ in pages.all_trees():
             aid = int.from_bytes(bytes(key)[:4], "big")
             if aid not in names:
                 raise CorruptIndexError(f"{shard.path}: trees record {bytes(key).hex()} is of "
@@ -72,9 +74,9 @@ def shard_stats(shard) -> dict:
                 pending += 1
             used.update(attr for attr, _, _ in preds)
         stats = {
-            "subscriptions": txn.stat(dbs["ids"])["entries"],
+            "subscriptions": records.id_count(),
             # removed, their postings still in the trees until purged
-            "dead": txn.stat(dbs["dead"])["entries"],
+            "dead": records.dead_count(),
             "pending": pending,
             "staged": staged,
             # a subscription with 'or' stores a conjunction per sid
@@ -84,17 +86,17 @@ def shard_stats(shard) -> dict:
             # bounds and its interval entry)
             "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
                 int(np.frombuffer(raw, "<u4", 1, 4 * (ROW_CHUNK - 1))[0])
-                for raw in txn.cursor(db=dbs[clusters.DB]).iternext(keys=False)),
+                for raw in Chunks(txn, dbs[clusters.DB]).by_number().values()),
             # distinct predicates of the check rows, each stored once
-            "predicate_entries": txn.stat(dbs[PREDS])["entries"],
+            "predicate_entries": records.entry_count(),
             "attribute_names": used,
-            "leaf_items": txn.stat(dbs["leaf"])["entries"],
-            "overflow_sidsets": txn.stat(dbs["overflow"])["entries"],
+            "leaf_items": pages.leaf_count(),
+            "overflow_sidsets": over.set_count(),
         }
         for kind in LIST_KINDS:
             stats[f"{KIND_NAMES[kind]}_nodes"] = stats[f"{KIND_NAMES[kind]}_items"] = 0
         stats["packed_trees"] = 0
-        for key, raw in txn.cursor(db=dbs["trees"]):
+        for key, raw in pages.all_trees():
             if is_packed(raw):  # its keys count as leaf items, its places as list items
                 try:
                     counts = Packed.decode(raw, bytes(key)[4]).counts
@@ -104,8 +106,8 @@ def shard_stats(shard) -> dict:
                 stats["leaf_items"] += counts.shape[1]
                 for kind in LIST_KINDS:
                     stats[f"{KIND_NAMES[kind]}_items"] += int(np.count_nonzero(counts[kind]))
-        for key, raw in txn.cursor(db=dbs["nodes"]):
-            view = View(raw, int.from_bytes(key, "big"))
+        for node_id, raw in pages.all_nodes():
+            view = View(raw, node_id)
             if not view.flags & (HEAD | TAIL):
                 stats[f"{KIND_NAMES[view.kind]}_nodes"] += 1
                 stats[f"{KIND_NAMES[view.kind]}_items"] += view.n
@@ -118,6 +120,8 @@ class _Checker:
     def __init__(self, shard, number: int, shards: int, txn) -> None:
         self.shard, self.number, self.shards, self.txn = shard, number, shards, txn
         self.dbs = shard.dbs
+        self.records, self.pages, self.over = (
+            Records(txn, self.dbs), TreePages(txn, self.dbs), Reader(txn, self.dbs))
         self.inline_max = inline_max(shard.node_bytes)
         self.actual: dict[tuple, np.ndarray] = {}
         self.nodes_seen: set[int] = set()
@@ -138,7 +142,7 @@ class _Checker:
             self.fail(f"{what}: SidSet not sorted")
 
     def overflow(self, key: bytes, what: str) -> np.ndarray:
-        head = self.txn.get(key, db=self.dbs["overflow"])
+        head = self.over.set_id(key)
         if head is None:
             self.fail(f"{what}: overflow SidSet missing")
         set_id = bytes(head)
@@ -157,7 +161,7 @@ class _Checker:
         """The chunks of one set joined, checked against docs/FORMAT.md §3.5."""
         cap = capacity(self.shard.node_bytes)
         parts: list[np.ndarray] = []
-        for key, value in chunk_records(self.txn.cursor(db=self.dbs["chunks"]), set_id):
+        for key, value in self.over.set_chunks(set_id):
             key, value = bytes(key), bytes(value)
             first = CHUNK_KEY.unpack(key)[1] if len(key) == CHUNK_KEY.size else -1
             if not value or len(value) % 4:
@@ -183,8 +187,9 @@ class _Checker:
         items: list[tuple[bytes, int]] = []
         prev, node_id, attr_family = 0, head, (prefix[:4], prefix[4])
         while True:
-            raw = self.txn.get(node_key(node_id), db=self.dbs["nodes"])
-            if raw is None:
+            try:
+                raw = self.pages.node(node_id)
+            except CorruptIndexError:
                 self.fail(f"{name}: node {node_id} missing")
             if node_id in self.nodes_seen:
                 self.fail(f"{name}: node {node_id} linked twice")
@@ -236,15 +241,11 @@ class _Checker:
     def tree(self, prefix: bytes, sentinels: dict) -> None:
         lists = {kind: self.walk(prefix, kind, *sentinels[kind]) for kind in LIST_KINDS}
         keys = {kind: [k for k, _ in lists[kind]] for kind in LIST_KINDS}
-        cur = self.txn.cursor(db=self.dbs["leaf"])
         leaf_keys = set()
-        if cur.set_range(prefix):
-            for key, value in cur:
-                key, value = bytes(key), bytes(value)
-                if key[:5] != prefix:
-                    break
-                leaf_keys.add(key[5:])
-                self.leaf(prefix, key, value, lists, keys, sentinels)
+        for key, value in self.pages.leaf_items(prefix):
+            key, value = bytes(key), bytes(value)
+            leaf_keys.add(key[5:])
+            self.leaf(prefix, key, value, lists, keys, sentinels)
         if not leaf_keys:
             self.fail(f"tree {prefix.hex()} has no leaf items")
         for kind in LIST_KINDS:
@@ -309,7 +310,7 @@ class _Checker:
     def subscriptions(self) -> dict[tuple, list[int]]:
         """Expected postings from the subscription store, with its own consistency checks."""
         txn, dbs = self.txn, self.dbs
-        attrs = {bytes(k): int.from_bytes(v, "little") for k, v in txn.cursor(db=dbs["attrs"])}
+        attrs = self.pages.all_attr_ids()
         next_sid = read_counter(txn, dbs["meta"], b"next_sid")
         folded = read_folded(txn, dbs["meta"], next_sid)
         merged = read_merged(txn, dbs["meta"], folded)
@@ -320,8 +321,7 @@ class _Checker:
         string_ids: dict[int, bytes] = {}
         live = 0
         rows = self.rows()
-        entries = {bytes(k): decode_entry(v)
-                   for k, v in txn.cursor(db=dbs[PREDS])}
+        entries = self.records.all_entries()
         uses: Counter = Counter()
         users = 0
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
@@ -344,7 +344,7 @@ class _Checker:
                 if kind != want or int_id != 0 or row:
                     self.fail(f"sid {sid}: the per-sid columns of a predicate entry disagree")
             else:
-                listed = bytes(txn.get(idkey, db=dbs["ids"]) or b"")
+                listed = bytes(self.records.id_record(idkey) or b"")
                 if len(listed) % 4 or sid not in listed_sids(listed):
                     self.fail(f"sid {sid}: id records disagree")
                 if shard_of(bytes(idkey), self.shards) != self.number:
@@ -369,7 +369,7 @@ class _Checker:
                 self.fail(f"predicate entry {sid} counts {count} uses, not {uses[key]}")
         if rows:
             self.fail(f"sid {min(rows)} has a check row but is no subscription")
-        listed = sum(len(value) // 4 for value in txn.cursor(db=dbs["ids"]).iternext(keys=False))
+        listed = sum(len(value) // 4 for _, value in self.records.id_records())
         counted = read_counter(txn, dbs["meta"], CONJUNCTIONS)
         if not listed == users == counted:
             self.fail(f"the ids list {listed} sids, the subscription records are {users} and "
@@ -383,8 +383,7 @@ class _Checker:
     def rows(self) -> dict[int, list[int]]:
         """The non-empty check rows by sid, each rows record sound."""
         out: dict[int, list[int]] = {}
-        for key, raw in self.txn.cursor(db=self.dbs[clusters.DB]):
-            number = int.from_bytes(key, "big")
+        for number, raw in Chunks(self.txn, self.dbs[clusters.DB]).by_number().items():
             try:
                 lengths, pids = decode_rows(raw)
             except CorruptIndexError as exc:
@@ -412,8 +411,8 @@ class _Checker:
     def string_ids(self, want: dict[int, bytes]) -> None:
         """The string id column holds exactly the string ids of the live sids, and no chunk
         without one."""
-        stored = {int.from_bytes(k, "big"): bytes(v)
-                  for k, v in self.txn.cursor(db=self.dbs[strids.DB])}
+        stored = {number: bytes(raw)
+                  for number, raw in Chunks(self.txn, self.dbs[strids.DB]).by_number().items()}
         for number, raw in stored.items():
             ends = np.frombuffer(raw[:strids.SIZE * 4], "<u4") if len(raw) >= strids.SIZE * 4 \
                 else None
@@ -444,7 +443,7 @@ class _Checker:
                           f"a staged or pending one keeps no dead record")
             if chunk is not None and chunk[sid % KINDS.size] != 0:
                 self.fail(f"removed sid {sid} is not free in the kinds column")
-            if bytes(self.txn.get(idkey, db=self.dbs["ids"]) or b"") == sid_key(sid):
+            if bytes(self.records.id_record(idkey) or b"") == sid_key(sid):
                 self.fail(f"removed sid {sid} still has its id")
             self.places(f"removed sid {sid}", sid, found, attrs, expected)
 
@@ -460,7 +459,7 @@ class _Checker:
         txn, dbs = self.txn, self.dbs
         expected = self.subscriptions()
         trees = {}
-        for prefix, raw in txn.cursor(db=dbs["trees"]):
+        for prefix, raw in self.pages.all_trees():
             prefix, raw = bytes(prefix), bytes(raw)
             if len(prefix) != 5:
                 self.fail(f"trees record {prefix.hex()} is not keyed by a tree prefix "
@@ -471,14 +470,14 @@ class _Checker:
                 trees[prefix] = tree_sentinels(raw)
         for prefix, sentinels in trees.items():
             self.tree(prefix, sentinels)
-        for key in txn.cursor(db=dbs["leaf"]).iternext(values=False):
+        for key in self.pages.all_leaf_keys():
             if bytes(key)[:5] not in trees:
                 self.fail(f"leaf item {bytes(key).hex()} outside any tree")
-        if txn.stat(dbs["nodes"])["entries"] != len(self.nodes_seen):
+        if self.pages.node_count() != len(self.nodes_seen):
             self.fail("list nodes exist that no list links")
-        if txn.stat(dbs["overflow"])["entries"] != len(self.overflow_seen):
+        if self.over.set_count() != len(self.overflow_seen):
             self.fail("overflow SidSets exist that nothing references")
-        if txn.stat(dbs["chunks"])["entries"] != self.chunks_seen:
+        if self.over.chunk_count() != self.chunks_seen:
             self.fail("overflow chunks exist that no overflow SidSet holds")
         if max(self.nodes_seen, default=-1) >= read_counter(txn, dbs["meta"], b"next_node"):
             self.fail("a node id is not below the node counter")

@@ -83,7 +83,8 @@ def chunk_records(cur: lmdb.Cursor, set_id: bytes) -> Iterator[tuple[bytes, memo
 
 
 class Reader:
-    """Reads overflow sets inside one transaction, as zero-copy arrays per chunk."""
+    """Reads overflow sets inside one transaction, as zero-copy arrays per chunk, or
+    their head and chunk records as stored."""
 
     __slots__ = ("txn", "heads", "chunks", "cursor")
 
@@ -103,6 +104,22 @@ class Reader:
         while cur.next() and cur.key()[:4] == set_id:  # most sets are one chunk
             out.append(np.frombuffer(cur.value(), sidset.DTYPE))
         return out
+
+    def set_id(self, key: bytes) -> bytes | memoryview | None:
+        """The set id the head record ``key`` names, or None when it has none."""
+        return self.txn.get(key, db=self.heads)
+
+    def set_chunks(self, set_id: bytes) -> Iterator[tuple[bytes, memoryview]]:
+        """(key, value) of each chunk of the set ``set_id``, in sid order."""
+        return chunk_records(self.txn.cursor(db=self.chunks), set_id)
+
+    def set_count(self) -> int:
+        """How many overflow sets are stored (their head records)."""
+        return self.txn.stat(self.heads)["entries"]
+
+    def chunk_count(self) -> int:
+        """How many chunks all overflow sets take."""
+        return self.txn.stat(self.chunks)["entries"]
 
 
 class Store:

@@ -176,6 +176,19 @@ class Records:
         """Every stored id's bytes, in key order."""
         return self.txn.cursor(db=self._ids).iternext(keys=True, values=False)
 
+    def id_record(self, idkey: bytes) -> bytes | memoryview | None:
+        """The ``ids`` value of ``idkey`` as stored (its sid keys joined), or None."""
+        return self.txn.get(idkey, db=self._ids)
+
+    def id_records(self) -> Iterator[tuple[bytes | memoryview, bytes | memoryview]]:
+        """(id bytes, ``ids`` value as stored) of every id, in key order."""
+        return self.txn.cursor(db=self._ids).iternext(keys=True, values=True)
+
+    def last_id_key(self) -> bytes | None:
+        """The greatest stored id's bytes, None when there is no id."""
+        cur = self.txn.cursor(db=self._ids)
+        return bytes(cur.key()) if cur.last() else None
+
     # --- subs ----------------------------------------------------------------------
     def sub(self, sid: int) -> bytes | memoryview | None:
         """The subs record of ``sid``, or None."""
@@ -207,6 +220,14 @@ class Records:
         """(sid, uses) of the predicate entry of ``key``, or None."""
         raw = self.txn.get(key, db=self._preds)
         return None if raw is None else decode_entry(raw)
+
+    def all_entries(self) -> dict[bytes, tuple[int, int]]:
+        """(sid, uses) of every predicate entry by its predicate key, in key order."""
+        return dict(map(_found_entry, self.txn.cursor(db=self._preds)))
+
+    def entry_count(self) -> int:
+        """How many predicate entries are stored."""
+        return self.txn.stat(self._preds)["entries"]
 
     def put_entries(self, items: Iterable[tuple[bytes, int, int]]) -> None:
         """Store (predicate key, sid, uses) entries."""

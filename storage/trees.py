@@ -1,7 +1,8 @@
 """The trees' records in LMDB: leaf items (``leaf``), list nodes (``nodes``), each tree's
 record (``trees``: its sentinels, or the tree packed whole) and the attribute ids that key
 them (``attrs``). What the records hold is ``storage.leaf``, ``storage.lists`` and
-``storage.packed``; TreePages is how the write and read paths get and put them."""
+``storage.packed``; TreePages is how the write and read paths and verify get and put
+them."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ Record = tuple[bytes, bytes]
 
 class TreePages:
     """The trees' records as one transaction sees them. ``around``, ``neighbours`` and
-    ``has_leaves`` reuse one cursor (a match asks ``around`` once per value); ``leaf_keys``
-    opens its own, as its caller may walk again before it is done. An attribute's id is
-    stored u32 LE."""
+    ``has_leaves`` reuse one cursor (a match asks ``around`` once per value); ``leaf_keys``,
+    ``leaf_items`` and the ``all_`` listings open their own, as their caller may walk again
+    before it is done. An attribute's id is stored u32 LE."""
 
     __slots__ = ("txn", "_leaf", "_nodes", "_trees", "_attrs", "_cursor")
 
@@ -57,6 +58,24 @@ class TreePages:
             if key[:PREFIX] != prefix:
                 return
             yield key
+
+    def leaf_items(self, prefix: bytes) -> Iterator[Record]:
+        """(key, value) of the tree's leaf items, in key order."""
+        cur = self.txn.cursor(db=self._leaf)
+        if not cur.set_range(prefix):
+            return
+        for key, value in cur:
+            if key[:PREFIX] != prefix:
+                return
+            yield key, value
+
+    def all_leaf_keys(self) -> Iterator[bytes | memoryview]:
+        """The keys of every tree's leaf items, in key order."""
+        return self.txn.cursor(db=self._leaf).iternext(keys=True, values=False)
+
+    def leaf_count(self) -> int:
+        """How many leaf items are stored."""
+        return self.txn.stat(self._leaf)["entries"]
 
     def neighbours(self, prefix: bytes, key: bytes) -> tuple[bytes | None, bytes | None]:
         """The keys of the tree's leaf items right before and right after ``key``, which
@@ -111,6 +130,11 @@ class TreePages:
     def delete_node(self, node_id: int) -> None:
         self.txn.delete(node_key(node_id), db=self._nodes)
 
+    def all_nodes(self) -> Iterator[tuple[int, bytes | memoryview]]:
+        """(node id, record) of every list node, sentinels included, in id order."""
+        for key, raw in self.txn.cursor(db=self._nodes):
+            yield int.from_bytes(key, "big"), raw
+
     def node_count(self) -> int:
         """How many list nodes are stored (sentinels included)."""
         return self.txn.stat(self._nodes)["entries"]
@@ -119,6 +143,10 @@ class TreePages:
     def tree(self, prefix: bytes) -> bytes | memoryview | None:
         """The record of the tree ``prefix``: a PB+tree's sentinels or a packed tree."""
         return self.txn.get(prefix, db=self._trees)
+
+    def all_trees(self) -> Iterator[Record]:
+        """(prefix, record) of every tree, in prefix order."""
+        return self.txn.cursor(db=self._trees).iternext(keys=True, values=True)
 
     def put_tree(self, prefix: bytes, value: bytes) -> None:
         self.txn.put(prefix, value, db=self._trees)
@@ -143,6 +171,11 @@ class TreePages:
         """The ids of those of ``names`` that have one, read at once."""
         return {bytes(name): int.from_bytes(raw, "little")
                 for name, raw in self.txn.cursor(db=self._attrs).getmulti(list(names))}
+
+    def all_attr_ids(self) -> dict[bytes, int]:
+        """The id of every attribute by name."""
+        return {bytes(name): int.from_bytes(raw, "little")
+                for name, raw in self.txn.cursor(db=self._attrs)}
 
     def put_attr(self, name: bytes, aid: int) -> None:
         self.txn.put(name, aid.to_bytes(4, "little"), db=self._attrs)

@@ -6,6 +6,7 @@ several chunks; verify() checks the chunk invariants after every step.
 
 from __future__ import annotations
 
+import lmdb
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,7 @@ from oracle import oracle_match
 import pbtree
 from pbtree.config import NODE_BYTES
 from pbtree.expr import parse
-from storage.overflow import capacity, pieces
+from storage.overflow import CHUNK_KEY, Reader, Store, capacity, pieces
 
 #: shapes that all land in the same few places: eq(1), GT 0, LT 9, INEQ 4; the last ones
 #: put one sid several times into eq(1) (a run of equal sids)
@@ -44,6 +45,25 @@ def test_a_full_chunk_fills_whole_pages():
     bytes, eight 4 KiB pages at the default node size."""
     assert 4 * capacity(NODE_BYTES) + 16 == 2 * NODE_BYTES == 8 * 4096
     assert 4 * capacity(4096) + 16 == 2 * 4096
+
+
+def test_a_reader_lists_a_set_s_chunks_and_counts_them_all(tmp_path):
+    env = lmdb.open(str(tmp_path / "env"), max_dbs=3, map_size=1 << 24)
+    dbs = {name: env.open_db(name.encode()) for name in ("overflow", "chunks", "meta")}
+    cap = capacity(256)
+    with env.begin(write=True) as txn:
+        store = Store(txn, dbs, 256)
+        store.put(b"one", np.arange(cap + 1, dtype="<u4"))  # two chunks
+        store.put(b"two", np.arange(5, cap + 5, dtype="<u4"))  # one chunk
+        store.flush()
+    with env.begin(buffers=True) as txn:
+        reader = Reader(txn, dbs)
+        one, two = bytes(reader.set_id(b"one")), bytes(reader.set_id(b"two"))
+        assert reader.set_id(b"three") is None and one != two
+        assert [CHUNK_KEY.unpack(bytes(k)) for k, _ in reader.set_chunks(one)] == [
+            (0, 0), (0, cap)]
+        assert [np.frombuffer(v, "<u4")[0] for _, v in reader.set_chunks(two)] == [5]
+        assert reader.set_count() == 2 and reader.chunk_count() == 3
 
 
 @settings(max_examples=30, deadline=None,

@@ -27,10 +27,20 @@ def test_ids_join_the_sids_of_a_repeated_id_and_stay_apart_otherwise(tmp_path):
         assert records.id_count() == 3 and [bytes(k) for k in records.id_keys()] == [
             b"a", b"b", b"c"]
         assert listed_sids(txn.get(b"b", db=dbs["ids"])) == [8, 9]
+        assert records.id_record(b"b") == sid_key(8) + sid_key(9)
+        assert records.id_record(b"d") is None
+        assert [(bytes(k), bytes(v)) for k, v in records.id_records()] == [
+            (b"a", sid_key(7)), (b"b", sid_key(8) + sid_key(9)), (b"c", sid_key(10))]
+        assert records.last_id_key() == b"c"
     with env.begin(write=True) as txn:
         Records(txn, dbs).delete_id(b"b")
     with env.begin() as txn:
         assert Records(txn, dbs).found_ids([b"a", b"b"]) == {b"a": [7]}
+    with env.begin(write=True) as txn:
+        records = Records(txn, dbs)
+        records.delete_id(b"a")
+        records.delete_id(b"c")
+        assert records.last_id_key() is None
 
 
 def test_subs_are_deleted_or_kept_dead_for_a_purge(tmp_path):
@@ -67,3 +77,4 @@ def test_entries_are_found_counted_and_deleted(tmp_path):
     with env.begin() as txn:
         records = Records(txn, dbs)
         assert records.entry(b"p1") == (11, 1) and records.entry(b"p2") is None
+        assert records.all_entries() == {b"p1": (11, 1)} and records.entry_count() == 1

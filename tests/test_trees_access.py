@@ -83,3 +83,28 @@ def test_nodes_trees_and_attribute_ids_are_got_and_put(tmp_path):
         with pytest.raises(CorruptIndexError, match="list node 7"):
             pages.node(7)
         assert pages.tree(A) is None
+
+
+def test_whole_databases_are_listed_in_key_order(tmp_path):
+    env, dbs = environment(tmp_path)
+    with env.begin(write=True) as txn:
+        pages = TreePages(txn, dbs)
+        pages.put_leaf(C + b"\x01", b"c")
+        pages.put_node(9, b"nine")
+        pages.put_node(2, b"two")
+        pages.put_tree(B, b"b")
+        pages.put_tree(A, b"a")
+        pages.put_attr(b"size", 2)
+        pages.put_attr(b"price", 1)
+    with env.begin(buffers=True) as txn:
+        pages = TreePages(txn, dbs)
+        assert [(bytes(k), bytes(v)) for k, v in pages.leaf_items(A)] == [
+            (A + b"\x02", A + b"\x02"), (A + b"\x04", A + b"\x04")]
+        assert [bytes(k) for k, _ in pages.leaf_items(C)] == [C + b"\x01"]
+        assert list(pages.leaf_items(tree_prefix(4, 1))) == []  # after the last key of all
+        assert [bytes(k) for k in pages.all_leaf_keys()] == [
+            A + b"\x02", A + b"\x04", B + b"\x05", C + b"\x01"]
+        assert pages.leaf_count() == 4
+        assert [(n, bytes(v)) for n, v in pages.all_nodes()] == [(2, b"two"), (9, b"nine")]
+        assert [(bytes(k), bytes(v)) for k, v in pages.all_trees()] == [(A, b"a"), (B, b"b")]
+        assert pages.all_attr_ids() == {b"price": 1, b"size": 2}

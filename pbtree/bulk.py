@@ -29,12 +29,12 @@ from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifes
 from pbtree.normalize import normalize
 from pbtree.outputs import fsync_dir
 from pbtree.shard import Shard
-from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, name_bytes
+from pbtree.subs import ELEMENTS, FIRST_KIND, OP_RANK, SECOND_KIND, level_name, name_bytes
 from pbtree.write.wholetree import Record, Spilled, TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
-from storage.meta import CONJUNCTIONS, write_counter, write_estimates
+from storage.meta import CONJUNCTIONS, write_counter, write_estimates, write_levels
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from storage.records import (
     PREDICATE_ID,
@@ -343,6 +343,23 @@ def _scores(cols: Columns, estimates: clusters.Estimates | None) -> np.ndarray:
     return np.array(found, dtype=np.float64)[index.reshape(-1)]
 
 
+def _levels(cols: Columns, estimates: clusters.Estimates) -> clusters.Levels:
+    """The interval levels that pay (``clusters.levels_gains`` and ``worth_levels``, over
+    columns)."""
+    levelled = estimates.with_levels(estimates.levels_of(estimates.attrs))
+    _, first, order = _ordered(cols, levelled)
+    best = order[first]
+    flat = np.minimum.reduceat(_scores(cols, estimates.with_levels(clusters.NO_LEVELS)),
+                               np.flatnonzero(first))
+    node = _nodes(cols.attrs, cols.consts, cols.attr[best], cols.op[best], cols.const[best],
+                  levelled.levels)
+    at = node >= 0
+    gain = np.bincount(cols.attr[best][at], (flat - _scores(cols, levelled)[best])[at],
+                       len(cols.attrs))
+    return clusters.worth_levels(
+        estimates, {cols.attrs[a]: float(gain[a]) for a in np.flatnonzero(gain).tolist()})
+
+
 def _ordered(cols: Columns, estimates: clusters.Estimates | None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per predicate of ``cols``: its subscription, and whether it comes first in it; and
@@ -404,12 +421,16 @@ def _clustered(cols: Columns, estimates: clusters.Estimates | None
     e_rest, e_const = np.divmod(unique, size)
     e_attr, e_op = np.divmod(e_rest, len(OPS_STORED))
     ones = np.ones(m, dtype=np.int64)
+    node = _nodes(cols.attrs, consts, attr[first], op[first], const[first],
+                  clusters.NO_LEVELS if estimates is None else estimates.levels)
+    consts, recorded = _levelled(consts, const, np.flatnonzero(first), node)
     full = Columns([0] * m + cols.ids, [PREDICATE_ID] * m + cols.keys,
                    np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
-                   np.concatenate((e_op, op)), np.concatenate((e_const, const)), cols.attrs,
+                   np.concatenate((e_op, op)), np.concatenate((e_const, recorded)), cols.attrs,
                    consts, cols.members)
     posted = _posted(full, m, (lower[one], upper[one], upper_op[one]),
-                     (attr[first], op[first], const[first], lower[first]))
+                     (attr[first], op[first], const[first], lower[first], upper[first],
+                      upper_op[first], node))
     lengths = np.concatenate((np.zeros(m, dtype=np.int64), np.bincount(item_sub, minlength=n)))
     row_sub = item_sub + m  # sids of the rows' owners, in sid order
     rows = []
@@ -465,6 +486,45 @@ def _interval_bounds(consts: list, op: np.ndarray, const: np.ndarray
     return consts, lower, upper, upper_op
 
 
+def _nodes(attrs: list[str], consts: list, attr: np.ndarray, op: np.ndarray,
+           const: np.ndarray, levels: clusters.Levels) -> np.ndarray:
+    """Per access predicate, its node of the interval ``levels`` (``Levels.node``), -1
+    for none."""
+    node = np.full(attr.size, -1, dtype=np.int64)
+    at = np.flatnonzero(np.isin(op, _INTERVAL))
+    if not levels or not at.size:
+        return node
+    size = max(len(consts), 1)
+    triple = (attr[at] * len(OPS_STORED) + op[at]) * size + const[at]
+    unique, inverse = np.unique(triple, return_inverse=True)
+    rest, c = np.divmod(unique, size)
+    a, o = np.divmod(rest, len(OPS_STORED))
+    found = [levels.node((attrs[x], OPS_STORED[y], consts[z]))
+             for x, y, z in zip(a.tolist(), o.tolist(), c.tolist(), strict=True)]
+    node[at] = np.array([-1 if n is None else n for n in found],
+                        dtype=np.int64)[inverse.reshape(-1)]
+    return node
+
+
+def _levelled(consts: list, const: np.ndarray, access: np.ndarray, node: np.ndarray
+              ) -> tuple[list, np.ndarray]:
+    """``consts`` with the constants of the levelled access predicates added, and
+    ``const`` with theirs in place (``subs.levelled``: the node in the value)."""
+    at = np.flatnonzero(node >= 0)
+    if not at.size:
+        return consts, const
+    consts, const = list(consts), const.copy()
+    pairs, inverse = np.unique(const[access[at]] * (int(node.max()) + 1) + node[at],
+                               return_inverse=True)
+    codes = []
+    for c, n in zip(*(x.tolist() for x in np.divmod(pairs, int(node.max()) + 1)), strict=True):
+        value = consts[c]
+        codes.append(len(consts))
+        consts.append((*value, n) if isinstance(value, tuple) else (value, n))
+    const[access[at]] = np.array(codes, dtype=np.int64)[inverse.reshape(-1)]
+    return consts, const
+
+
 def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
             access: tuple[np.ndarray, ...]) -> Columns:
     """One record per posted predicate (``subs.posted``) of the first ``m`` records of
@@ -475,22 +535,35 @@ def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
     access as its lower bound."""
     e_attr, e_op, e_const = full.attr[:m], full.op[:m], full.const[:m]
     lower, upper, upper_op = entry_bounds
-    attr, op, const, access_lower = access
+    attr, op, const, access_lower, access_upper, access_upper_op, node = access
     entry = np.isin(e_op, _INTERVAL)
     attrs = list(full.attrs)
     named = np.unique(e_attr[entry])
     elements = np.zeros(len(attrs), dtype=np.int64)
     elements[named] = np.arange(len(attrs), len(attrs) + named.size)
     attrs += [attrs[a] + ELEMENTS for a in named.tolist()]
+    levelled = np.flatnonzero(node >= 0)
+    span = int(node.max()) + 1 if levelled.size else 1
+    pairs, inverse = np.unique(attr[levelled] * span + node[levelled], return_inverse=True)
+    below = len(attrs) + 2 * inverse.reshape(-1)  # the names of the nodes, below and above
+    attrs += [level_name(full.attrs[a], n, above)
+              for a, n in zip(*(x.tolist() for x in np.divmod(pairs, span)), strict=True)
+              for above in (False, True)]
     interval = np.isin(op, _INTERVAL)
     a = np.concatenate((np.where(entry, elements[e_attr], e_attr), attr))
+    a[m + levelled] = below
     o = np.concatenate((np.where(entry, _GE, e_op), np.where(interval, _GE, op)))
     c = np.concatenate((np.where(entry, lower, e_const), np.where(interval, access_lower, const)))
     counts = np.ones(a.size, dtype=np.int64)
     counts[np.flatnonzero(entry)] = 2
-    where = np.flatnonzero(entry) + 1  # each upper bound after its lower
-    return Columns(full.ids, full.keys, counts, np.insert(a, where, a[where - 1]),
-                   np.insert(o, where, upper_op[entry]), np.insert(c, where, upper[entry]),
+    counts[m + levelled] = 2
+    # each upper bound after its lower: an interval entry's, a levelled access's
+    where = np.concatenate((np.flatnonzero(entry), m + levelled)) + 1
+    return Columns(full.ids, full.keys, counts,
+                   np.insert(a, where, np.concatenate((a[np.flatnonzero(entry)], below + 1))),
+                   np.insert(o, where, np.concatenate((upper_op[entry],
+                                                       access_upper_op[levelled]))),
+                   np.insert(c, where, np.concatenate((upper[entry], access_upper[levelled]))),
                    attrs, full.consts, full.members)
 
 
@@ -555,6 +628,8 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
     ordered = _sorted(cols, shard_no, shards)
     if estimates is None and len(ordered):
         estimates = own_estimates(ordered)
+    if estimates is not None and len(ordered):
+        estimates = estimates.with_levels(_levels(ordered, estimates))
     records, next_sid, next_node, next_attr = _records(ordered, node_bytes, estimates)
     map_size = max(config.DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
@@ -568,6 +643,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
                 write_counter(txn, meta, b"next_attr", next_attr)
                 write_counter(txn, meta, NEXT_SET, len(records.by_db["overflow"]))
                 write_estimates(txn, meta, estimates.encode())
+                write_levels(txn, meta, estimates.levels.encode() if estimates.levels else None)
                 write_counter(txn, meta, CONJUNCTIONS, len(ordered))
 
             shard.env.write(load)

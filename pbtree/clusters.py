@@ -31,7 +31,7 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
-from pbtree.subs import INTERVALS, OWN_ENTRY, bounds
+from pbtree.subs import INTERVALS, OWN_ENTRY, bounds, levelled
 from pbtree.values import searched
 from storage.chunks import Chunks
 from storage.keys import const_payload
@@ -44,6 +44,10 @@ _CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
 #: bounds: it holds for a value that hits it twice)
 FREE, SUBSCRIPTION, PREDICATE, INTERVAL = 0, 1, 2, 3
+#: split values per attribute and family of the interval levels (``Estimates.splits``), a
+#: format constant: records name nodes by their place among them. 15 splits, 4 nodes an
+#: event value walks through, place every interval wider than a sixteenth of the samples
+LEVEL_SPLITS = 15
 #: the weight of the static estimate added to a sampled one, to break its ties
 TIE = 1e-9
 _pack = msgpack.Packer().pack
@@ -57,7 +61,7 @@ def estimate(pred: Sequence) -> float:
     """The estimated chance that a core predicate holds for an event, for want of
     statistics (DESIGN §8.1): an equality a small share, an ``in`` that share per value, a
     range more, ``!=`` most. An interval is estimated by its lower bound, the one it
-    posts as an access predicate (``subs.posted``)."""
+    posts as an access predicate without levels (``subs.posted``)."""
     op = pred[1]
     if op in INTERVALS:
         return estimate(bounds(pred)[0])
@@ -70,14 +74,71 @@ def estimate(pred: Sequence) -> float:
     return config.RANGE_SHARE
 
 
+class Levels:
+    """A shard's interval levels: per attribute and family, sorted split payloads, the
+    nodes of a binary search tree (``node``, ``levels_path``). They decide where records
+    post, so they change only with every record rewritten (a build, a recluster)."""
+
+    def __init__(self, splits: dict[str, dict[int, list[bytes]]]) -> None:
+        self.splits = splits
+
+    def __bool__(self) -> bool:
+        return bool(self.splits)
+
+    def node(self, pred: Sequence) -> int | None:
+        """The node of the interval levels an interval predicate posts at, or None: the
+        first split on the walk down the levels that lies inside it. Every event value
+        inside it walks through that node (``levels_path``), so its two postings there
+        (``subs.posted``) find it exactly where it holds."""
+        families = self.splits.get(pred[0])
+        if families is None:
+            return None
+        lower, upper = bounds(pred)
+        family, lo = const_payload(lower[2])
+        high_family, hi = const_payload(upper[2])
+        if family != high_family:
+            return None
+        found = families.get(family, ())
+        strict = upper[1] == "<"
+        left, right = 0, len(found)
+        while left < right:
+            mid = (left + right) // 2
+            split = found[mid]
+            if hi < split or (strict and hi == split):
+                right = mid
+            elif lo > split:
+                left = mid + 1
+            else:
+                return mid
+        return None
+
+    def encode(self) -> bytes:
+        return msgpack.packb(self.splits)
+
+    @classmethod
+    def decode(cls, raw: bytes | None) -> Levels:
+        if raw is None:
+            return NO_LEVELS
+        try:
+            return cls({attr: {int(f): list(splits) for f, splits in families.items()}
+                        for attr, families in msgpack.unpackb(raw, strict_map_key=False).items()})
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+            raise CorruptIndexError(f"the stored interval levels are damaged ({exc})") from None
+
+
+NO_LEVELS = Levels({})
+
+
 class Estimates:
     """What a sample of events (or of the subscriptions' own constants) says about each
     attribute: how many of ``n`` samples hold it, and per family of value how many do and
     a sorted sample of their search payloads (at most SAMPLE_KEYS, evenly spread)."""
 
-    def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, tuple[int, list[bytes]]]]]
-                 ) -> None:
+    def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, tuple[int, list[bytes]]]]],
+                 levels: Levels | None = None) -> None:
         self.n, self.attrs = max(n, 1), attrs
+        #: the interval levels the intervals estimated post in (``with_levels``)
+        self.levels = NO_LEVELS if levels is None else levels
         self._known: dict[tuple, float] = {}  # estimates made, by predicate
 
     @classmethod
@@ -135,6 +196,10 @@ class Estimates:
                                     for item in (value if isinstance(value, _ARRAYS)
                                                  else (value,))))
 
+    def with_levels(self, levels: Levels) -> Estimates:
+        """These estimates for intervals that post in ``levels``."""
+        return Estimates(self.n, self.attrs, levels)
+
     def encode(self) -> bytes:
         return msgpack.packb([self.n, {a: [c, {f: list(v) for f, v in fams.items()}]
                                        for a, (c, fams) in self.attrs.items()}])
@@ -151,17 +216,43 @@ class Estimates:
 
     def estimate(self, pred: Sequence) -> float:
         """The share of the samples a core predicate holds for; the static ``estimate``
-        breaks ties and stands in, scaled down, where the samples lack the attribute."""
+        breaks ties and stands in, scaled down, where the samples lack the attribute. An
+        interval with a ``node`` in its attribute's levels posts exactly where it holds,
+        so the share inside it counts; one without posts its lower bound, so that does."""
         attr, op, value = pred
-        if op in INTERVALS:  # by its lower bound, as ``estimate``
-            attr, op, value = bounds(pred)[0]
-        key = (attr, op, tuple(value) if op == "in" else value, type(value))
+        key = (attr, op, tuple(value) if op in ("in", "between") else value, type(value))
         known = self._known.get(key)
         if known is None:
             if len(self._known) >= config.KNOWN_MOST:
                 self._known.clear()
-            known = self._known[key] = self._estimate(attr, op, value, estimate(pred))
+            if op in INTERVALS:
+                known = self._interval(pred)
+            else:
+                known = self._estimate(attr, op, value, estimate(pred))
+            self._known[key] = known
         return known
+
+    def _interval(self, pred: Sequence) -> float:
+        lower, upper = bounds(pred)
+        below = self._estimate(*lower, estimate(lower))
+        if self.levels.node(pred) is None:
+            return below
+        above = self._estimate(*upper, estimate(upper))
+        family = const_payload(lower[2])[0]
+        holding = self.attrs.get(pred[0], (0, {}))[1].get(family, (0,))[0] / self.n
+        return max(below + above - holding, 0.0) + estimate(lower) * TIE
+
+    def levels_of(self, attrs: Iterable[str]) -> Levels:
+        """The interval levels of ``attrs``: per family, at most LEVEL_SPLITS of the sampled
+        values, evenly spread (none for a family with fewer than two distinct)."""
+        found: dict[str, dict[int, list[bytes]]] = {}
+        for attr in attrs:
+            for family, (_, keys) in self.attrs.get(attr, (0, {}))[1].items():
+                n = min(LEVEL_SPLITS, len(keys) - 1)
+                picked = sorted({keys[(i * len(keys)) // (n + 1)] for i in range(1, n + 1)})
+                if len(picked) > 1:
+                    found.setdefault(attr, {})[family] = picked
+        return Levels(found)
 
     def _estimate(self, attr: str, op: str, value: object, static: float) -> float:
         found = self.attrs.get(attr)
@@ -185,6 +276,60 @@ class Estimates:
             return (k - (hi - lo)) / k * share
         below = {"<": lo, "<=": hi, ">": k - hi, ">=": k - lo}[op]
         return below / k * share
+
+
+
+
+def worth_levels(estimates: Estimates, gains: Mapping[str, float]) -> Levels:
+    """The attributes whose interval levels pay: those where the candidates an event
+    would bring fewer (``gains``, per event, from the access predicates levels would
+    choose) outweigh the searches the levels add (LEVEL_SEARCH per node an event value
+    walks through, for the events holding the attribute: at most all; a subscription's
+    constants count each bound of an interval)."""
+    searches = LEVEL_SPLITS.bit_length() * config.LEVEL_SEARCH
+    return estimates.levels_of(
+        attr for attr, gain in gains.items()
+        if gain > searches * min(1.0, estimates.attrs[attr][0] / estimates.n))
+
+
+def levels_gains(estimates: Estimates, subs: Iterable[Sequence]) -> dict[str, float]:
+    """Per attribute, by how many candidates an event would bring fewer if every
+    attribute's intervals posted in levels, from the subscriptions (core predicates of
+    each conjunction) whose access predicate would then be an interval on it."""
+    flat = estimates.with_levels(NO_LEVELS)
+    levelled = estimates.with_levels(estimates.levels_of(estimates.attrs))
+    gains: dict[str, float] = {}
+    for preds in subs:
+        best = min(preds, key=levelled.estimate)
+        if best[1] in INTERVALS and levelled.levels.node(best) is not None:
+            gain = min(map(flat.estimate, preds)) - levelled.estimate(best)
+            gains[best[0]] = gains.get(best[0], 0.0) + gain
+    return gains
+
+
+def levels_path(found: list[bytes], payload: bytes) -> Iterator[tuple[int, bool]]:
+    """The nodes of the interval levels (sorted ``found`` splits) that an event value's
+    payload walks through, each with whether the value lies at or above its split (an
+    inexact payload lies just above itself, so comparing it as it is holds too)."""
+    left, right = 0, len(found)
+    while left < right:
+        mid = (left + right) // 2
+        if payload < found[mid]:
+            yield mid, False
+            right = mid
+        else:
+            yield mid, True
+            left = mid + 1
+
+
+def recorded(preds: list, levels: Levels) -> list:
+    """An ordered subscription (``ordered``) as its record holds it: an interval access
+    predicate with its node of the ``levels`` (``subs.levelled``), if it has one."""
+    first = preds[0]
+    if not levels or first[1] not in INTERVALS:
+        return preds
+    node = levels.node(first)
+    return preds if node is None else [levelled(first, node), *preds[1:]]
 
 
 def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:

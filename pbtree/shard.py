@@ -37,8 +37,10 @@ from storage.meta import (
     delete_counter,
     read_estimates,
     read_header,
+    read_levels,
     write_estimates,
     write_header,
+    write_levels,
     write_version,
 )
 from storage.records import PREDICATE_ID, PREDS, sid_records
@@ -54,11 +56,12 @@ FORMAT = b"pbtree-shard"
 #: predicate each, kind INTERVAL) and the entry of a ``!=`` access predicate in its row;
 #: 11: an interval's bounds are entries in its check rows, and its interval entry posts
 #: under its attribute's ELEMENTS name, searched by array elements only; 12: no deltas: a
-#: write's postings for a PB+tree are inserted into it
-VERSION = 12
+#: write's postings for a PB+tree are inserted into it; 13: interval levels (an interval
+#: access predicate's record names its node; the estimates list the levelled attributes)
+VERSION = 13
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
@@ -116,6 +119,9 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self._snapshot: lmdb.Transaction | None = None
         self._cache = Snapshot()
         self._recent = RecentWrites()
+        self._levels: tuple = (None, clusters.NO_LEVELS)  # (raw record, its Levels)
+        self._choosing: tuple = (None, None, None)  # (estimates, levels, both: ``chooser``)
+        self._searched: tuple = (None, {})  # (levels, ShardReads._level_names of them)
         self._writers: list[tuple[int, Writer]] = []  # the running write's, by txn id
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
@@ -146,6 +152,11 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self.env.drop(txn, "needed")  # predicate counts before version 9, now ``kinds``
         for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
             delete_counter(txn, dbs["meta"], name)
+        levels = clusters.NO_LEVELS  # interval levels where they pay, decided anew
+        if self.estimates is not None:
+            levels = clusters.worth_levels(self.estimates, clusters.levels_gains(
+                self.estimates, (conj for item in items for conj in conjunctions(item[2]))))
+        write_levels(txn, dbs["meta"], levels.encode() if levels else None)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
             items.sort(key=lambda item: clusters.predicate_key(
@@ -154,6 +165,23 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
+
+    def levels_in(self, txn) -> clusters.Levels:
+        """The interval levels of the shard as ``txn`` sees them (another process's
+        recluster may have changed them), decoded once per change."""
+        raw = read_levels(txn, self.dbs["meta"])
+        if raw != self._levels[0]:
+            self._levels = (raw, clusters.Levels.decode(raw))
+        return self._levels[1]
+
+    def chooser(self, levels: clusters.Levels) -> clusters.Estimates | None:
+        """What chooses access predicates (``clusters.ordered``) where intervals post in
+        ``levels``: the estimates, or None for the static rule."""
+        estimates, known, chooser = self._choosing
+        if estimates is not self.estimates or known is not levels:
+            chooser = None if self.estimates is None else self.estimates.with_levels(levels)
+            self._choosing = (self.estimates, levels, chooser)
+        return chooser
 
     def recluster(self, estimates: clusters.Estimates | None) -> None:
         """Choose every subscription's access predicate anew by ``estimates`` (kept for

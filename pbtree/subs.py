@@ -32,6 +32,9 @@ INTERVALS = frozenset(("between", "prefix"))
 #: ``name`` + ELEMENTS hold only interval entries, and only array elements search them
 #: (a lone surrogate, the byte 0xFF once encoded: in no attribute name or event key)
 ELEMENTS = "\udcff"
+#: what ends an attribute name before a node of its interval levels (``level_name``): a lone
+#: surrogate, the byte 0xFE once encoded, in no attribute name or event key
+LEVEL = "\udcfe"
 #: access predicates whose own predicate entry is in the subscription's check row too:
 #: ``!=`` (against an array, an element equal to the constant clears the entry's mark,
 #: ``snapshot.matched``)
@@ -52,14 +55,47 @@ def bounds(pred: Sequence) -> list:
     return [(attr, ">=", value), (attr, "<", prefix_successor(value))]
 
 
+def levelled(pred: Sequence, node: int) -> tuple:
+    """An interval access predicate as a record holds it when it posts at ``node`` of its
+    attribute's interval levels: the node after the bounds in its value."""
+    attr, op, value = pred
+    return attr, op, (*value, node) if op == "between" else (value, node)
+
+
+def level_of(pred: Sequence) -> int | None:
+    """The node of the interval levels a recorded predicate posts at, or None."""
+    op, value = pred[1], pred[2]
+    if op == "between":
+        return value[2] if len(value) > 2 else None
+    return value[1] if op == "prefix" and not isinstance(value, str) else None
+
+
+def plain(pred: Sequence) -> tuple:
+    """A recorded predicate without its node of the interval levels (``levelled``)."""
+    attr, op, value = pred
+    return attr, op, value[:2] if op == "between" else value[0]
+
+
+def level_name(attr: str, node: int, above: bool) -> str:
+    """The attribute name under which the intervals at ``node`` of ``attr``'s levels post
+    the bound an event value below the node's split (``above`` False) or at or above it
+    needs: their lower bounds, or their upper ones."""
+    return f"{attr}{LEVEL}{node}{'+' if above else '-'}"
+
+
 def posted(preds: Sequence, entry: bool) -> list:
     """The core predicates a record posts (DESIGN §3): its first, the access predicate
     of a subscription or a predicate entry's one; an interval entry's (``entry``) as its
-    two bounds under the attribute's ELEMENTS name, a subscription's interval access as
-    its lower bound only (``bounds``)."""
+    two bounds under the attribute's ELEMENTS name, a subscription's interval access at
+    its node of the levels as its lower bound below the node and its upper one above
+    (``level_name``), without a node as its lower bound only (``bounds``)."""
     first = preds[0]
     if first[1] in INTERVALS:
-        lower, upper = bounds(first)
+        node = level_of(first)
+        lower, upper = bounds(first if node is None else plain(first))
+        if node is not None:
+            return [(level_name(first[0], node, False), lower[1], lower[2]),
+                    (level_name(first[0], node, True), upper[1], upper[2])]
         if not entry:
             return [lower]
         name = first[0] + ELEMENTS
@@ -123,7 +159,10 @@ def decoded(sid: int, raw: bytes | memoryview) -> tuple[bytes, list, list[Postin
             from None
     try:
         preds = msgpack.unpackb(packed)
-        return idkey, preds, list(postings(preds, idkey == PREDICATE_ID))
+        found = list(postings(preds, idkey == PREDICATE_ID))
+        if preds and level_of(preds[0]) is not None:
+            preds[0] = list(plain(preds[0]))
+        return idkey, preds, found
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise CorruptIndexError(f"the subscription record of sid {sid} is damaged "
                                 f"({type(exc).__name__}: {exc})") from None

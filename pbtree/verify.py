@@ -14,7 +14,7 @@ from pbtree.compaction.postings import split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import prefix_successor
 from pbtree.ids import decode_id, shard_of
-from pbtree.subs import ELEMENTS, INTERVALS, stored
+from pbtree.subs import ELEMENTS, INTERVALS, LEVEL, postings, stored
 from pbtree.write import limits
 from storage import sidset
 from storage.chunks import Chunks
@@ -30,7 +30,7 @@ from storage.lists import (
     is_packed,
     tree_sentinels,
 )
-from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_merged
+from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_levels, read_merged
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, Reader, capacity, inline_max
 from storage.packed import Packed
 from storage.records import (
@@ -52,8 +52,9 @@ def shard_stats(shard) -> dict:
     dbs = shard.dbs
     with shard.read() as txn:
         pages, records, over = TreePages(txn, dbs), Records(txn, dbs), Reader(txn, dbs)
-        names = {v:  # an ELEMENTS name's trees are its attribute's
+        names = {v:  # an ELEMENTS or LEVEL name's trees are its attribute's
                  bytes(k).decode("utf-8", "surrogateescape").removesuffix(ELEMENTS)
+                 .split(LEVEL)[0]
                  for k, v in pages.all_attr_ids().items()}
         used = set()
         for key, _ in pages.all_trees():
@@ -324,6 +325,7 @@ class _Checker:
         entries = self.records.all_entries()
         uses: Counter = Counter()
         users = 0
+        levels = clusters.Levels.decode(read_levels(txn, dbs["meta"]))
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")
@@ -352,6 +354,9 @@ class _Checker:
                 if kind != clusters.SUBSCRIPTION:
                     self.fail(f"sid {sid}: the kinds column does not mark a subscription")
                 self.check_row(sid, preds, row, entries)
+                if found != list(postings(clusters.recorded(preds, levels))):
+                    self.fail(f"sid {sid}: its access predicate does not post where the "
+                              f"shard's interval levels place it")
                 uses.update(map(clusters.predicate_key, clusters.checked(preds)))
                 sub_id = decode_id(idkey)
                 if int_id != (sub_id if isinstance(sub_id, int) else STRING_ID):

@@ -31,6 +31,8 @@ TREE_GEN = b"tree_gen"
 #: meta record of the number of conjunctions stored (a sid each): more than the ids when
 #: some subscription holds 'or'
 CONJUNCTIONS = b"conjunctions"
+#: meta record of the interval levels (``pbtree.clusters.Levels``), absent when none
+LEVELS = b"levels"
 #: the largest sid: sids are u32 in every record that names one
 MAX_SID = 2**32 - 1
 
@@ -71,6 +73,20 @@ def write_estimates(txn: lmdb.Transaction, meta: lmdb._Database, encoded: bytes 
         txn.delete(ESTIMATES, db=meta)
     else:
         txn.put(ESTIMATES, encoded, db=meta)
+
+
+def read_levels(txn: lmdb.Transaction, meta: lmdb._Database) -> bytes | None:
+    """The encoded interval levels, or None when the shard has none."""
+    raw = txn.get(LEVELS, db=meta)
+    return None if raw is None else bytes(raw)
+
+
+def write_levels(txn: lmdb.Transaction, meta: lmdb._Database, encoded: bytes | None) -> None:
+    """Store the ``encoded`` interval levels; None deletes them (no levels)."""
+    if encoded is None:
+        txn.delete(LEVELS, db=meta)
+    else:
+        txn.put(LEVELS, encoded, db=meta)
 
 
 def read_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> int:

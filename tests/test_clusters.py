@@ -25,7 +25,8 @@ def _access(ix: pbtree.Index, sub_id: object) -> tuple:
     return tuple(ix.shards[0].get(encode_id(sub_id))[0][0])
 
 
-@pytest.mark.parametrize("few", [0, config.FEW_CANDIDATES], ids=["stepwise", "at once"])
+@pytest.mark.parametrize("few", [0, config.FEW_CANDIDATES],
+                         ids=["stepwise", "at once, interval levels"])
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32), fold_at=st.sampled_from([1, 7, 10**6]))
@@ -33,8 +34,11 @@ def test_churn_and_reclustering_match_the_oracle(tmp_path_factory, monkeypatch, 
                                                  fold_at):
     """Subscribes, removals, replacements and re-clusterings by random samples, with
     events that lack access attributes: every answer is the oracle's, verify passes. Rows
-    checked a position at a time, or (few candidates) all at once."""
+    checked a position at a time, or (few candidates) all at once with interval levels
+    wherever they save a candidate."""
     monkeypatch.setattr(config, "FEW_CANDIDATES", few)
+    if few:
+        monkeypatch.setattr(config, "LEVEL_SEARCH", 0)
     rng = random.Random(seed)
     model: dict = {}
     path = tmp_path_factory.mktemp("ix") / "ix"

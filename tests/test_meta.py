@@ -1,14 +1,18 @@
-"""A shard's header and estimates through ``storage.meta``, on a real LMDB environment."""
+"""A shard's header, estimates and interval levels through ``storage.meta``, on a real
+LMDB environment."""
 
 from __future__ import annotations
 
 import lmdb
+import pytest
 
 from storage.meta import (
     read_estimates,
     read_header,
+    read_levels,
     write_estimates,
     write_header,
+    write_levels,
     write_version,
 )
 
@@ -30,11 +34,13 @@ def test_header_reads_back_or_is_missing(tmp_path):
         assert read_header(txn, meta) is None
 
 
-def test_estimates_are_stored_or_deleted(tmp_path):
+@pytest.mark.parametrize(("read", "write"), [(read_estimates, write_estimates),
+                                             (read_levels, write_levels)])
+def test_estimates_and_levels_are_stored_or_deleted(tmp_path, read, write):
     env, meta = environment(tmp_path)
     with env.begin(write=True) as txn:
-        assert read_estimates(txn, meta) is None
-        write_estimates(txn, meta, b"\x93")
-        assert read_estimates(txn, meta) == b"\x93"
-        write_estimates(txn, meta, None)
-        assert read_estimates(txn, meta) is None
+        assert read(txn, meta) is None
+        write(txn, meta, b"\x93")
+        assert read(txn, meta) == b"\x93"
+        write(txn, meta, None)
+        assert read(txn, meta) is None

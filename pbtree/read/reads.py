@@ -9,13 +9,14 @@ from functools import partial
 import numpy as np
 
 from pbtree import strids
+from pbtree.clusters import levels_path
 from pbtree.columns import STRING_ID
 from pbtree.errors import CorruptIndexError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.read.matcher import Search
 from pbtree.read.snapshot import Snapshot, matched
 from pbtree.read.version import Value, Version
-from pbtree.subs import decoded, elements_name
+from pbtree.subs import decoded, elements_name, level_name, name_bytes
 from storage.meta import CONJUNCTIONS, read_counter
 from storage.overflow import Reader
 from storage.records import PREDICATE_ID, Records, split_sub
@@ -38,6 +39,37 @@ class ShardReads:
             self._attr_ids[name] = aid
         return aid
 
+    def _level_names(self, txn) -> dict[bytes, dict[int, tuple[list[bytes], list[tuple]]]]:
+        """Per encoded attribute name and family of the interval levels ``txn`` sees: the
+        splits, and the names each node's postings go under below and above its split
+        (``subs.posted``)."""
+        levels = self.levels_in(txn)
+        if self._searched[0] is not levels:
+            found: dict[bytes, dict] = {}
+            for attr, families in levels.splits.items():
+                for family, splits in families.items():
+                    found.setdefault(name_bytes(attr), {})[family] = (splits, [
+                        (name_bytes(level_name(attr, node, False)),
+                         name_bytes(level_name(attr, node, True)))
+                        for node in range(len(splits))])
+            self._searched = (levels, found)
+        return self._searched[1]
+
+    def _with_levels(self, levels: dict, values: list[Value]) -> list[Value]:
+        """``values`` and, for each on an attribute with interval ``levels``
+        (``_level_names``), its value under the names of the nodes it walks through
+        (``clusters.levels_path``)."""
+        if not levels:
+            return values
+        out = list(values)
+        for name, family, payload, exact in values:
+            found = levels.get(name)
+            if found is not None and family in found:
+                splits, names = found[family]
+                out += [(names[node][above], family, payload, exact)
+                        for node, above in levels_path(splits, payload)]
+        return out
+
     def _version(self, txn, cache: Snapshot) -> Version:
         """The sources a match in ``txn`` searches: the trees, then those ``cache`` keeps
         (``Snapshot.sources_of``)."""
@@ -51,17 +83,18 @@ class ShardReads:
         snapshot's version asked for the event's values."""
         try:
             version = self._version(txn, cache)
+            levels = self._level_names(txn)
             if type(event) is not list:  # an ArrayEvent
-                return self._match_values(txn, cache, version, event)
+                return self._match_values(txn, cache, version, levels, event)
             out: list[np.ndarray] = []
-            version.search(event, out)
+            version.search(self._with_levels(levels, event), out)
             return matched(txn, self.dbs, cache, out)
         except (struct.error, ValueError, TypeError) as exc:
             if isinstance(exc, PbtreeError):
                 raise
             raise CorruptIndexError(f"{self.path}: damaged record while matching ({exc})") from None
 
-    def _match_values(self, txn, cache: Snapshot, version: Version,
+    def _match_values(self, txn, cache: Snapshot, version: Version, levels: dict,
                       event: list[Value]) -> np.ndarray:
         """``match_sids`` of an event holding arrays (``events.ArrayEvent``): each value
         searched on its own, so that its hits are one segment, an array's element under
@@ -73,9 +106,10 @@ class ShardReads:
         for n, value in enumerate(event):
             if n >= event.first:
                 name, family, payload, exact = value
-                version.search([value, (elements_name(name), family, payload, exact)], out)
+                version.search(self._with_levels(
+                    levels, [value, (elements_name(name), family, payload, exact)]), out)
             else:
-                version.search([value], out)
+                version.search(self._with_levels(levels, [value]), out)
             ends.append(len(out))
         if not out:
             return matched(txn, self.dbs, cache, out)

@@ -87,12 +87,15 @@ class ShardWrites:
         (first new sid, new sids, the predicates each posts, ``subs.posted``), as
         ``RecentWrites`` takes them."""
         owners, ordered = [], []
+        levels = self.levels_in(txn)
+        chooser = self.chooser(levels)
         for n, preds in enumerate(lists):
             for conj in conjunctions(preds):
                 owners.append(n)
-                ordered.append(clusters.ordered(conj, self.estimates))
+                ordered.append(clusters.ordered(conj, chooser))
         pack = clusters.pack
         packed = [list(map(pack, preds)) for preds in ordered]  # for keys and records alike
+        recorded = [clusters.recorded(preds, levels) for preds in ordered]
         by_key: dict[bytes, bytes] = {}
         pred_of: dict[bytes, Sequence] = {}
         keyed = []
@@ -128,12 +131,14 @@ class ShardWrites:
                                                    for i in sub_ids])
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
         bodies = [ONE + by_key[key] for key in new]
-        bodies += [array_header(len(each)) + b"".join(each) for each in packed]
+        bodies += [array_header(len(each)) + b"".join(each) if preds is plain else
+                   array_header(len(each)) + pack(preds[0]) + b"".join(each[1:])
+                   for each, preds, plain in zip(packed, recorded, ordered, strict=True)]
         w.records.put_subs(first, idkeys, bodies)
         w.records.put_ids(owned, start)
         self._add_conjunctions(txn, len(ordered))
         return first, len(bodies), [posted([pred_of[key]], True) for key in new] + \
-            [posted(preds, False) for preds in ordered]
+            [posted(preds, False) for preds in recorded]
 
     def _add_conjunctions(self, txn, n: int) -> None:
         """Count ``n`` conjunctions more (or fewer) in meta CONJUNCTIONS."""

@@ -34,7 +34,7 @@ from pbtree.write.wholetree import Record, Spilled, TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
-from storage.meta import CONJUNCTIONS, write_counter, write_estimates, write_levels
+from storage.meta import CONJUNCTIONS, ESTIMATES, LEVELS, write_counter, write_encoded
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from storage.records import (
     PREDICATE_ID,
@@ -642,8 +642,9 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
                 write_counter(txn, meta, b"next_node", next_node)
                 write_counter(txn, meta, b"next_attr", next_attr)
                 write_counter(txn, meta, NEXT_SET, len(records.by_db["overflow"]))
-                write_estimates(txn, meta, estimates.encode())
-                write_levels(txn, meta, estimates.levels.encode() if estimates.levels else None)
+                write_encoded(txn, meta, ESTIMATES, estimates.encode())
+                write_encoded(txn, meta, LEVELS,
+                              estimates.levels.encode() if estimates.levels else None)
                 write_counter(txn, meta, CONJUNCTIONS, len(ordered))
 
             shard.env.write(load)

@@ -34,13 +34,13 @@ from pbtree.write.writes import ShardWrites
 from storage.env import Environment
 from storage.meta import (
     CONJUNCTIONS,
+    ESTIMATES,
+    LEVELS,
     delete_counter,
-    read_estimates,
+    read_encoded,
     read_header,
-    read_levels,
-    write_estimates,
+    write_encoded,
     write_header,
-    write_levels,
     write_version,
 )
 from storage.records import PREDICATE_ID, PREDS, sid_records
@@ -127,7 +127,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self._chunks: dict[int, dict[str, set[int]]] = {}
         self._used = time.monotonic()  # when a match or write last used the pinned snapshot
         with self.env.read() as txn:
-            raw = read_estimates(txn, meta)
+            raw = read_encoded(txn, meta, ESTIMATES)
         #: what chooses access predicates (``clusters.ordered``): None for the static rule
         self.estimates = None if raw is None else clusters.Estimates.decode(raw)
         if version != VERSION:  # older readers must not see what is new
@@ -156,7 +156,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         if self.estimates is not None:
             levels = clusters.worth_levels(self.estimates, clusters.levels_gains(
                 self.estimates, (conj for item in items for conj in conjunctions(item[2]))))
-        write_levels(txn, dbs["meta"], levels.encode() if levels else None)
+        write_encoded(txn, dbs["meta"], LEVELS, levels.encode() if levels else None)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
             items.sort(key=lambda item: clusters.predicate_key(
@@ -169,7 +169,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
     def levels_in(self, txn) -> clusters.Levels:
         """The interval levels of the shard as ``txn`` sees them (another process's
         recluster may have changed them), decoded once per change."""
-        raw = read_levels(txn, self.dbs["meta"])
+        raw = read_encoded(txn, self.dbs["meta"], LEVELS)
         if raw != self._levels[0]:
             self._levels = (raw, clusters.Levels.decode(raw))
         return self._levels[1]
@@ -187,7 +187,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         """Choose every subscription's access predicate anew by ``estimates`` (kept for
         the subscriptions to come; None: the static rule), in one transaction."""
         def apply(txn) -> None:
-            write_estimates(txn, self.dbs["meta"], None if estimates is None else
+            write_encoded(txn, self.dbs["meta"], ESTIMATES, None if estimates is None else
                             estimates.encode())
             self._rewrite(txn)
 

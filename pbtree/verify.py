@@ -30,7 +30,7 @@ from storage.lists import (
     is_packed,
     tree_sentinels,
 )
-from storage.meta import CONJUNCTIONS, read_counter, read_folded, read_levels, read_merged
+from storage.meta import CONJUNCTIONS, LEVELS, read_counter, read_encoded, read_folded, read_merged
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, Reader, capacity, inline_max
 from storage.packed import Packed
 from storage.records import (
@@ -325,7 +325,7 @@ class _Checker:
         entries = self.records.all_entries()
         uses: Counter = Counter()
         users = 0
-        levels = clusters.Levels.decode(read_levels(txn, dbs["meta"]))
+        levels = clusters.Levels.decode(read_encoded(txn, dbs["meta"], LEVELS))
         for sid, idkey, preds, found in stored(txn, dbs["subs"], 0):
             if sid >= next_sid:
                 self.fail(f"sid {sid} is not below the sid counter {next_sid}")

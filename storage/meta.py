@@ -61,32 +61,20 @@ def write_version(txn: lmdb.Transaction, meta: lmdb._Database, version: int) -> 
     txn.put(b"version", version.to_bytes(4, "little"), db=meta)
 
 
-def read_estimates(txn: lmdb.Transaction, meta: lmdb._Database) -> bytes | None:
-    """The encoded selectivity estimates, or None when the shard has none."""
-    raw = txn.get(ESTIMATES, db=meta)
+def read_encoded(txn: lmdb.Transaction, meta: lmdb._Database, name: bytes) -> bytes | None:
+    """An optional encoded meta record (ESTIMATES, LEVELS), or None when the shard has none."""
+    raw = txn.get(name, db=meta)
     return None if raw is None else bytes(raw)
 
 
-def write_estimates(txn: lmdb.Transaction, meta: lmdb._Database, encoded: bytes | None) -> None:
-    """Store the ``encoded`` selectivity estimates; None deletes them (the static rule)."""
+def write_encoded(txn: lmdb.Transaction, meta: lmdb._Database, name: bytes,
+                  encoded: bytes | None) -> None:
+    """Store the optional meta record ``name``; None deletes it (no estimates: the static
+    rule; no levels)."""
     if encoded is None:
-        txn.delete(ESTIMATES, db=meta)
+        txn.delete(name, db=meta)
     else:
-        txn.put(ESTIMATES, encoded, db=meta)
-
-
-def read_levels(txn: lmdb.Transaction, meta: lmdb._Database) -> bytes | None:
-    """The encoded interval levels, or None when the shard has none."""
-    raw = txn.get(LEVELS, db=meta)
-    return None if raw is None else bytes(raw)
-
-
-def write_levels(txn: lmdb.Transaction, meta: lmdb._Database, encoded: bytes | None) -> None:
-    """Store the ``encoded`` interval levels; None deletes them (no levels)."""
-    if encoded is None:
-        txn.delete(LEVELS, db=meta)
-    else:
-        txn.put(LEVELS, encoded, db=meta)
+        txn.put(name, encoded, db=meta)
 
 
 def read_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> int:

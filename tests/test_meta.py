@@ -7,12 +7,12 @@ import lmdb
 import pytest
 
 from storage.meta import (
-    read_estimates,
+    ESTIMATES,
+    LEVELS,
+    read_encoded,
     read_header,
-    read_levels,
-    write_estimates,
+    write_encoded,
     write_header,
-    write_levels,
     write_version,
 )
 
@@ -34,13 +34,13 @@ def test_header_reads_back_or_is_missing(tmp_path):
         assert read_header(txn, meta) is None
 
 
-@pytest.mark.parametrize(("read", "write"), [(read_estimates, write_estimates),
-                                             (read_levels, write_levels)])
-def test_estimates_and_levels_are_stored_or_deleted(tmp_path, read, write):
+@pytest.mark.parametrize("name", [ESTIMATES, LEVELS])
+def test_estimates_and_levels_are_stored_or_deleted(tmp_path, name):
     env, meta = environment(tmp_path)
     with env.begin(write=True) as txn:
-        assert read(txn, meta) is None
-        write(txn, meta, b"\x93")
-        assert read(txn, meta) == b"\x93"
-        write(txn, meta, None)
-        assert read(txn, meta) is None
+        assert read_encoded(txn, meta, name) is None
+        write_encoded(txn, meta, name, b"\x93")
+        assert read_encoded(txn, meta, name) == b"\x93"
+        assert read_encoded(txn, meta, ESTIMATES if name == LEVELS else LEVELS) is None
+        write_encoded(txn, meta, name, None)
+        assert read_encoded(txn, meta, name) is None

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pbtree.bulk import Columns
 from pbtree.expr import KEYWORDS, OP_SPELLINGS, OPS_CORE
 from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES
+from pbtree.subtable import Columns
 from storage.keys import MAX_CONST_BYTES, MAX_EXACT_INT
 
 _WS = r"[ \t\n\r\f\v]"

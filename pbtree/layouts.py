@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from pbtree import arrowparse
 from pbtree.arrowparse import filled
-from pbtree.bulk import Columns, fixed_rows
 from pbtree.core import Index
 from pbtree.errors import ExpressionError, IdError, PbtreeError
 from pbtree.expr import parse_tuple, source_op
 from pbtree.ids import MAX_ID_BYTES, encode_id
 from pbtree.normalize import normalize
+from pbtree.subtable import Columns, fixed_rows
 from storage.records import Records
 
 EXPRESSION, PREDICATE = "expression", "predicate"

@@ -5,6 +5,7 @@ tree changes, and a version 11 shard's deltas are gone once it is upgraded."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 from oracle import oracle_match
@@ -106,14 +107,21 @@ def test_an_emptied_tree_is_dropped_and_a_new_one_starts_packed(tmp_path, monkey
         _check(ix, model, ["a"], 3)
 
 
+def _tree_copied(tmp_path, key: Callable[[bytes], bytes]) -> pbtree.Index:
+    """A compacted index of one PB+tree whose trees record is also stored under
+    ``key(prefix)``: damage for stats and verify to name."""
+    ix = pbtree.create(tmp_path / "ix", node_bytes=256)
+    ix.subscribe_many((n, f"a > {n}") for n in range(100))
+    ix.compact()
+    shard = ix.shards[0]
+    with shard.env.env.begin(write=True) as txn:
+        prefix, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
+        txn.put(key(bytes(prefix)), bytes(raw), db=shard.dbs["trees"])
+    return ix
+
+
 def test_a_tree_of_an_unnamed_attribute_is_named_by_stats(tmp_path, no_packing):
-    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
-        ix.subscribe_many((n, f"a > {n}") for n in range(100))
-        ix.compact()
-        shard = ix.shards[0]
-        with shard.env.env.begin(write=True) as txn:
-            prefix, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
-            txn.put(b"\0\0\0\x09" + bytes(prefix)[4:], bytes(raw), db=shard.dbs["trees"])
+    with _tree_copied(tmp_path, lambda prefix: b"\0\0\0\x09" + prefix[4:]) as ix:
         with pytest.raises(CorruptIndexError, match="attribute id 9, which has no name"):
             ix.stats()
 
@@ -162,12 +170,6 @@ def test_a_version_11_shard_loses_its_deltas_on_upgrade(tmp_path, no_packing):
 def test_verify_names_a_trees_record_of_no_tree(tmp_path, no_packing):
     """A delta left in a version 12 shard (or any key that is no tree's prefix) is damage
     that verify names, with what a key there must be."""
-    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
-        ix.subscribe_many((n, f"a > {n}") for n in range(100))
-        ix.compact()
-        shard = ix.shards[0]
-        with shard.env.env.begin(write=True) as txn:
-            prefix, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
-            txn.put(bytes(prefix) + b"+", bytes(raw), db=shard.dbs["trees"])
+    with _tree_copied(tmp_path, lambda prefix: prefix + b"+") as ix:
         with pytest.raises(CorruptIndexError, match="not keyed by a tree prefix"):
             ix.verify()

@@ -419,3 +419,33 @@ def test_config_turns_compare_two_settings_small():
     assert all(rate > 0 for rates in report["events_per_s"].values() for rate in rates)
     with pytest.raises(SystemExit, match="no NO_SUCH"):
         configturns.run("dense", {"NO_SUCH": 1}, n_subs=100, rounds=1, events=5)
+
+
+def test_turns_build_pbtree_from_what_users_write(monkeypatch):
+    """pbtree is built from the subscriptions as written (its index keeps ``between`` as
+    one predicate); a baseline from the core predicates, ``between`` split in two."""
+    from tools import bench, turns
+
+    given = {}
+
+    def recording(name, workdir, pbtree_build="auto"):
+        system = made(name, workdir, pbtree_build)
+        build = system.build
+
+        def build_and_keep(subs):
+            build(subs)
+            given[name] = (subs, system.ix.get(subs[0][0]) if name == "pbtree" else None)
+
+        system.build = build_and_keep
+        return system
+
+    made = bench.make_system
+    monkeypatch.setattr(bench, "make_system", recording)
+    turns.turns("ranges", "small", ["pbtree", "counting-mem"], rounds=1, events=2,
+                n_subs=200, log=lambda _m: None)
+    source, stored = given["pbtree"]
+    core = given["counting-mem"][0]
+    assert any(op == "between" for _, preds in source for _, op, _ in preds)
+    assert not any(op == "between" for _, preds in core for _, op, _ in preds)
+    assert [i for i, _ in source] == [i for i, _ in core]
+    assert ("between" in {op for _, op, _ in source[0][1]}) == (" between " in stored)

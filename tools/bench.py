@@ -235,10 +235,18 @@ def check_turns(systems: Sequence[str], rounds: int, events: int) -> None:
         raise ValueError(f"turns time one event or more a round, not {events}")
 
 
+def built_from(name: str, source: list, core: list) -> list:
+    """The subscriptions system ``name`` is built from: pbtree takes them as users write
+    them (``source``: ``between`` one predicate, as its parser keeps it), a baseline the
+    core predicates it indexes (``core``, DESIGN §1)."""
+    return source if name == "pbtree" else core
+
+
 def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, list]],
              systems: Sequence[str], rounds: int, log=print, workdir: str | None = None,
-             pbtree_build: str = "auto") -> dict[str, Any]:
-    """Build every system on ``core`` (in a temporary directory under ``workdir``), check
+             pbtree_build: str = "auto", source: list | None = None) -> dict[str, Any]:
+    """Build every system on ``core`` (pbtree on ``source`` when given, ``built_from``; in
+    a temporary directory under ``workdir``), check
     each on ``sample`` (refusing to time a wrong one), then match ``events`` with each
     system per round, in turns, so that a spell of the machine slows them all alike; the
     first round holds each system's warm-up. Returns the events/s of each round per
@@ -251,7 +259,7 @@ def in_turns(core: list, events: Sequence[dict], sample: Sequence[tuple[dict, li
             for name in systems:
                 os.makedirs(os.path.join(work, name))
                 system = built[name] = make_system(name, os.path.join(work, name), pbtree_build)
-                system.build(core)
+                system.build(core if source is None else built_from(name, source, core))
                 wrong = mismatch(system, sample)
                 if wrong is not None:
                     raise RuntimeError(f"{name} disagrees with the reference (checked on "
@@ -313,11 +321,12 @@ def run_system(
     res: dict[str, Any] = {"system": name}
     os.makedirs(workdir, exist_ok=True)
     system = make_system(name, workdir, pbtree_build)
+    subs = built_from(name, wl.subscriptions, core)
     _trim()
     rss0 = rss_anon()
     try:
         t0 = time.perf_counter()
-        system.build(core)
+        system.build(subs)
         if hasattr(system, "flush"):
             system.flush()
         res["build_s"] = time.perf_counter() - t0
@@ -325,7 +334,7 @@ def run_system(
             res["build_mode"] = system.used_build
             if getattr(system, "bulk_error", None):
                 res["bulk_error"] = system.bulk_error
-        res["build_subs_per_s"] = len(core) / res["build_s"] if res["build_s"] else None
+        res["build_subs_per_s"] = len(subs) / res["build_s"] if res["build_s"] else None
         res["threads"] = getattr(system, "threads_used", 1)
         _trim()
         res["rss_anon_build_bytes"] = rss_anon() - rss0
@@ -349,7 +358,7 @@ def run_system(
         res["p99_ms"] = percentile(lat, 0.99) * 1e3
         res["mean_ms"] = statistics.fmean(lat) * 1e3
         matched = [len(system.match(events[warm + i])) for i in range(min(len(lat), 200))]
-        res["match_fraction"] = sum(matched) / (len(matched) * len(core)) if matched else None
+        res["match_fraction"] = sum(matched) / (len(matched) * len(subs)) if matched else None
         if hasattr(system, "match_many"):
             batch = events[warm : warm + min(len(lat), 200)]
             t0 = time.perf_counter()
@@ -371,14 +380,14 @@ def run_system(
         else:
             res["index_bytes"] = res["disk_bytes"]
 
-        res.update(measure_updates(system, core, events, sample, settings))
+        res.update(measure_updates(system, subs, events, sample, settings))
         res["disk_bytes_after_updates"] = system.disk_bytes()
-        res.update(measure_live(system, core, events, sample, settings))
+        res.update(measure_live(system, subs, events, sample, settings))
 
         if cold and name in DISK_SYSTEMS:
             res.update(measure_cold(system, events, warm, settings))
         if hasattr(system, "compact"):
-            res.update(measure_sustained(system, core, sample, settings))
+            res.update(measure_sustained(system, subs, sample, settings))
     except Exception as exc:  # report and carry on with the other systems
         res["error"] = f"{type(exc).__name__}: {exc}"
         res["traceback"] = traceback.format_exc()
@@ -422,16 +431,16 @@ def with_copies(want: list, copies: list[tuple[Any, Any]]) -> list:
     return sorted(want + [new for new, old in copies if old in orig])
 
 
-def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
+def measure_updates(system: Any, given: list, events: Sequence[dict], sample,
                     settings: dict) -> dict[str, Any]:
     """Subscribe/unsubscribe rates with fresh ids (same shapes as the workload's subs)."""
     out: dict[str, Any] = {}
     base = 10**12
-    n1 = min(settings["single"], len(core))
-    nb = min(settings["batched"], len(core))
+    n1 = min(settings["single"], len(given))
+    nb = min(settings["batched"], len(given))
     bs = settings["batch"]
-    single = [(base + i, core[i][1]) for i in range(n1)]
-    batched = [(2 * base + i, core[-1 - i][1]) for i in range(nb)]
+    single = [(base + i, given[i][1]) for i in range(n1)]
+    batched = [(2 * base + i, given[-1 - i][1]) for i in range(nb)]
     clock = time.perf_counter
 
     lat = []
@@ -457,8 +466,8 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     # the copies must now match wherever their originals do
     ev, want = sample[0]
     got = system.match(ev)
-    expect = with_copies(want, [(i, core[i - base][0]) for i, _ in single]
-                         + [(i, core[-1 - (i - 2 * base)][0]) for i, _ in batched])
+    expect = with_copies(want, [(i, given[i - base][0]) for i, _ in single]
+                         + [(i, given[-1 - (i - 2 * base)][0]) for i, _ in batched])
     out["updates_correct"] = got == expect
 
     t0 = clock()
@@ -480,7 +489,7 @@ def measure_updates(system: Any, core: list, events: Sequence[dict], sample,
     return out
 
 
-def measure_live(system: Any, core: list, events: Sequence[dict], sample,
+def measure_live(system: Any, given: list, events: Sequence[dict], sample,
                  settings: dict) -> dict[str, Any]:
     """Subscriptions arriving while events are matched: rounds of one batch of new
     subscriptions (the workload's shapes, fresh ids), then a few events, until all are in or
@@ -490,7 +499,7 @@ def measure_live(system: Any, core: list, events: Sequence[dict], sample,
     if hasattr(system, "live"):
         system.live()
     base, bs, per = 3 * 10**12, settings["batch"], settings["live_events"]
-    subs = [(base + i, core[i % len(core)][1]) for i in range(settings["live"])]
+    subs = [(base + i, given[i % len(given)][1]) for i in range(settings["live"])]
     warm, clock = settings["warmup"], time.perf_counter
     time_events(system, events, warm, settings["budget"])  # as warm as the other phases
     writing, lat, added = 0.0, [], 0
@@ -511,7 +520,7 @@ def measure_live(system: Any, core: list, events: Sequence[dict], sample,
     out["live_p50_ms"] = percentile(lat, 0.5) * 1e3
     out["live_p99_ms"] = percentile(lat, 0.99) * 1e3
     ev, want = sample[0]
-    copies = [(ident, core[(ident - base) % len(core)][0]) for ident, _ in subs[:added]]
+    copies = [(ident, given[(ident - base) % len(given)][0]) for ident, _ in subs[:added]]
     correct = system.match(ev) == with_copies(want, copies)
     removed = system.unsubscribe_many([ident for ident, _ in subs[:added]])
     system.flush()
@@ -519,7 +528,7 @@ def measure_live(system: Any, core: list, events: Sequence[dict], sample,
     return out
 
 
-def measure_sustained(system: Any, core: list, sample, settings: dict) -> dict[str, Any]:
+def measure_sustained(system: Any, given: list, sample, settings: dict) -> dict[str, Any]:
     """Batched subscribes kept up for a while, as an application runs pbtree: each fold,
     and every merge of deltas into trees that folds bring, paid by the subscribe that
     triggers it, with nothing matched in between (so each fold decodes the records it
@@ -529,8 +538,8 @@ def measure_sustained(system: Any, core: list, sample, settings: dict) -> dict[s
     longest call. Runs last: what it adds stays."""
     system.live()
     base, bs, clock = 4 * 10**12, settings["batch"], time.perf_counter
-    n = len(core)
-    subs = [(base + i, core[-1 - i % n][1]) for i in range(settings["sustained"])]
+    n = len(given)
+    subs = [(base + i, given[-1 - i % n][1]) for i in range(settings["sustained"])]
     calls = []
     for start in range(0, len(subs), bs):
         t0 = clock()
@@ -543,7 +552,7 @@ def measure_sustained(system: Any, core: list, sample, settings: dict) -> dict[s
     out["subscribe_sustained_per_s"] = len(subs) / (sum(calls) + clock() - t0)
     out["sustained_longest_call_s"] = max(calls)
     ev, want = sample[0]
-    copies = [(ident, core[-1 - (ident - base) % n][0]) for ident, _ in subs]
+    copies = [(ident, given[-1 - (ident - base) % n][0]) for ident, _ in subs]
     out["sustained_correct"] = system.match(ev) == with_copies(want, copies)
     return out
 
@@ -852,7 +861,7 @@ def run(
                 try:
                     timed = in_turns(core, wl.events[warm:warm + cfg["turn_events"]], sample,
                                      ["pbtree", *partners], cfg["turns"], log, base_dir,
-                                     pbtree_build)
+                                     pbtree_build, wl.subscriptions)
                 except Exception as exc:  # the passes' numbers stand without it
                     timed = {"error": f"{type(exc).__name__}: {exc}",
                              "traceback": traceback.format_exc()}

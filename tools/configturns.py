@@ -4,7 +4,8 @@ MAX_FLAT=0``).
 
 A representation of postings is kept only where it pays at least 15 % on some 1M
 profile, in turns: this command measures that. Both indexes are bulk-built from the
-profile's core predicates, and settings are applied around each step of the second.
+profile's subscriptions as users write them, and settings are applied around each step
+of the second.
 
 By default the second is a copy of the first, so only thresholds read while matching take
 effect (flattened trees, ``MAX_FLAT``). With ``--build`` each is bulk-built with its own
@@ -66,11 +67,11 @@ def run(profile: str, changed: dict[str, int], n_subs: int | None = None, rounds
         raise SystemExit(f"pbtree.config has no {', '.join(unknown)}")
     build = build or write > 0
     wl = generate(profile, "full", seed, n_subs=n_subs)
-    base = wl.core()
+    base = wl.subscriptions
     batch_events = wl.events[:events]
     # new subscriptions: another seed's, ids above the base's, distinct per system and round
     new = [preds for _, preds in generate(profile, "full", seed + 1,
-                                          n_subs=rounds * write).core()] if write else []
+                                          n_subs=rounds * write).subscriptions] if write else []
     first_id = max((sub_id for sub_id, _ in base), default=-1) + 1
     apart = rounds * write  # the second system's ids: the first's plus this
 

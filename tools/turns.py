@@ -30,7 +30,8 @@ def turns(profile: str, scale: str = "full", systems: Sequence[str] = ("pbtree",
     core = wl.core()
     want = [(ev, reference.match(core, ev)) for ev in wl.events[:sample]]
     with workload_frozen():
-        timed = in_turns(core, wl.events[:events], want, systems, rounds, log)
+        timed = in_turns(core, wl.events[:events], want, systems, rounds, log,
+                         source=wl.subscriptions)
     return {"profile": profile, "scale": scale, "subscriptions": len(core), **timed}
 
 

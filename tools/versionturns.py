@@ -4,11 +4,12 @@
 A change meant to keep the engine's speed is held to a ratio of the commit before it. This
 command generates the profile's workload once and starts one worker process per checkout,
 each importing pbtree from its own checkout (its working directory and ``PYTHONPATH``).
-Each worker bulk-builds its own index from the same core subscriptions and opens it
-read-only. Both must give the same matches on the first events before anything is timed.
-Then every round times the old checkout and, right after, the new one on the same events,
-so a slow spell of the machine slows both alike. The first round holds the warm-ups and is
-left out of the median of the ratios new / old.
+Each worker bulk-builds its own index from the same subscriptions, as users write them
+(``between`` one predicate), and opens it read-only. Both must give the same matches on
+the first events before anything is timed. Then every round times the old checkout and,
+right after, the new one on the same events, so a slow spell of the machine slows both
+alike. The first round holds the warm-ups and is left out of the median of the ratios
+new / old.
 
 The worker is this file run as a script inside the checkout, so its module-level imports
 are the standard library only; the parent imports ``tools`` from its own tree when it runs.
@@ -177,7 +178,7 @@ def commit_of(checkout: str) -> str:
 
 def run(profile: str, old: str, new: str, n_subs: int | None = None, rounds: int = 4,
         events: int = 300, seed: int = 0, log=print) -> dict[str, Any]:
-    """Build the profile's core subscriptions with each checkout, check that both match
+    """Build the profile's subscriptions with each checkout, check that both match
     alike, then time ``events`` events per checkout per round, old then new."""
     from tools.bench import python_ms, turns_median
     from tools.workloads import generate
@@ -193,7 +194,7 @@ def run(profile: str, old: str, new: str, n_subs: int | None = None, rounds: int
     with tempfile.TemporaryDirectory(prefix="pbtree-versionturns-") as work:
         data_path = os.path.join(work, "workload.pickle")
         with open(data_path, "wb") as f:
-            pickle.dump((wl.core(), batch), f, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump((wl.subscriptions, batch), f, protocol=pickle.HIGHEST_PROTOCOL)
         n = len(wl.subscriptions)
         del wl
         gc.collect()

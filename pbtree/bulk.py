@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pbtree import clusters, config, strids
-from pbtree.clustercolumns import INTERVAL_OPS, clustered, own_estimates, paying_levels
+from pbtree.clustercolumns import INTERVAL_OPS, Scores, clustered, own_estimates, paying_levels
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_STORED
@@ -192,13 +192,13 @@ def _sub_values(cols: Columns) -> list[bytes]:
     return pc.binary_join_element_wise(lengths, keys, headers, bodies, b"").to_pylist()
 
 
-def _records(cols: Columns, node_bytes: int, estimates: clusters.Estimates | None
+def _records(cols: Columns, node_bytes: int, scores: Scores, levels: clusters.Levels
              ) -> tuple[TreeRecords, int, int, int]:
     """All records of a shard holding ``cols`` (subscriptions in sid order, after the
-    predicate entries), access predicates chosen by ``estimates``; also the sid, node and
-    attr counters."""
+    predicate entries), access predicates chosen by ``scores`` with interval ``levels``;
+    also the sid, node and attr counters."""
     out = TreeRecords()
-    full, posted, rows, preds = clustered(cols, estimates)
+    full, posted, rows, preds = clustered(cols, scores, levels)
     m = len(full) - len(cols)
     names, keys, codes, sids = _postings(posted)
     out.add("attrs", [(name_bytes(name), n.to_bytes(4, "little"))
@@ -253,9 +253,11 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
     ordered = _sorted(cols, shard_no, shards)
     if estimates is None and len(ordered):
         estimates = own_estimates(ordered)
+    scores = Scores(ordered, estimates)
     if estimates is not None and len(ordered):
-        estimates = estimates.with_levels(paying_levels(ordered, estimates))
-    records, next_sid, next_node, next_attr = _records(ordered, node_bytes, estimates)
+        estimates = estimates.with_levels(paying_levels(ordered, estimates, scores))
+    records, next_sid, next_node, next_attr = _records(
+        ordered, node_bytes, scores, clusters.NO_LEVELS if estimates is None else estimates.levels)
     map_size = max(config.DEFAULT_MAP_SIZE, 3 * records.size() + (64 << 20))
     shard = Shard(path, create=True, node_bytes=node_bytes, map_size=map_size)
     try:

@@ -29,44 +29,83 @@ def own_estimates(cols: Columns) -> clusters.Estimates:
     return clusters.Estimates(len(cols), clusters.Estimates.of(0, values()).attrs)
 
 
-def _scores(cols: Columns, estimates: clusters.Estimates | None) -> np.ndarray:
-    """``estimates.estimate`` (``clusters.estimate`` without) of every predicate of
-    ``cols``, once per distinct one."""
-    estimate = clusters.estimate if estimates is None else estimates.estimate
-    size = max(len(cols.consts), 1)
-    triple = (cols.attr * len(OPS_STORED) + cols.op) * size + cols.const
-    unique, index = np.unique(triple, return_inverse=True)
-    rest, const = np.divmod(unique, size)
-    attr, op = np.divmod(rest, len(OPS_STORED))
-    found = [estimate((cols.attrs[a], OPS_STORED[o], cols.consts[c]))
-             for a, o, c in zip(attr.tolist(), op.tolist(), const.tolist(), strict=True)]
-    return np.array(found, dtype=np.float64)[index.reshape(-1)]
+class Scores:
+    """The estimate of every distinct predicate of a build, made once: without interval
+    levels, and for the intervals once more with every attribute's levels (and their
+    nodes), so that choosing the levels that pay and ordering the predicates under them
+    estimate nothing twice. An attribute's splits do not depend on which others have
+    levels (``Estimates.levels_of``), so any choice of levelled attributes is a mix of
+    the two."""
+
+    def __init__(self, cols: Columns, estimates: clusters.Estimates | None) -> None:
+        self.size = max(len(cols.consts), 1)
+        self.unique = np.unique(self._triples(cols))
+        rest, const = np.divmod(self.unique, self.size)
+        self.attr, op = np.divmod(rest, len(OPS_STORED))
+        preds = [(cols.attrs[a], OPS_STORED[o], cols.consts[c])
+                 for a, o, c in zip(self.attr.tolist(), op.tolist(), const.tolist(),
+                                    strict=True)]
+        interval = np.flatnonzero(np.isin(op, INTERVAL_OPS))
+        self.flat = self.levelled = self._estimated(
+            preds, clusters.estimate if estimates is None
+            else estimates.with_levels(clusters.NO_LEVELS).estimate)
+        self.node = np.full(len(preds), -1, dtype=np.int64)
+        self.levels = clusters.NO_LEVELS
+        if estimates is not None and interval.size:
+            self.levels = estimates.levels_of(estimates.attrs)
+            inside = [preds[i] for i in interval.tolist()]
+            self.levelled = self.flat.copy()
+            self.levelled[interval] = self._estimated(
+                inside, estimates.with_levels(self.levels).estimate)
+            self.node[interval] = [-1 if n is None else n
+                                   for n in map(self.levels.node, inside)]
+
+    @staticmethod
+    def _estimated(preds: list, estimate) -> np.ndarray:
+        return np.array([estimate(pred) for pred in preds], dtype=np.float64)
+
+    def _triples(self, cols: Columns, at: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return (cols.attr[at] * len(OPS_STORED) + cols.op[at]) * self.size + cols.const[at]
+
+    def _posts_at_node(self, attrs: list[str], levels: clusters.Levels) -> np.ndarray:
+        """Per distinct predicate, whether it is an interval with a node in ``levels``."""
+        has = np.array([attr in levels.splits for attr in attrs], dtype=bool)
+        return has[self.attr] & (self.node >= 0)
+
+    def of(self, cols: Columns, levels: clusters.Levels) -> np.ndarray:
+        """The estimate of every predicate of ``cols`` (the build's columns, in any order)
+        when the attributes of ``levels`` have theirs."""
+        found = np.searchsorted(self.unique, self._triples(cols))
+        return np.where(self._posts_at_node(cols.attrs, levels), self.levelled,
+                        self.flat)[found]
+
+    def nodes(self, cols: Columns, at: np.ndarray, levels: clusters.Levels) -> np.ndarray:
+        """Per predicate ``at`` of ``cols``, its node of ``levels`` (``Levels.node``), -1
+        for none."""
+        found = np.searchsorted(self.unique, self._triples(cols, at))
+        return np.where(self._posts_at_node(cols.attrs, levels), self.node, -1)[found]
 
 
-def paying_levels(cols: Columns, estimates: clusters.Estimates) -> clusters.Levels:
+def paying_levels(cols: Columns, estimates: clusters.Estimates, scores: Scores
+                  ) -> clusters.Levels:
     """The interval levels that pay (``clusters.levels_gains`` and ``worth_levels``, over
     columns)."""
-    levelled = estimates.with_levels(estimates.levels_of(estimates.attrs))
+    levelled = scores.of(cols, scores.levels)
     _, first, order = _ordered(cols, levelled)
     best = order[first]
-    flat = np.minimum.reduceat(_scores(cols, estimates.with_levels(clusters.NO_LEVELS)),
-                               np.flatnonzero(first))
-    node = _nodes(cols.attrs, cols.consts, cols.attr[best], cols.op[best], cols.const[best],
-                  levelled.levels)
-    at = node >= 0
-    gain = np.bincount(cols.attr[best][at], (flat - _scores(cols, levelled)[best])[at],
-                       len(cols.attrs))
+    flat = np.minimum.reduceat(scores.of(cols, clusters.NO_LEVELS), np.flatnonzero(first))
+    at = scores.nodes(cols, best, scores.levels) >= 0
+    gain = np.bincount(cols.attr[best][at], (flat - levelled[best])[at], len(cols.attrs))
     return clusters.worth_levels(
         estimates, {cols.attrs[a]: float(gain[a]) for a in np.flatnonzero(gain).tolist()})
 
 
-def _ordered(cols: Columns, estimates: clusters.Estimates | None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _ordered(cols: Columns, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per predicate of ``cols``: its subscription, and whether it comes first in it; and
     the predicates' order in which each subscription's come as ``clusters.ordered`` puts
-    them."""
+    them (by ``scores``, each predicate's estimate)."""
     sub = np.repeat(np.arange(len(cols), dtype=np.int64), cols.counts)
-    order = np.lexsort((np.arange(sub.size), _scores(cols, estimates), sub))
+    order = np.lexsort((np.arange(sub.size), scores, sub))
     first = np.zeros(sub.size, dtype=bool)
     first[np.cumsum(cols.counts)[:-1] if len(cols) else []] = True
     if sub.size:
@@ -74,15 +113,15 @@ def _ordered(cols: Columns, estimates: clusters.Estimates | None
     return sub, first, order
 
 
-def clustered(cols: Columns, estimates: clusters.Estimates | None
-               ) -> tuple[Columns, Columns, list[Record], list[Record]]:
+def clustered(cols: Columns, scores: Scores, levels: clusters.Levels
+              ) -> tuple[Columns, Columns, list[Record], list[Record]]:
     """``cols`` as a shard stores them (``pbtree.clusters``): every predicate entry, then
     every subscription with its predicates in ``clusters.ordered``'s order, as records
     take them; the same with only the first predicate of each, as the trees take them;
     and the records of the check rows and of the predicate entries."""
     n = len(cols)
     size = max(len(cols.consts), 1)
-    sub, first, order = _ordered(cols, estimates)
+    sub, first, order = _ordered(cols, scores.of(cols, levels))
     # subscriptions of one access predicate take consecutive sids, so that the candidates
     # an event brings read their rows in runs
     access = order[first]
@@ -90,7 +129,7 @@ def clustered(cols: Columns, estimates: clusters.Estimates | None
                            + cols.const[access], kind="stable")
     if not np.array_equal(by_access, np.arange(n)):
         cols = cols.take(by_access)
-        sub, first, order = _ordered(cols, estimates)
+        sub, first, order = _ordered(cols, scores.of(cols, levels))
     attr, op, const = cols.attr[order], cols.op[order], cols.const[order]
     consts, lower, upper, upper_op = _interval_bounds(cols.consts, op, const)
     # the check rows' items (clusters.checked): sub, section (1: interval entries, last),
@@ -121,8 +160,7 @@ def clustered(cols: Columns, estimates: clusters.Estimates | None
     e_rest, e_const = np.divmod(unique, size)
     e_attr, e_op = np.divmod(e_rest, len(OPS_STORED))
     ones = np.ones(m, dtype=np.int64)
-    node = _nodes(cols.attrs, consts, attr[first], op[first], const[first],
-                  clusters.NO_LEVELS if estimates is None else estimates.levels)
+    node = scores.nodes(cols, order[first], levels)
     consts, recorded = _levelled(consts, const, np.flatnonzero(first), node)
     full = Columns([0] * m + cols.ids, [PREDICATE_ID] * m + cols.keys,
                    np.concatenate((ones, cols.counts)), np.concatenate((e_attr, attr)),
@@ -184,26 +222,6 @@ def _interval_bounds(consts: list, op: np.ndarray, const: np.ndarray
                   for column in zip(*found, strict=True))
     lower[at], upper[at], upper_op[at] = lo, hi, up
     return consts, lower, upper, upper_op
-
-
-def _nodes(attrs: list[str], consts: list, attr: np.ndarray, op: np.ndarray,
-           const: np.ndarray, levels: clusters.Levels) -> np.ndarray:
-    """Per access predicate, its node of the interval ``levels`` (``Levels.node``), -1
-    for none."""
-    node = np.full(attr.size, -1, dtype=np.int64)
-    at = np.flatnonzero(np.isin(op, INTERVAL_OPS))
-    if not levels or not at.size:
-        return node
-    size = max(len(consts), 1)
-    triple = (attr[at] * len(OPS_STORED) + op[at]) * size + const[at]
-    unique, inverse = np.unique(triple, return_inverse=True)
-    rest, c = np.divmod(unique, size)
-    a, o = np.divmod(rest, len(OPS_STORED))
-    found = [levels.node((attrs[x], OPS_STORED[y], consts[z]))
-             for x, y, z in zip(a.tolist(), o.tolist(), c.tolist(), strict=True)]
-    node[at] = np.array([-1 if n is None else n for n in found],
-                        dtype=np.int64)[inverse.reshape(-1)]
-    return node
 
 
 def _levelled(consts: list, const: np.ndarray, access: np.ndarray, node: np.ndarray

@@ -52,6 +52,7 @@ from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize
 from pbtree.outputs import fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
+from storage.sidset import distinct
 
 #: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
 FILES_PER_SHARD = 3
@@ -320,11 +321,11 @@ class Index:
                 if found:
                     raise IdError(f"event {n} matches string ids (such as {shown(found[0])}); "
                                   f"as_arrays takes integer ids only: match without it")
-            return [p if isinstance(p, EventError) else np.unique(np.concatenate(i or [_NO_IDS]))
+            return [p if isinstance(p, EventError) else distinct(np.concatenate(i or [_NO_IDS]))
                     for i, p in zip(ints, prepared, strict=True)]
-        # np.unique and set: a subscription with 'or' may match by several conjunctions
+        # distinct and set: a subscription with 'or' may match by several conjunctions
         return [p if isinstance(p, EventError)
-                else np.unique(np.concatenate(i)).tolist() + sorted(set(s))
+                else distinct(np.concatenate(i)).tolist() + sorted(set(s))
                 for i, s, p in zip(ints, strings, prepared, strict=True)]
 
     def count(self, event: Mapping) -> int:

@@ -232,13 +232,6 @@ class PendingRun:
 
 
 
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values ascending (``np.unique``'s, by one sort: faster than its hash
-    table for hundreds of thousands of integers)."""
-    ordered = np.sort(values)
-    return ordered[heads(ordered)]
-
-
 def ranked_distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values ascending, and each value's rank among them. Values that span
     few integers (place codes, a schema's small ints) are marked in a table of that span,

@@ -20,6 +20,7 @@ from pbtree.subs import decoded, elements_name, level_name, name_bytes
 from storage.meta import CONJUNCTIONS, read_counter
 from storage.overflow import Reader
 from storage.records import PREDICATE_ID, Records, split_sub
+from storage.sidset import distinct
 from storage.trees import TreePages
 
 
@@ -154,7 +155,7 @@ class ShardReads:
                 Records(txn, self.dbs).id_count():
             return int(sids.size)  # no subscription holds 'or'
         ints, strings = self.ids_of(txn, cache, sids)
-        return int(np.unique(ints).size) + len(set(strings))
+        return int(distinct(ints).size) + len(set(strings))
 
     def records(self) -> list[tuple[int, bytes]]:
         """Every subscription record, (sid, ``subs`` value), copied in one snapshot

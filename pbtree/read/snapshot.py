@@ -201,7 +201,7 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     hit = snapshot.marks(kinds)
     cleared = twice = sidset.EMPTY
     if segments is not None:
-        candidates = np.unique(candidates)
+        candidates = sidset.distinct(candidates)
         pairs = kind == INTERVAL
         if pairs.any():  # those hit lose their marks, but those hit twice by one element
             cleared = hits[pairs]

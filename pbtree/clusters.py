@@ -29,7 +29,6 @@ import msgpack
 import numpy as np
 
 from pbtree import config
-from pbtree.columns import grown
 from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
 from pbtree.subs import INTERVALS, OWN_ENTRY, bounds, levelled
@@ -447,31 +446,26 @@ class Rows:
     valid while the snapshot is open and the map not moved, as are the views the matcher
     keeps of flattened trees; the Snapshot that owns it is dropped otherwise. Records whose
     words are not aligned (never seen: each lies on overflow pages of its own) are copied.
-
-    Per sid, ``pos`` is the place in ``words`` where its row starts (0 for an empty row)
-    and ``length`` how many sids the row lists (6 bytes a sid): a candidate's row is then
-    two array lookups away, not the ten array passes that finding it in its record takes.
     """
 
-    __slots__ = ("views", "addresses", "words", "at", "base", "pos", "length")
+    __slots__ = ("views", "addresses", "words", "at")
 
     def __init__(self, views: dict[int, memoryview],
-                 addresses: dict[int, int] | None = None,
-                 before: Rows | None = None, changed: Iterable[int] = ()) -> None:
+                 addresses: dict[int, int] | None = None) -> None:
         self.views = views  # record number -> its value on the map
         self.addresses = addresses if addresses is not None else \
             {n: _address(v) for n, v in views.items()}
         count = max(views, default=-1) + 1
         self.at = np.full(count, -1, np.int64)
-        self.base = None  # the span's first word's address / 4, unless copied
         if not views:
             self.words = np.zeros(0, _WORDS)
-        elif all(a % 4 == 0 for a in self.addresses.values()):
-            base = min(self.addresses.values())
-            end = max(self.addresses[n] + len(v) for n, v in views.items())
+            return
+        base = min(self.addresses.values()) & ~3
+        end = max(self.addresses[n] + len(v) for n, v in views.items())
+        aligned = all(a % 4 == 0 for a in self.addresses.values())
+        if aligned:
             span = (ctypes.c_char * (end - base)).from_address(base)
             self.words = np.frombuffer(span, _WORDS, (end - base) // 4)
-            self.base = base // 4
             for n, a in self.addresses.items():
                 self.at[n] = (a - base) // 4
         else:
@@ -480,40 +474,6 @@ class Rows:
             for n, v in views.items():
                 self.at[n] = offset
                 offset += len(v) // 4
-        self._places(before, changed)
-
-    def _places(self, before: Rows | None, changed: Iterable[int]) -> None:
-        """``pos`` and ``length``: those of ``before`` (in place, unless they must grow)
-        with the records ``changed`` since read again, when both spans lie on the map;
-        else every record's."""
-        size = self.at.size * ROW_CHUNK
-        pos_type = np.uint32 if self.words.size < 2**32 else np.int64
-        if before is None or before.base is None or self.base is None or \
-                before.pos.dtype != pos_type:
-            self.pos = np.zeros(size, pos_type)
-            self.length = np.zeros(size, np.uint16)
-            changed = range(self.at.size)
-        else:
-            self.pos, self.length = before.pos, before.length
-            shift = before.base - self.base  # the words of a record kept moved by this
-            if shift:
-                kept = self.length > 0
-                self.pos[kept] = self.pos[kept].astype(np.int64) + shift
-            if self.pos.size < size:
-                self.pos, self.length = grown(self.pos, size), grown(self.length, size)
-        for n in changed:
-            part = slice(n * ROW_CHUNK, (n + 1) * ROW_CHUNK)
-            at = int(self.at[n]) if n < self.at.size else -1
-            if at < 0:
-                self.pos[part] = self.length[part] = 0
-                continue
-            ends = self.words[at:at + ROW_CHUNK].astype(np.int64)
-            starts = np.concatenate(([0], ends[:-1]))
-            lengths = ends - starts
-            if int(lengths.max()) > np.iinfo(self.length.dtype).max:
-                self.length = self.length.astype(np.uint32)
-            self.pos[part] = np.where(lengths > 0, at + ROW_CHUNK + starts, 0)  # in span
-            self.length[part] = lengths
 
     @classmethod
     def read(cls, txn: lmdb.Transaction, dbs: dict) -> Rows:
@@ -521,8 +481,7 @@ class Rows:
 
     def renewed(self, txn: lmdb.Transaction, dbs: dict, written: set[int] | None) -> Rows:
         """The rows of ``txn``, a newer snapshot begun while this one's is open: records
-        no commit since wrote (``written``) are the same pages, kept, and so are their
-        rows' places (updated in place)."""
+        no commit since wrote (``written``) are the same pages, kept."""
         if written is None:
             return Rows.read(txn, dbs)
         views, addresses = dict(self.views), dict(self.addresses)
@@ -534,47 +493,44 @@ class Rows:
                 addresses.pop(n, None)
             else:
                 views[n], addresses[n] = raw, _address(raw)
-        return Rows(views, addresses, self, written)
+        return Rows(views, addresses)
 
     def matched(self, candidates: np.ndarray, hit: np.ndarray) -> np.ndarray:
         """Those of ``candidates`` whose check row's sids are all ``hit`` (a bool per sid),
         sorted: one row position at a time over the candidates left, the row's most
-        selective predicate first; an empty row (or none) holds at the first."""
-        done = []
-        if candidates.size and int(candidates.max()) >= self.pos.size:
-            late = candidates >= self.pos.size  # sids after every rows record: no row
-            done.append(candidates[late])
-            candidates = candidates[~late]
-        cands, pos, left = candidates, self.pos.take(candidates), \
-            self.length.take(candidates)
+        selective predicate first."""
+        number = candidates >> _CHUNK_BITS
+        at = self.at
+        if number.size and int(number.max()) >= at.size:
+            at = np.concatenate((at, np.full(int(number.max()) + 1 - at.size, -1)))
+        at = at.take(number)
+        has = at >= 0
+        done = [candidates[~has]]  # in records absent: no row, nothing to check
+        cands, at = candidates[has], at[has]
+        local = cands & (ROW_CHUNK - 1)
         words = self.words
-        if cands.size > config.FEW_CANDIDATES:
-            empty = left == 0
-            first = words.take(pos)
-            first[empty] = 0  # a place of no row holds any word; sid 0 is in ``hit``
-            ok = hit.take(first)
-            ok |= empty
-            while True:
-                last = ok & (left <= 1)
-                done.append(cands[last])
-                rows = np.flatnonzero(ok ^ last)  # taken arrays: cheaper than masks
-                cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
-                pos += 1
-                left -= 1
-                if cands.size <= config.FEW_CANDIDATES:
-                    break
-                ok = hit.take(words.take(pos))
-        else:
-            empty = left == 0
-            done.append(cands[empty])
-            rows = np.flatnonzero(~empty)
+        start = words.take(at + local - 1)  # the word before a first row is not its start
+        start[local == 0] = 0
+        left = words.take(at + local).astype(np.int64)
+        left -= start
+        pos = at + ROW_CHUNK + start
+        rows = np.flatnonzero(left)  # positions as taken arrays: cheaper than masks
+        if rows.size < cands.size:
+            done.append(cands[left == 0])
             cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
+        while cands.size > config.FEW_CANDIDATES:
+            ok = hit.take(words.take(pos))
+            left -= 1
+            last = ok & (left == 0)
+            done.append(cands[last])
+            rows = np.flatnonzero(ok ^ last)
+            cands, pos, left = cands.take(rows), pos.take(rows), left.take(rows)
+            pos += 1
         if cands.size:  # the rest of the few rows at once: no step per row position
-            pos, left = pos.astype(np.int64), left.astype(np.int64)
             starts = np.cumsum(left) - left
             every = np.arange(int(starts[-1] + left[-1])) + np.repeat(pos - starts, left)
             missed = np.add.reduceat(~hit.take(words.take(every)), starts)
             done.append(cands[missed == 0])
-        out = np.concatenate(done) if done else candidates
+        out = np.concatenate(done)
         out.sort()
         return out

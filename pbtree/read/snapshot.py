@@ -30,8 +30,7 @@ class Snapshot:
     Besides flattened trees, the per-sid columns as whole arrays (7 bytes per sid with
     the kind of each sid, a hit mark and ids that fit int32, ``IdTable``; up to an eighth
     more once a renewal grows them, ``config.TABLE_ROOM``), so that sorting hits and id lookup
-    are vectorised; the check rows where they lie on the map, and each sid's row's place
-    there (``clusters.Rows``, 6 bytes a sid); the
+    are vectorised; the check rows where they lie on the map (``clusters.Rows``); the
     string ids, once one is matched, in a ``StringIdTable`` (about one byte a sid more
     than the longest common id); and each column's chunks as views into the map (about
     0.4 bytes per sid), by which a renewal tells the chunks that changed.

@@ -22,6 +22,7 @@ from pbtree import expr as expressions
 from pbtree.batch import AttributeNames, normalize_many
 from pbtree.clusters import Estimates
 from pbtree.collector import collector_paused
+from pbtree.compaction.postings import distinct
 from pbtree.errors import (
     CorruptIndexError,
     DuplicateIdError,
@@ -52,7 +53,6 @@ from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize
 from pbtree.outputs import fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
-from storage.sidset import distinct
 
 #: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
 FILES_PER_SHARD = 3

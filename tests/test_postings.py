@@ -16,11 +16,10 @@ from strategies import ATTRS, random_subscription, subscriptions
 import pbtree
 from pbtree import config
 from pbtree.compaction.pending import PendingRun, RecentWrites, SortedPostings, ranked_distinct
-from pbtree.compaction.postings import PostingColumns, joined, places, read_postings
+from pbtree.compaction.postings import PostingColumns, distinct, joined, places, read_postings
 from pbtree.events import prepare_event
 from pbtree.normalize import normalize
 from pbtree.subs import posted, stored
-from storage import sidset
 from storage.keys import number_keys, number_payload
 from storage.lists import FIXED_WIDTH
 
@@ -174,17 +173,16 @@ def test_a_run_of_more_place_and_key_pairs_than_32_bits_holds_finds_alike():
 @given(st.sampled_from([np.int64, np.uint64]), st.integers(0, 2**63 - 1), st.data())
 def test_distinct_values_and_ranks_by_table_or_by_sort(dtype, span, data):
     """``ranked_distinct`` gives ``np.unique``'s values and inverse, of the values' own
-    type, whether they span few integers (a table) or many (a sort); ``sidset.distinct``
+    type, whether they span few integers (a table) or many (a sort); ``distinct``
     its values."""
     low = data.draw(st.integers(-(2**62) if dtype is np.int64 else 0, 2**62))
     high = min(low + span, int(np.iinfo(dtype).max))  # within the type
     values = np.array(data.draw(st.lists(st.integers(low, high), max_size=60)), dtype)
-    distinct, rank = ranked_distinct(values)
+    found, rank = ranked_distinct(values)
     want, inverse = np.unique(values, return_inverse=True)
-    assert distinct.dtype == values.dtype
-    assert distinct.tolist() == want.tolist() and rank.tolist() == inverse.tolist()
-    assert sidset.distinct(values).tolist() == want.tolist()
-    assert sidset.distinct(values).dtype == values.dtype
+    assert found.dtype == values.dtype
+    assert found.tolist() == want.tolist() and rank.tolist() == inverse.tolist()
+    assert distinct(values).tolist() == want.tolist() and distinct(values).dtype == values.dtype
 
 
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**64 - 1) | st.integers(0, 9),

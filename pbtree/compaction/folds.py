@@ -13,12 +13,11 @@ import numpy as np
 from pbtree import clusters, config
 from pbtree.compaction import staged
 from pbtree.compaction.pending import RecentWrites, pending_postings
-from pbtree.compaction.postings import NOTHING, code, concatenated, places, split_code
+from pbtree.compaction.postings import NOTHING, code, concatenated, distinct, places, split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.subs import Posting, decoded
 from pbtree.write.writer import Writer
 from storage.keys import tree_prefix
-from storage.sidset import distinct
 
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))

@@ -17,11 +17,10 @@ import lmdb
 import numpy as np
 
 from pbtree.compaction.pending import SortedPostings, queries_of, ranked_among
-from pbtree.compaction.postings import Keys, places, ranked, split_code
+from pbtree.compaction.postings import Keys, distinct, places, ranked, split_code
 from pbtree.errors import CorruptIndexError
 from pbtree.read.version import Value
 from storage.chunks import Chunks
-from storage.sidset import distinct
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
 HEADER = struct.Struct("<6I")

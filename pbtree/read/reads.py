@@ -11,6 +11,7 @@ import numpy as np
 from pbtree import strids
 from pbtree.clusters import levels_path
 from pbtree.columns import STRING_ID
+from pbtree.compaction.postings import distinct
 from pbtree.errors import CorruptIndexError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.read.matcher import Search
@@ -20,7 +21,6 @@ from pbtree.subs import decoded, elements_name, level_name, name_bytes
 from storage.meta import CONJUNCTIONS, read_counter
 from storage.overflow import Reader
 from storage.records import PREDICATE_ID, Records, split_sub
-from storage.sidset import distinct
 from storage.trees import TreePages
 
 

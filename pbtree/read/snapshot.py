@@ -12,6 +12,7 @@ from pbtree.clusters import INTERVAL, PREDICATE, SUBSCRIPTION, Rows
 from pbtree.columns import INT_IDS, KINDS, Column, grown
 from pbtree.compaction import staged
 from pbtree.compaction.pending import Pending, RecentWrites
+from pbtree.compaction.postings import distinct
 from pbtree.idtable import IdTable
 from pbtree.read.flat import FlatTree
 from pbtree.read.version import Source
@@ -201,7 +202,7 @@ def matched(txn: lmdb.Transaction, dbs: dict, snapshot: Snapshot,
     hit = snapshot.marks(kinds)
     cleared = twice = sidset.EMPTY
     if segments is not None:
-        candidates = sidset.distinct(candidates)
+        candidates = distinct(candidates)
         pairs = kind == INTERVAL
         if pairs.any():  # those hit lose their marks, but those hit twice by one element
             cleared = hits[pairs]

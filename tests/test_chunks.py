@@ -4,13 +4,14 @@ in number order, and read whole only when numbered from 0 without a gap."""
 from __future__ import annotations
 
 import lmdb
+from rawlmdb import opened
 
 from storage.chunks import Chunks, chunk_key
 
 
 def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
-    env = lmdb.open(str(tmp_path / "env"), max_dbs=1, map_size=1 << 24)
-    return env, env.open_db(b"db")
+    env, dbs = opened(tmp_path, "db")
+    return env, dbs["db"]
 
 
 def test_records_are_listed_in_number_order_past_one_key_byte(tmp_path):

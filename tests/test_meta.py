@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import lmdb
 import pytest
+from rawlmdb import opened
 
 from storage.meta import (
     ESTIMATES,
@@ -18,8 +19,8 @@ from storage.meta import (
 
 
 def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
-    env = lmdb.open(str(tmp_path / "env"), max_dbs=1, map_size=1 << 24)
-    return env, env.open_db(b"meta")
+    env, dbs = opened(tmp_path, "meta")
+    return env, dbs["meta"]
 
 
 def test_header_reads_back_or_is_missing(tmp_path):

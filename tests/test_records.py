@@ -3,20 +3,15 @@ environment: ids joined per subscription, entries and dead records kept as asked
 
 from __future__ import annotations
 
-import lmdb
+from rawlmdb import opened
 
 from storage.records import Records, listed_sids, sid_key, split_sub, sub_record
 
 DBS = ("ids", "subs", "preds", "dead")
 
 
-def environment(tmp_path) -> tuple[lmdb.Environment, dict]:
-    env = lmdb.open(str(tmp_path / "env"), max_dbs=len(DBS), map_size=1 << 24)
-    return env, {name: env.open_db(name.encode()) for name in DBS}
-
-
 def test_ids_join_the_sids_of_a_repeated_id_and_stay_apart_otherwise(tmp_path):
-    env, dbs = environment(tmp_path)
+    env, dbs = opened(tmp_path, *DBS)
     with env.begin(write=True) as txn:
         Records(txn, dbs).put_ids([b"a", b"b", b"b", b"c"], 7)
     with env.begin() as txn:
@@ -44,7 +39,7 @@ def test_ids_join_the_sids_of_a_repeated_id_and_stay_apart_otherwise(tmp_path):
 
 
 def test_subs_are_deleted_or_kept_dead_for_a_purge(tmp_path):
-    env, dbs = environment(tmp_path)
+    env, dbs = opened(tmp_path, *DBS)
     with env.begin(write=True) as txn:
         records = Records(txn, dbs)
         records.put_subs(3, [b"x", b"y", b"z"], [b"\x90", b"\x91\x01", b"\x92\x01\x02"])
@@ -66,7 +61,7 @@ def test_subs_are_deleted_or_kept_dead_for_a_purge(tmp_path):
 
 
 def test_entries_are_found_counted_and_deleted(tmp_path):
-    env, dbs = environment(tmp_path)
+    env, dbs = opened(tmp_path, *DBS)
     with env.begin(write=True) as txn:
         Records(txn, dbs).put_entries([(b"p1", 11, 2), (b"p2", 12, 1)])
     with env.begin(write=True) as txn:

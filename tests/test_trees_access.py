@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import lmdb
 import pytest
+from rawlmdb import opened
 
 from storage.errors import CorruptIndexError
 from storage.keys import tree_prefix
@@ -18,8 +19,7 @@ A, B, C = tree_prefix(1, 1), tree_prefix(2, 1), tree_prefix(3, 1)  # C: no leaf 
 
 def environment(tmp_path) -> tuple[lmdb.Environment, dict]:
     """Leaf items of tree A at payloads 2 and 4, of tree B at payload 5, each valued its key."""
-    env = lmdb.open(str(tmp_path / "env"), max_dbs=len(DBS), map_size=1 << 24)
-    dbs = {name: env.open_db(name.encode()) for name in DBS}
+    env, dbs = opened(tmp_path, *DBS)
     with env.begin(write=True) as txn:
         pages = TreePages(txn, dbs)
         for key in (A + b"\x02", A + b"\x04", B + b"\x05"):

@@ -88,8 +88,9 @@ class Scores:
 
 def paying_levels(cols: Columns, estimates: clusters.Estimates, scores: Scores
                   ) -> clusters.Levels:
-    """The interval levels that pay (``clusters.levels_gains`` and ``worth_levels``, over
-    columns)."""
+    """The interval levels that pay (``clusters.worth_levels``): per attribute, by how many
+    candidates an event would bring fewer if every attribute's intervals posted in levels,
+    from the subscriptions whose access predicate would then be an interval on it."""
     levelled = scores.of(cols, scores.levels)
     _, first, order = _ordered(cols, levelled)
     best = order[first]

@@ -292,21 +292,6 @@ def worth_levels(estimates: Estimates, gains: Mapping[str, float]) -> Levels:
         if gain > searches * min(1.0, estimates.attrs[attr][0] / estimates.n))
 
 
-def levels_gains(estimates: Estimates, subs: Iterable[Sequence]) -> dict[str, float]:
-    """Per attribute, by how many candidates an event would bring fewer if every
-    attribute's intervals posted in levels, from the subscriptions (core predicates of
-    each conjunction) whose access predicate would then be an interval on it."""
-    flat = estimates.with_levels(NO_LEVELS)
-    levelled = estimates.with_levels(estimates.levels_of(estimates.attrs))
-    gains: dict[str, float] = {}
-    for preds in subs:
-        best = min(preds, key=levelled.estimate)
-        if best[1] in INTERVALS and levelled.levels.node(best) is not None:
-            gain = min(map(flat.estimate, preds)) - levelled.estimate(best)
-            gains[best[0]] = gains.get(best[0], 0.0) + gain
-    return gains
-
-
 def levels_path(found: list[bytes], payload: bytes) -> Iterator[tuple[int, bool]]:
     """The nodes of the interval levels (sorted ``found`` splits) that an event value's
     payload walks through, each with whether the value lies at or above its split (an

@@ -20,6 +20,7 @@ import time
 import lmdb
 
 from pbtree import clusters, config, idle, strids
+from pbtree.clustercolumns import Scores, paying_levels
 from pbtree.compaction.folds import ShardFolds
 from pbtree.compaction.pending import RecentWrites
 from pbtree.errors import CorruptIndexError, FormatVersionError
@@ -29,6 +30,7 @@ from pbtree.read.pinning import SnapshotPinning
 from pbtree.read.reads import ShardReads
 from pbtree.read.snapshot import Snapshot
 from pbtree.subs import decoded
+from pbtree.subtable import Columns
 from pbtree.write.writer import Writer
 from pbtree.write.writes import ShardWrites
 from storage.env import Environment
@@ -153,9 +155,9 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
             delete_counter(txn, dbs["meta"], name)
         levels = clusters.NO_LEVELS  # interval levels where they pay, decided anew
-        if self.estimates is not None:
-            levels = clusters.worth_levels(self.estimates, clusters.levels_gains(
-                self.estimates, (conj for item in items for conj in conjunctions(item[2]))))
+        if self.estimates is not None and items:  # decided as a bulk build decides them
+            cols = Columns.from_subs(items)
+            levels = paying_levels(cols, self.estimates, Scores(cols, self.estimates))
         write_encoded(txn, dbs["meta"], LEVELS, levels.encode() if levels else None)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs

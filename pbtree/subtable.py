@@ -16,8 +16,9 @@ Sub = tuple[object, bytes, list]  # id, encoded id, core predicates (as Shard.su
 
 
 def const_key(value: object) -> tuple:
-    """A dict key telling constants apart as the index does (1 and True differ; so do tuples)."""
-    if value.__class__ is tuple:
+    """A dict key telling constants apart as the index does (1 and True differ; so do tuples,
+    which a decoded record holds as lists)."""
+    if value.__class__ is tuple or value.__class__ is list:
         return (0, tuple(map(const_key, value)))
     return (value.__class__ is bool, value.__class__ is str, value)
 

@@ -18,8 +18,10 @@ from upgrades import stamped, upgraded
 
 import pbtree
 from pbtree import bulk, clusters, config
+from pbtree.clustercolumns import Scores, paying_levels
 from pbtree.expr import parse
 from pbtree.subs import level_of, levelled, posted
+from pbtree.subtable import Columns
 from storage.keys import const_payload
 from storage.records import split_sub
 
@@ -61,8 +63,11 @@ def test_levels_go_where_their_searches_pay(monkeypatch):
     assert not clusters.worth_levels(estimates, {"a": 10.0})
     monkeypatch.setattr(config, "LEVEL_SEARCH", 1)
     assert list(clusters.worth_levels(estimates, {"a": 10.0}).splits) == ["a"]
-    gains = clusters.levels_gains(estimates, [[("a", "between", (10, 20)), ("a", ">", 1)]])
-    assert gains["a"] > 0
+    subs = Columns.from_subs([(0, b"k", [("a", "between", (10, 20)), ("a", ">", 1)])])
+    scores = Scores(subs, estimates)
+    assert not paying_levels(subs, estimates, scores)  # one subscription saves too little
+    monkeypatch.setattr(config, "LEVEL_SEARCH", 1e-9)
+    assert list(paying_levels(subs, estimates, scores).splits) == ["a"]
 
 
 def test_levels_are_stored_whole():

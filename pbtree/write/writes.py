@@ -131,8 +131,8 @@ class ShardWrites:
                                                    for i in sub_ids])
         w.str_ids.set_run(first, list(map(strids.string_of, idkeys)))
         bodies = [ONE + by_key[key] for key in new]
-        bodies += [array_header(len(each)) + b"".join(each) if preds is plain else
-                   array_header(len(each)) + pack(preds[0]) + b"".join(each[1:])
+        bodies += [array_header(len(each)) +
+                   b"".join(each if preds is plain else [pack(preds[0]), *each[1:]])
                    for each, preds, plain in zip(packed, recorded, ordered, strict=True)]
         w.records.put_subs(first, idkeys, bodies)
         w.records.put_ids(owned, start)

@@ -3,19 +3,13 @@ in number order, and read whole only when numbered from 0 without a gap."""
 
 from __future__ import annotations
 
-import lmdb
-from rawlmdb import opened
+from rawlmdb import opened_one
 
 from storage.chunks import Chunks, chunk_key
 
 
-def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
-    env, dbs = opened(tmp_path, "db")
-    return env, dbs["db"]
-
-
 def test_records_are_listed_in_number_order_past_one_key_byte(tmp_path):
-    env, db = environment(tmp_path)
+    env, db = opened_one(tmp_path, "db")
     with env.begin(write=True) as txn:
         chunks = Chunks(txn, db)
         for number in (256, 3, 1):
@@ -31,7 +25,7 @@ def test_records_are_listed_in_number_order_past_one_key_byte(tmp_path):
 
 
 def test_contiguous_only_when_numbered_from_zero_without_a_gap(tmp_path):
-    env, db = environment(tmp_path)
+    env, db = opened_one(tmp_path, "db")
     with env.begin() as txn:
         assert Chunks(txn, db).contiguous() == []
     with env.begin(write=True) as txn:

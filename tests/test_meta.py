@@ -3,9 +3,8 @@ LMDB environment."""
 
 from __future__ import annotations
 
-import lmdb
 import pytest
-from rawlmdb import opened
+from rawlmdb import opened_one
 
 from storage.meta import (
     ESTIMATES,
@@ -18,13 +17,8 @@ from storage.meta import (
 )
 
 
-def environment(tmp_path) -> tuple[lmdb.Environment, lmdb._Database]:
-    env, dbs = opened(tmp_path, "meta")
-    return env, dbs["meta"]
-
-
 def test_header_reads_back_or_is_missing(tmp_path):
-    env, meta = environment(tmp_path)
+    env, meta = opened_one(tmp_path, "meta")
     with env.begin(write=True) as txn:
         assert read_header(txn, meta) is None
         write_header(txn, meta, b"name", 11, 4096)
@@ -37,7 +31,7 @@ def test_header_reads_back_or_is_missing(tmp_path):
 
 @pytest.mark.parametrize("name", [ESTIMATES, LEVELS])
 def test_estimates_and_levels_are_stored_or_deleted(tmp_path, name):
-    env, meta = environment(tmp_path)
+    env, meta = opened_one(tmp_path, "meta")
     with env.begin(write=True) as txn:
         assert read_encoded(txn, meta, name) is None
         write_encoded(txn, meta, name, b"\x93")

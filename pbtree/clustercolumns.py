@@ -7,7 +7,7 @@ import numpy as np
 
 from pbtree import clusters
 from pbtree.expr import OPS_STORED, prefix_successor
-from pbtree.subs import ELEMENTS, OP_RANK, level_name
+from pbtree.subs import ELEMENTS, GAP, OP_RANK, level_name
 from pbtree.subtable import Columns, const_key
 from pbtree.write.wholetree import Record
 from storage.records import PREDICATE_ID, ROW_CHUNK, encode_entry, encode_rows, rows_key
@@ -268,6 +268,7 @@ def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
     attrs += [level_name(full.attrs[a], n, above)
               for a, n in zip(*(x.tolist() for x in np.divmod(pairs, span)), strict=True)
               for above in (False, True)]
+    split = node[levelled] < GAP  # at a split: its upper bound above it too; in a gap: not
     interval = np.isin(op, INTERVAL_OPS)
     a = np.concatenate((np.where(entry, elements[e_attr], e_attr), attr))
     a[m + levelled] = below
@@ -275,12 +276,14 @@ def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
     c = np.concatenate((np.where(entry, lower, e_const), np.where(interval, access_lower, const)))
     counts = np.ones(a.size, dtype=np.int64)
     counts[np.flatnonzero(entry)] = 2
-    counts[m + levelled] = 2
+    counts[m + levelled[split]] = 2
     # each upper bound after its lower: an interval entry's, a levelled access's
-    where = np.concatenate((np.flatnonzero(entry), m + levelled)) + 1
+    where = np.concatenate((np.flatnonzero(entry), m + levelled[split])) + 1
     return Columns(full.ids, full.keys, counts,
-                   np.insert(a, where, np.concatenate((a[np.flatnonzero(entry)], below + 1))),
+                   np.insert(a, where, np.concatenate((a[np.flatnonzero(entry)],
+                                                       below[split] + 1))),
                    np.insert(o, where, np.concatenate((upper_op[entry],
-                                                       access_upper_op[levelled]))),
-                   np.insert(c, where, np.concatenate((upper[entry], access_upper[levelled]))),
+                                                       access_upper_op[levelled[split]]))),
+                   np.insert(c, where, np.concatenate((upper[entry],
+                                                       access_upper[levelled[split]]))),
                    attrs, full.consts, full.members)

@@ -31,7 +31,7 @@ import numpy as np
 from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.nested import flattened
-from pbtree.subs import INTERVALS, OWN_ENTRY, bounds, levelled
+from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled
 from pbtree.values import searched
 from storage.chunks import Chunks
 from storage.keys import const_payload
@@ -87,9 +87,10 @@ class Levels:
 
     def node(self, pred: Sequence) -> int | None:
         """The node of the interval levels an interval predicate posts at, or None: the
-        first split on the walk down the levels that lies inside it. Every event value
-        inside it walks through that node (``levels_path``), so its two postings there
-        (``subs.posted``) find it exactly where it holds."""
+        first split on the walk down the levels that lies inside it, else the gap between
+        splits that holds it (GAP on). Every event value inside it walks through that node
+        (``levels_path``), so its postings there (``subs.posted``) find it exactly where it
+        holds, or in a gap where its lower bound does."""
         families = self.splits.get(pred[0])
         if families is None:
             return None
@@ -98,7 +99,9 @@ class Levels:
         high_family, hi = const_payload(upper[2])
         if family != high_family:
             return None
-        found = families.get(family, ())
+        found = families.get(family)
+        if not found:
+            return None
         strict = upper[1] == "<"
         left, right = 0, len(found)
         while left < right:
@@ -110,7 +113,7 @@ class Levels:
                 left = mid + 1
             else:
                 return mid
-        return None
+        return GAP + left
 
     def encode(self) -> bytes:
         return msgpack.packb(self.splits)
@@ -217,8 +220,9 @@ class Estimates:
     def estimate(self, pred: Sequence) -> float:
         """The share of the samples a core predicate holds for; the static ``estimate``
         breaks ties and stands in, scaled down, where the samples lack the attribute. An
-        interval with a ``node`` in its attribute's levels posts exactly where it holds,
-        so the share inside it counts; one without posts its lower bound, so that does."""
+        interval at a split of its attribute's levels posts exactly where it holds, so the
+        share inside it counts; one in a gap posts its lower bound there, so the share from
+        it to the gap's end does; one without a node posts its lower bound, so that does."""
         attr, op, value = pred
         key = (attr, op, tuple(value) if op in ("in", "between") else value, type(value))
         known = self._known.get(key)
@@ -235,11 +239,19 @@ class Estimates:
     def _interval(self, pred: Sequence) -> float:
         lower, upper = bounds(pred)
         below = self._estimate(*lower, estimate(lower))
-        if self.levels.node(pred) is None:
+        node = self.levels.node(pred)
+        if node is None:
             return below
-        above = self._estimate(*upper, estimate(upper))
         family = const_payload(lower[2])[0]
-        holding = self.attrs.get(pred[0], (0, {}))[1].get(family, (0,))[0] / self.n
+        fams = self.attrs.get(pred[0], (0, {}))[1]
+        if node >= GAP:  # its lower bound, up to the split that ends the gap
+            splits = self.levels.splits[pred[0]][family]
+            gap = node - GAP
+            beyond = self._payload_share(fams, family, ">=", splits[gap]) \
+                if gap < len(splits) else 0.0
+            return max(below - beyond, 0.0) + estimate(lower) * TIE
+        above = self._estimate(*upper, estimate(upper))
+        holding = fams.get(family, (0,))[0] / self.n
         return max(below + above - holding, 0.0) + estimate(lower) * TIE
 
     def levels_of(self, attrs: Iterable[str]) -> Levels:
@@ -265,6 +277,10 @@ class Estimates:
     def _share(self, fams: dict[int, tuple[int, list[bytes]]], op: str, value: object
                ) -> float:
         family, payload = const_payload(value)
+        return self._payload_share(fams, family, op, payload)
+
+    def _payload_share(self, fams: dict[int, tuple[int, list[bytes]]], family: int,
+                       op: str, payload: bytes) -> float:
         count, keys = fams.get(family, (0, []))
         if not keys:
             return 0.0
@@ -284,9 +300,9 @@ def worth_levels(estimates: Estimates, gains: Mapping[str, float]) -> Levels:
     """The attributes whose interval levels pay: those where the candidates an event
     would bring fewer (``gains``, per event, from the access predicates levels would
     choose) outweigh the searches the levels add (LEVEL_SEARCH per node an event value
-    walks through, for the events holding the attribute: at most all; a subscription's
-    constants count each bound of an interval)."""
-    searches = LEVEL_SPLITS.bit_length() * config.LEVEL_SEARCH
+    walks through and one for the gap it ends in, for the events holding the attribute:
+    at most all; a subscription's constants count each bound of an interval)."""
+    searches = (LEVEL_SPLITS.bit_length() + 1) * config.LEVEL_SEARCH
     return estimates.levels_of(
         attr for attr, gain in gains.items()
         if gain > searches * min(1.0, estimates.attrs[attr][0] / estimates.n))
@@ -295,7 +311,8 @@ def worth_levels(estimates: Estimates, gains: Mapping[str, float]) -> Levels:
 def levels_path(found: list[bytes], payload: bytes) -> Iterator[tuple[int, bool]]:
     """The nodes of the interval levels (sorted ``found`` splits) that an event value's
     payload walks through, each with whether the value lies at or above its split (an
-    inexact payload lies just above itself, so comparing it as it is holds too)."""
+    inexact payload lies just above itself, so comparing it as it is holds too), and last
+    the gap it ends in, below (GAP on)."""
     left, right = 0, len(found)
     while left < right:
         mid = (left + right) // 2
@@ -305,6 +322,7 @@ def levels_path(found: list[bytes], payload: bytes) -> Iterator[tuple[int, bool]
         else:
             yield mid, True
             left = mid + 1
+    yield GAP + left, False
 
 
 def recorded(preds: list, levels: Levels) -> list:

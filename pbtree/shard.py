@@ -59,11 +59,12 @@ FORMAT = b"pbtree-shard"
 #: 11: an interval's bounds are entries in its check rows, and its interval entry posts
 #: under its attribute's ELEMENTS name, searched by array elements only; 12: no deltas: a
 #: write's postings for a PB+tree are inserted into it; 13: interval levels (an interval
-#: access predicate's record names its node; the estimates list the levelled attributes)
-VERSION = 13
+#: access predicate's record names its node; the estimates list the levelled attributes);
+#: 14: an interval inside a gap between two splits posts its lower bound at the gap
+VERSION = 14
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)

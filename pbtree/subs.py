@@ -35,6 +35,10 @@ ELEMENTS = "\udcff"
 #: what ends an attribute name before a node of its interval levels (``level_name``): a lone
 #: surrogate, the byte 0xFE once encoded, in no attribute name or event key
 LEVEL = "\udcfe"
+#: the first node number that is a gap of the interval levels, not a split: node GAP + g
+#: is the values below split g and above the one before (GAP + the number of splits:
+#: above the last); an interval inside a gap posts its lower bound there alone
+GAP = 256
 #: access predicates whose own predicate entry is in the subscription's check row too:
 #: ``!=`` (against an array, an element equal to the constant clears the entry's mark,
 #: ``snapshot.matched``)
@@ -57,7 +61,8 @@ def bounds(pred: Sequence) -> list:
 
 def levelled(pred: Sequence, node: int) -> tuple:
     """An interval access predicate as a record holds it when it posts at ``node`` of its
-    attribute's interval levels: the node after the bounds in its value."""
+    attribute's interval levels (a split's, or a gap's from GAP on): the node after the
+    bounds in its value."""
     attr, op, value = pred
     return attr, op, (*value, node) if op == "between" else (value, node)
 
@@ -79,7 +84,7 @@ def plain(pred: Sequence) -> tuple:
 def level_name(attr: str, node: int, above: bool) -> str:
     """The attribute name under which the intervals at ``node`` of ``attr``'s levels post
     the bound an event value below the node's split (``above`` False) or at or above it
-    needs: their lower bounds, or their upper ones."""
+    needs: their lower bounds, or their upper ones (a gap's: its lower bounds, below)."""
     return f"{attr}{LEVEL}{node}{'+' if above else '-'}"
 
 
@@ -88,11 +93,14 @@ def posted(preds: Sequence, entry: bool) -> list:
     of a subscription or a predicate entry's one; an interval entry's (``entry``) as its
     two bounds under the attribute's ELEMENTS name, a subscription's interval access at
     its node of the levels as its lower bound below the node and its upper one above
-    (``level_name``), without a node as its lower bound only (``bounds``)."""
+    (``level_name``), in a gap as its lower bound below the gap, without a node as its
+    lower bound only (``bounds``)."""
     first = preds[0]
     if first[1] in INTERVALS:
         node = level_of(first)
         lower, upper = bounds(first if node is None else plain(first))
+        if node is not None and node >= GAP:
+            return [(level_name(first[0], node, False), lower[1], lower[2])]
         if node is not None:
             return [(level_name(first[0], node, False), lower[1], lower[2]),
                     (level_name(first[0], node, True), upper[1], upper[2])]

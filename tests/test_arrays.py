@@ -242,7 +242,7 @@ def test_a_version_9_shard_is_upgraded_keeping_its_split_bounds(tmp_path):
         assert ix.get(1) == "price <= 60 and price >= 50"
         assert ix.match({"price": [1, 100], "a": [5, 6]}) == [1]
         assert ix.match({"a": [6, 7]}) == [2]
-    assert shard_module.VERSION == 13
+    assert shard_module.VERSION == 14
 
 
 def test_a_version_10_shard_is_stored_anew(tmp_path):

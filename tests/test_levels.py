@@ -20,7 +20,7 @@ import pbtree
 from pbtree import bulk, clusters, config
 from pbtree.clustercolumns import Scores, paying_levels
 from pbtree.expr import parse
-from pbtree.subs import level_of, levelled, posted
+from pbtree.subs import GAP, LEVEL, level_of, levelled, posted
 from pbtree.subtable import Columns
 from storage.keys import const_payload
 from storage.records import split_sub
@@ -37,23 +37,32 @@ def _estimates(values: list[int]) -> clusters.Estimates:
 @given(samples=st.lists(st.integers(0, 60), min_size=2, max_size=80),
        lo=st.integers(-5, 65), width=st.integers(0, 40))
 def test_an_event_value_inside_an_interval_walks_through_its_node(samples, lo, width):
-    """Every value inside an interval with a node walks through that node, on the side
-    whose posting holds it; the interval has a node when it holds a split."""
+    """Every value inside an interval walks through its node, on the side whose posting
+    holds it: at a split it holds inside, exactly; in a gap, from its lower bound to the
+    gap's end. The interval is at a split when it holds one, else in the gap around it."""
     levels = _estimates(samples).levels_of(["a"])
     splits = levels.splits.get("a", {}).get(const_payload(0)[0], [])
     pred = ("a", "between", (lo, lo + width))
     node = levels.node(pred)
     inside = [s for s in splits if const_payload(lo)[1] <= s <= const_payload(lo + width)[1]]
-    assert (node is None) == (not inside)
+    assert (node is None) == (not splits)
     if node is None:
         return
-    lower, upper = posted([levelled(pred, node)], False)
+    assert (node < GAP) == bool(inside)
+    found_at = posted([levelled(pred, node)], False)
     for v in range(lo - 3, lo + width + 4):
         path = dict(clusters.levels_path(splits, const_payload(v)[1]))
         walked = node in path
+        if node >= GAP:  # its lower bound alone, for the values up to the gap's end
+            end = splits[node - GAP] if node - GAP < len(splits) else None
+            found = walked and v >= lo
+            assert found or not lo <= v <= lo + width, (v, path, node)
+            assert not found or end is None or const_payload(v)[1] < end, (v, path, node)
+            assert [p[0] for p in found_at] == [f"a{LEVEL}{node}-"]
+            continue
         found = walked and (v <= lo + width if path[node] else v >= lo)
         assert found == (lo <= v <= lo + width), (v, path, node)
-        assert lower[0].endswith(f"{node}-") and upper[0].endswith(f"{node}+")
+        assert [p[0] for p in found_at] == [f"a{LEVEL}{node}-", f"a{LEVEL}{node}+"]
 
 
 def test_levels_go_where_their_searches_pay(monkeypatch):
@@ -173,7 +182,7 @@ def test_a_version_12_shard_is_upgraded_to_levels(tmp_path, monkeypatch):
             assert ix.match(event) == oracle_match(model, event)
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32, readonly=True, lock=False)
     with env.begin() as txn:
-        assert txn.get(b"version", db=env.open_db(b"meta", txn=txn)) == (13).to_bytes(4, "little")
+        assert txn.get(b"version", db=env.open_db(b"meta", txn=txn)) == (14).to_bytes(4, "little")
     env.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 from functools import partial
+from itertools import chain
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from pbtree.ids import decode_id
 from pbtree.read.matcher import Search
 from pbtree.read.snapshot import Snapshot, matched
 from pbtree.read.version import Value, Version
-from pbtree.subs import decoded, elements_name, level_name, name_bytes
+from pbtree.subs import GAP, decoded, elements_name, level_name, name_bytes
 from storage.meta import CONJUNCTIONS, read_counter
 from storage.overflow import Reader
 from storage.records import PREDICATE_ID, Records, split_sub
@@ -40,19 +41,19 @@ class ShardReads:
             self._attr_ids[name] = aid
         return aid
 
-    def _level_names(self, txn) -> dict[bytes, dict[int, tuple[list[bytes], list[tuple]]]]:
+    def _level_names(self, txn) -> dict[bytes, dict[int, tuple[list[bytes], dict]]]:
         """Per encoded attribute name and family of the interval levels ``txn`` sees: the
-        splits, and the names each node's postings go under below and above its split
-        (``subs.posted``)."""
+        splits, and by node (a split's, or a gap's) the names its postings go under below
+        and above its split (``subs.posted``)."""
         levels = self.levels_in(txn)
         if self._searched[0] is not levels:
             found: dict[bytes, dict] = {}
             for attr, families in levels.splits.items():
                 for family, splits in families.items():
-                    found.setdefault(name_bytes(attr), {})[family] = (splits, [
-                        (name_bytes(level_name(attr, node, False)),
-                         name_bytes(level_name(attr, node, True)))
-                        for node in range(len(splits))])
+                    nodes = chain(range(len(splits)), range(GAP, GAP + len(splits) + 1))
+                    found.setdefault(name_bytes(attr), {})[family] = (splits, {
+                        node: (name_bytes(level_name(attr, node, False)),
+                               name_bytes(level_name(attr, node, True))) for node in nodes})
             self._searched = (levels, found)
         return self._searched[1]
 

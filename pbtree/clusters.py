@@ -19,7 +19,6 @@ of the rows, then the u4 sids they list. Matching reads them where they lie in L
 
 from __future__ import annotations
 
-import ctypes
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -36,6 +35,7 @@ from pbtree.values import searched
 from storage.chunks import Chunks
 from storage.keys import const_payload
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
+from storage.span import Span
 
 #: the rows database (the predicate entries' is ``storage.records.PREDS``)
 DB = "rows"
@@ -437,66 +437,27 @@ class RowsWriter:
                 self.records.delete(number)
 
 
-def _address(view: memoryview) -> int:
-    return np.frombuffer(view, np.uint8).ctypes.data
-
-
 class Rows:
-    """The check rows of one read snapshot, where they lie in the map.
+    """The check rows of one read snapshot, where they lie in the map (``storage.span``):
+    ``at[n]`` is the word offset of rows record ``n`` in ``words`` (-1: no record, all its
+    rows empty). The Snapshot that owns them is dropped when the map moves."""
 
-    ``at[n]`` is the word offset of rows record ``n`` in ``words``, one u4 array over the
-    span of the map that holds them all (-1: no record, all its rows empty). The span is
-    valid while the snapshot is open and the map not moved, as are the views the matcher
-    keeps of flattened trees; the Snapshot that owns it is dropped otherwise. Records whose
-    words are not aligned (never seen: each lies on overflow pages of its own) are copied.
-    """
+    __slots__ = ("span", "words", "at")
 
-    __slots__ = ("views", "addresses", "words", "at")
-
-    def __init__(self, views: dict[int, memoryview],
-                 addresses: dict[int, int] | None = None) -> None:
-        self.views = views  # record number -> its value on the map
-        self.addresses = addresses if addresses is not None else \
-            {n: _address(v) for n, v in views.items()}
-        count = max(views, default=-1) + 1
-        self.at = np.full(count, -1, np.int64)
-        if not views:
-            self.words = np.zeros(0, _WORDS)
-            return
-        base = min(self.addresses.values()) & ~3
-        end = max(self.addresses[n] + len(v) for n, v in views.items())
-        aligned = all(a % 4 == 0 for a in self.addresses.values())
-        if aligned:
-            span = (ctypes.c_char * (end - base)).from_address(base)
-            self.words = np.frombuffer(span, _WORDS, (end - base) // 4)
-            for n, a in self.addresses.items():
-                self.at[n] = (a - base) // 4
-        else:
-            self.words = np.frombuffer(b"".join(bytes(v) for v in views.values()), _WORDS)
-            offset = 0
-            for n, v in views.items():
-                self.at[n] = offset
-                offset += len(v) // 4
+    def __init__(self, span: Span) -> None:
+        self.span, self.words, self.at = span, span.values, span.at
 
     @classmethod
     def read(cls, txn: lmdb.Transaction, dbs: dict) -> Rows:
-        return cls(Chunks(txn, dbs[DB]).by_number())
+        return cls(Span(Chunks(txn, dbs[DB]).by_number(), _WORDS))
 
     def renewed(self, txn: lmdb.Transaction, dbs: dict, written: set[int] | None) -> Rows:
         """The rows of ``txn``, a newer snapshot begun while this one's is open: records
         no commit since wrote (``written``) are the same pages, kept."""
         if written is None:
             return Rows.read(txn, dbs)
-        views, addresses = dict(self.views), dict(self.addresses)
         records = Chunks(txn, dbs[DB])
-        for n in written:
-            raw = records.get(n)
-            if raw is None:
-                views.pop(n, None)
-                addresses.pop(n, None)
-            else:
-                views[n], addresses[n] = raw, _address(raw)
-        return Rows(views, addresses)
+        return Rows(self.span.changed({n: records.get(n) for n in written}, _WORDS))
 
     def matched(self, candidates: np.ndarray, hit: np.ndarray) -> np.ndarray:
         """Those of ``candidates`` whose check row's sids are all ``hit`` (a bool per sid),

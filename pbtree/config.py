@@ -103,8 +103,6 @@ FEW_CANDIDATES = 512
 TABLE_SPAN = 8
 #: share of sids more a per-sid table takes when grown: copied once per eighth, not per chunk
 TABLE_ROOM = 1 / 8
-#: share of the sids whose ids the narrow id table may hold apart (16 bytes each, not 8 a sid)
-MAX_APART = 1 / 4
 #: share of string ids a string id table's width may leave to be held apart
 APART_SHARE = 1 / 64
 #: levels of nested objects read below an event's own keys: bounds what one event costs

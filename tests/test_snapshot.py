@@ -94,18 +94,16 @@ def assert_tables_fresh(ix: pbtree.Index) -> None:
                                                                  held == clusters.INTERVAL)
         if cache.rows is not None:  # the same records, at the same place
             rows = fresh.rows_of(txn, shard.dbs)
-            assert cache.rows.views.keys() == rows.views.keys()
-            for n, view in rows.views.items():
-                assert bytes(cache.rows.views[n]) == bytes(view)
+            assert cache.rows.span.views.keys() == rows.span.views.keys()
+            for n, view in rows.span.views.items():
+                assert bytes(cache.rows.span.views[n]) == bytes(view)
                 got = cache.rows.words[cache.rows.at[n]:cache.rows.at[n] + len(view) // 4]
                 assert got.tobytes() == bytes(view)
-        if cache.int_ids is not None:  # room to spare reads 0, as sids never given do
+        if cache.int_ids is not None:
             ids = fresh.int_ids_all(txn, shard.dbs)
-            every = np.arange(cache.int_ids.size)
-            assert cache.int_ids.size >= ids.size
-            assert np.array_equal(cache.int_ids[every], np.concatenate(
-                (ids[every[:ids.size]], np.zeros(every.size - ids.size, np.int64))))
-            assert cache.int_ids.table.itemsize >= ids.table.itemsize  # narrowed never
+            every = np.arange(ids.size)
+            assert cache.int_ids.size == ids.size
+            assert np.array_equal(cache.int_ids[every], ids[every])
 
 
 @settings(max_examples=25, deadline=None,
@@ -134,28 +132,36 @@ def test_writes_between_matches_match_oracle(tmp_path_factory, seed, base, shard
 
 
 def test_tables_grown_a_chunk_at_a_time_keep_room_to_spare(tmp_path):
-    """Renewals that each add a chunk of sids copy the per-sid tables only when they
-    outgrow the room a copy took (an eighth more), and still answer like the oracle and
-    equal tables read anew: the room holds free sids and ids of 0."""
+    """Renewals that each add sids copy the kinds only when they outgrow the room a copy
+    took (an eighth more), read the ids in place, and still answer like the oracle and
+    equal tables read anew: the room holds free sids."""
     rng = random.Random(5)
     with pbtree.create(tmp_path / "index", fold_at=10**6) as ix:
         writes = Writes(ix, rng)
-        writes.subscribe_many(8 * KINDS.size)  # eight chunks of counts, 32 of ids
+        writes.subscribe_many(8 * KINDS.size)
         ix.match(writes.events(1)[0])
         cache = ix.shards[0]._cache
-        copies = []
-        for _ in range(6):
-            table = cache.int_ids.table
-            writes.subscribe_many(INT_IDS.size)  # a chunk of ids, a quarter of counts
+        copies, room = [], []
+        for _ in range(12):
+            kinds = cache.kinds
+            writes.subscribe_many(INT_IDS.size)
             events = writes.events(3)
             assert [ix.match(e) for e in events] == \
                    [oracle_match(writes.model, e) for e in events]
-            assert_tables_fresh(ix)  # the counts' room, too, once they outgrow 9 chunks
+            assert_tables_fresh(ix)
             cache = ix.shards[0]._cache
-            copies.append(cache.int_ids.table is not table)
-        # 32 chunks of ids grow to 36 (an eighth more) on the first renewal, 36 to 40.5
-        # on the fifth: two copies where each new chunk took one
-        assert copies == [True, False, False, False, True, False]
+            copies.append(cache.kinds is not kinds)
+            room.append(kinds.size)
+            assert_ids_in_place(cache)
+        assert 1 <= copies.count(True) < 4  # the sids grew by 1.5 times the first table
+        for copied, size, now in zip(copies, room, room[1:] + [cache.kinds.size], strict=True):
+            assert not copied or now >= size + size // 8
+
+
+def assert_ids_in_place(cache: Snapshot) -> None:
+    """The snapshot's integer ids are the ``intids`` chunks on the map, not a copy."""
+    for view in cache.views[INT_IDS.db]:
+        assert np.shares_memory(cache.int_ids.span.values, view)
 
 
 def test_reader_process_and_growing_map_match_oracle(tmp_path):
@@ -186,30 +192,27 @@ def test_reader_process_and_growing_map_match_oracle(tmp_path):
         assert ix.shards[0].env.remaps, "the map never grew"
 
 
-def test_renewal_in_place_holds_wide_ids_apart_and_frees_sids(tmp_path):
-    """Small writes renew the per-sid tables in place; an id beyond int32 after the table was
-    narrowed is held apart, and many such widen it; a freed sid stops matching."""
+def test_renewal_in_place_reads_any_id_and_frees_sids(tmp_path):
+    """Small writes renew the kinds in place and the ids where they lie; ids beyond int32
+    and string ids are read as they were given; a freed sid stops matching."""
     with pbtree.create(tmp_path / "index") as ix:
         ix.subscribe_many((n, "a = 1") for n in range(10))
         assert ix.match({"a": 1}) == list(range(10))
         shard = ix.shards[0]
         kinds, first = shard._cache.kinds, shard._snapshot.id()
-        assert shard._cache.int_ids.table.dtype == np.int32
         ix.subscribe(2**40, "a = 1")
         assert ix.match({"a": 1}) == [*range(10), 2**40]
-        ids = shard._cache.int_ids
-        assert ids.table.dtype == np.int32 and ids.sids.tolist() == [10]
         ix.unsubscribe(3)
         assert ix.match({"a": 1}) == [n for n in range(10) if n != 3] + [2**40]
         assert shard._snapshot.id() == first + 2 and shard._cache.kinds is kinds
+        assert_ids_in_place(shard._cache)
         ix.subscribe("x", "a = 1 and b = 2")
         assert ix.match({"a": 1, "b": 2})[-2:] == [2**40, "x"]
-        assert shard._cache.int_ids.table.dtype == np.int32
-        ix.subscribe_many((-2**40 - n, "a = 1") for n in range(300))  # of 1,022 in a chunk
-        assert ix.match({"a": 1}) == sorted([-2**40 - n for n in range(300)] + [
+        ix.subscribe_many((-2**63 + 1 + n, "a = 1") for n in range(300))
+        assert ix.match({"a": 1}) == sorted([-2**63 + 1 + n for n in range(300)] + [
             n for n in range(10) if n != 3] + [2**40])
-        assert shard._cache.int_ids.table.dtype == np.int64
         assert_tables_fresh(ix)
+        assert_ids_in_place(shard._cache)
 
 
 def test_renewal_reads_what_another_writers_commit_wrote(tmp_path, monkeypatch):

@@ -28,13 +28,13 @@ FLATTENED_BEFORE = 1 << 30
 class Snapshot:
     """What matching caches for one read snapshot of a shard (``renewed`` for the next).
 
-    Besides flattened trees, the per-sid columns as whole arrays (7 bytes per sid with
-    the kind of each sid, a hit mark and ids that fit int32, ``IdTable``; up to an eighth
-    more once a renewal grows them, ``config.TABLE_ROOM``), so that sorting hits and id lookup
-    are vectorised; the check rows where they lie on the map (``clusters.Rows``); the
-    string ids, once one is matched, in a ``StringIdTable`` (about one byte a sid more
-    than the longest common id); and each column's chunks as views into the map (about
-    0.4 bytes per sid), by which a renewal tells the chunks that changed.
+    Besides flattened trees, two bytes per sid (its kind and a hit mark; up to an eighth
+    more once a renewal grows them, ``config.TABLE_ROOM``), so that sorting hits is
+    vectorised; the integer ids (``IdTable``) and the check rows (``clusters.Rows``) where
+    they lie on the map; the string ids, once one is matched, in a ``StringIdTable``
+    (about one byte a sid more than the longest common id); and each column's chunks as
+    views into the map (about 0.4 bytes per sid), by which a renewal tells the chunks that
+    changed.
     """
 
     __slots__ = ("trees", "flat", "equal", "kinds", "hit", "rows", "int_ids", "str_ids",
@@ -71,8 +71,8 @@ class Snapshot:
 
     def kinds_of(self, txn: lmdb.Transaction, dbs: dict) -> np.ndarray:
         """What each sid is: free, a subscription or a predicate entry (``clusters``)."""
-        if self.kinds is None:
-            self.kinds = self._read(KINDS, txn, dbs)
+        if self.kinds is None:  # a byte each: they are 0 to 3
+            self.kinds = self._read(KINDS, txn, dbs).astype(np.uint8)
         return self.kinds
 
     def marks(self, kinds: np.ndarray) -> np.ndarray:
@@ -91,7 +91,13 @@ class Snapshot:
     def int_ids_all(self, txn: lmdb.Transaction, dbs: dict) -> IdTable:
         """Integer id (or STRING_ID) of all sids."""
         if self.int_ids is None:
-            self.int_ids = IdTable.of(self._read(INT_IDS, txn, dbs))
+            views = INT_IDS.views(txn, dbs)
+            if views is None:
+                self.views.pop(INT_IDS.db, None)
+                self.int_ids = IdTable.copied(INT_IDS.read(txn, dbs)[0])
+            else:
+                self.views[INT_IDS.db] = views
+                self.int_ids = IdTable.of(views)
         return self.int_ids
 
     def string_ids(self, txn: lmdb.Transaction, dbs: dict) -> StringIdTable:
@@ -149,10 +155,8 @@ class Snapshot:
             else None
         if found is not None:
             views, changed = found
-            table = self.int_ids.grown(len(views) * INT_IDS.size)
-            for number in changed:
-                table = table.assigned(number * INT_IDS.size, views[number])
-            new.int_ids, new.views[INT_IDS.db] = table, views
+            new.int_ids = self.int_ids.changed({n: views[n] for n in changed})
+            new.views[INT_IDS.db] = views
         if self.str_ids is not None:
             new.str_ids = self.str_ids.renewed(txn, dbs,
                                                None if written is None else written[strids.DB])

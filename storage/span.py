@@ -1,0 +1,64 @@
+"""Numbered records read in place: one numpy array over the part of LMDB's map that holds
+them all, and where each record starts in it.
+
+The array is valid while the read transaction that found the records is open and the map
+is not moved (LMDB never rewrites a page an open snapshot reaches). It spans whatever lies
+between the records too, which nobody reads: a record is found by its offset. Records
+whose elements are not aligned in the map are copied, one after the other.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+
+def address(view: memoryview | np.ndarray) -> int:
+    """Where a value read from the map lies in memory."""
+    return np.frombuffer(view, np.uint8).ctypes.data
+
+
+class Span:
+    """Records (by number) of one element type, in place: ``values`` over the span of the
+    map holding them, ``at[n]`` the element offset of record ``n`` there (-1: absent)."""
+
+    __slots__ = ("views", "addresses", "values", "at")
+
+    def __init__(self, views: dict[int, memoryview | np.ndarray], dtype: np.dtype,
+                 addresses: dict[int, int] | None = None) -> None:
+        self.views = views  # record number -> its value on the map
+        self.addresses = addresses if addresses is not None else \
+            {n: address(v) for n, v in views.items()}
+        size = np.dtype(dtype).itemsize
+        self.at = np.full(max(views, default=-1) + 1, -1, np.int64)
+        if not views:
+            self.values = np.zeros(0, dtype)
+            return
+        base = min(self.addresses.values())
+        if base % size == 0 and all(a % size == 0 for a in self.addresses.values()):
+            end = max(self.addresses[n] + memoryview(v).nbytes for n, v in views.items())
+            span = (ctypes.c_char * (end - base)).from_address(base)
+            self.values = np.frombuffer(span, dtype, (end - base) // size)
+            for n, a in self.addresses.items():
+                self.at[n] = (a - base) // size
+            return
+        self.values = np.frombuffer(b"".join(bytes(v) for v in views.values()), dtype)
+        offset = 0
+        for n, v in views.items():
+            self.at[n] = offset
+            offset += memoryview(v).nbytes // size
+
+    def changed(self, found: dict[int, memoryview | np.ndarray | None], dtype: np.dtype
+                ) -> Span:
+        """The records of a newer snapshot begun while this one's is open, given those
+        that changed since (``found``: None for one removed): the others are the same
+        pages, kept."""
+        views, addresses = dict(self.views), dict(self.addresses)
+        for n, raw in found.items():
+            if raw is None:
+                views.pop(n, None)
+                addresses.pop(n, None)
+            else:
+                views[n], addresses[n] = raw, address(raw)
+        return Span(views, dtype, addresses)

@@ -23,7 +23,7 @@ class Span:
     """Records (by number) of one element type, in place: ``values`` over the span of the
     map holding them, ``at[n]`` the element offset of record ``n`` there (-1: absent)."""
 
-    __slots__ = ("views", "addresses", "values", "at")
+    __slots__ = ("views", "addresses", "values", "at", "base")
 
     def __init__(self, views: dict[int, memoryview | np.ndarray], dtype: np.dtype,
                  addresses: dict[int, int] | None = None) -> None:
@@ -32,6 +32,7 @@ class Span:
             {n: address(v) for n, v in views.items()}
         size = np.dtype(dtype).itemsize
         self.at = np.full(max(views, default=-1) + 1, -1, np.int64)
+        self.base: int | None = None  # the address of ``values`` in elements, unless copied
         if not views:
             self.values = np.zeros(0, dtype)
             return
@@ -40,6 +41,7 @@ class Span:
             end = max(self.addresses[n] + memoryview(v).nbytes for n, v in views.items())
             span = (ctypes.c_char * (end - base)).from_address(base)
             self.values = np.frombuffer(span, dtype, (end - base) // size)
+            self.base = base // size
             for n, a in self.addresses.items():
                 self.at[n] = (a - base) // size
             return

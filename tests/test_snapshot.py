@@ -99,6 +99,12 @@ def assert_tables_fresh(ix: pbtree.Index) -> None:
                 assert bytes(cache.rows.span.views[n]) == bytes(view)
                 got = cache.rows.words[cache.rows.at[n]:cache.rows.at[n] + len(view) // 4]
                 assert got.tobytes() == bytes(view)
+            # each sid's row found at its place, for as long as it is; none past the records
+            held, length = cache.rows.length, rows.length
+            assert np.array_equal(held[:length.size], length) and not held[length.size:].any()
+            listed = length > 0
+            assert np.array_equal(cache.rows.words[cache.rows.pos[:length.size][listed]],
+                                  rows.words[rows.pos[listed]])
         if cache.int_ids is not None:
             ids = fresh.int_ids_all(txn, shard.dbs)
             every = np.arange(ids.size)

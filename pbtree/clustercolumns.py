@@ -251,7 +251,8 @@ def _posted(full: Columns, m: int, entry_bounds: tuple[np.ndarray, ...],
     upper operator of each, ``_interval_bounds``), and of the subscriptions' access
     predicates (``access``: attribute, operator, constant and lower bound code): an
     interval entry as its two bounds under its attribute's ELEMENTS name, an interval
-    access as its lower bound."""
+    access at a split as its lower bound below it and its upper bound above it, in a gap
+    as its lower bound below the gap, with no node as its lower bound."""
     e_attr, e_op, e_const = full.attr[:m], full.op[:m], full.const[:m]
     lower, upper, upper_op = entry_bounds
     attr, op, const, access_lower, access_upper, access_upper_op, node = access

@@ -40,14 +40,14 @@ from storage.span import Span
 
 #: the rows database (the predicate entries' is ``storage.records.PREDS``)
 DB = "rows"
-_CHUNK_BITS = ROW_CHUNK.bit_length() - 1
 #: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry,
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
 #: bounds: it holds for a value that hits it twice)
 FREE, SUBSCRIPTION, PREDICATE, INTERVAL = 0, 1, 2, 3
 #: split values per attribute and family of the interval levels (``Estimates.splits``), a
-#: format constant: records name nodes by their place among them. 15 splits, 4 nodes an
-#: event value walks through, place every interval wider than a sixteenth of the samples
+#: format constant: records name nodes by their place among them (gaps from
+#: ``subs.GAP`` on). 15 splits: an event value walks through 4 nodes and ends in one of
+#: 16 gaps, and every interval wider than a sixteenth of the samples holds a split
 LEVEL_SPLITS = 15
 #: the weight of the static estimate added to a sampled one, to break its ties
 TIE = 1e-9
@@ -124,10 +124,14 @@ class Levels:
         if raw is None:
             return NO_LEVELS
         try:
-            return cls({attr: {int(f): list(splits) for f, splits in families.items()}
-                        for attr, families in msgpack.unpackb(raw, strict_map_key=False).items()})
+            found = {attr: {int(f): list(splits) for f, splits in families.items()}
+                     for attr, families in msgpack.unpackb(raw, strict_map_key=False).items()}
         except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
             raise CorruptIndexError(f"the stored interval levels are damaged ({exc})") from None
+        if any(len(splits) >= GAP for families in found.values() for splits in families.values()):
+            raise CorruptIndexError(f"the stored interval levels have {GAP} splits or more "
+                                    f"on an attribute: their nodes would name gaps")
+        return cls(found)
 
 
 NO_LEVELS = Levels({})
@@ -250,7 +254,7 @@ class Estimates:
             gap = node - GAP
             beyond = self._payload_share(fams, family, ">=", splits[gap]) \
                 if gap < len(splits) else 0.0
-            return max(below - beyond, 0.0) + estimate(lower) * TIE
+            return max(below - beyond, 0.0)
         above = self._estimate(*upper, estimate(upper))
         holding = fams.get(family, (0,))[0] / self.n
         return max(below + above - holding, 0.0) + estimate(lower) * TIE
@@ -543,6 +547,6 @@ class Rows:
             every = np.arange(int(starts[-1] + left[-1])) + np.repeat(pos - starts, left)
             missed = np.add.reduceat(~hit.take(words.take(every)), starts)
             done.append(cands[missed == 0])
-        out = np.concatenate(done) if done else candidates
+        out = np.concatenate(done)
         out.sort()
         return out

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import lmdb
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,8 +15,10 @@ from strategies import random_array_event, random_event, random_subscription
 
 import pbtree
 from pbtree import bulk, clusters, config
+from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.ids import encode_id
+from storage.records import decode_rows, encode_rows, rows_key
 
 ATTRS = ["a", "b", "c", "d"]
 DOMAIN = 12
@@ -137,3 +141,37 @@ def test_estimates_survive_their_encoding():
         assert again.estimate(pred) == found.estimate(pred)
     assert found.estimate(("p", "<", 20)) < found.estimate(("p", "<", 100))
     assert found.estimate(("zz", "=", 1)) < found.estimate(("s", "=", "v1"))
+
+
+def test_a_check_row_longer_than_a_byte_counts(tmp_path):
+    """A row of more sids than a byte counts (90 intervals: 268 entries) widens the rows'
+    lengths where a renewal keeps them, and is checked to its end."""
+    every = {f"a{i}": 5 for i in range(90)}
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe(2, "a0 = 5")
+        assert ix.match(every) == [2]
+        assert ix.shards[0]._cache.rows.length.dtype == np.uint8
+        ix.subscribe(1, " and ".join(f"a{i} between 0 and 10" for i in range(90)))
+        assert ix.match(every) == [1, 2]
+        assert int(ix.shards[0]._cache.rows.length.max()) > 255
+        assert ix.match({**every, "a89": 11}) == [2]
+        assert ix.match({**every, "a0": 11}) == []
+
+
+@pytest.mark.parametrize("event", [{"a": 1, "b": 2}, {"a": [1, 5], "b": 2}],
+                         ids=["flat", "array"])
+def test_a_check_row_naming_a_sid_beyond_the_tables_is_an_error(tmp_path, event):
+    """A damaged check row is reported as such, never read past the per-sid tables."""
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(1, "a = 1 and b = 2"), (2, "a = 1")])
+        assert ix.match(event) == [1, 2]
+    env = lmdb.open(str(path / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        rows = env.open_db(b"rows", txn=txn)
+        lengths, sids = decode_rows(txn.get(rows_key(0), db=rows))
+        txn.put(rows_key(0), encode_rows(lengths, sids + 10**7), db=rows)
+    env.close()
+    with pbtree.open(path) as ix:
+        with pytest.raises(CorruptIndexError, match="a check row names a sid beyond"):
+            ix.match(event)

@@ -160,11 +160,37 @@ def _np_valid(column: pa.ChunkedArray) -> np.ndarray:
     return column.is_valid().to_numpy(zero_copy_only=False)
 
 
+class _Unheld:
+    """A value of a row that Python cannot hold (a timestamp past year 9999), and why."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _values(column: pa.ChunkedArray) -> list:
+    """A column as Python values; one Python cannot hold is an ``_Unheld`` in its row."""
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError):  # some row's: found one by one
+        found = []
+        for scalar in column:
+            try:
+                found.append(scalar.as_py())
+            except (OverflowError, ValueError) as exc:
+                found.append(_Unheld(f"{column.type} value Python cannot hold ({exc})"))
+        return found
+
+
 def _predicate(attr: object, op: object, value: object) -> tuple:
-    """The (attr, op, value) tuple of one predicate row; ExpressionError for nulls."""
+    """The (attr, op, value) tuple of one predicate row; ExpressionError for nulls and
+    values Python cannot hold."""
     for what, item in (("attribute", attr), ("operator", op), ("value", value)):
         if item is None:
             raise ExpressionError(f"null {what}")
+    if isinstance(value, _Unheld):
+        raise ExpressionError(value.why)
     if isinstance(value, list) and source_op(op) not in LIST_OPS:
         if len(value) != 1:
             raise ExpressionError(f"operator {op!r} takes one value, the row has {len(value)}")
@@ -175,7 +201,7 @@ def _predicate(attr: object, op: object, value: object) -> tuple:
 def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
     """Subscriptions of predicate-layout rows; a bad row rejects all rows of its id."""
     ids = table.column("id").to_pylist()
-    columns = [table.column(name).to_pylist() for name in ("attr", "op", "value")]
+    columns = [_values(table.column(name)) for name in ("attr", "op", "value")]
     rows = list(zip(*columns, strict=True))
     rejects: list[Reject] = []
     groups: dict[bytes, list[int]] = {}

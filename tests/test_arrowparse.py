@@ -247,3 +247,18 @@ def test_a_bad_predicate_row_is_named_as_the_tuple_form_names_it():
     assert rejects == [(0, 1, f"another row of id 1 is bad: {whole.value}"),
                        (2, 1, f"another row of id 1 is bad: {whole.value}"),
                        (3, 1, str(whole.value))]
+
+
+def test_a_timestamp_python_cannot_hold_rejects_its_row():
+    """A value Arrow holds but Python cannot (a timestamp past year 9999) rejects its row,
+    and its id's other rows, saying so; the other ids are read."""
+    from pbtree import layouts
+
+    far = pa.array([2**62, 0, 1], pa.timestamp("us"))  # the first is past year 9999
+    table = pa.table({"id": [1, 1, 2], "attr": ["a", "b", "a"], "op": ["<", "=", ">"],
+                      "value": far})
+    subs, rejects = layouts.predicate_columns(table)
+    assert subs.ids == [2]
+    assert [(row, sub_id) for row, sub_id, _ in rejects] == [(0, 1), (1, 1)]
+    assert "timestamp[us] value Python cannot hold" in rejects[0][2]
+    assert rejects[1][2].startswith("another row of id 1 is bad")

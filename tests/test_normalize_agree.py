@@ -594,6 +594,7 @@ def predicate_tables(subs: list, listed: bool) -> list[tuple[pa.Table, list]]:
             attr = pa.array([r[0] for r in rows], pa.string())
             op = pa.array([r[1] for r in rows], pa.string())
             value = pa.array([r[2] for r in rows])
+            value.to_pylist()  # some it takes but cannot give back (a timestamp out of range)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             continue
         if pa.types.is_null(value.type):

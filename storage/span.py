@@ -10,6 +10,7 @@ record's elements are not aligned in the map, all are copied, one after the othe
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -26,24 +27,42 @@ class Span:
     __slots__ = ("views", "addresses", "values", "at", "ends", "base")
 
     def __init__(self, views: dict[int, memoryview | np.ndarray], dtype: np.dtype,
-                 addresses: dict[int, int] | None = None) -> None:
+                 addresses: dict[int, int] | None = None,
+                 kept: tuple[Span, Iterable[int]] | None = None) -> None:
+        """The span of ``views``; with ``kept`` (an older span and the numbers of the
+        records changed since), the others keep that span's offsets, moved by as much as
+        its start moved."""
         self.views = views  # record number -> its value on the map
         self.addresses = addresses if addresses is not None else \
             {n: address(v) for n, v in views.items()}
         size = np.dtype(dtype).itemsize
-        self.at = np.full(max(views, default=-1) + 1, -1, np.int64)
-        self.ends = np.zeros(self.at.size, np.int64)  # record n's end offset
+        before, changed = kept if kept is not None else (None, views)
+        if before is not None and before.base is None:  # a copy: every record placed anew
+            before, changed = None, views
+        placed = [n for n in changed if n in views]
+        count = max([max(views), *changed, -1 if before is None else before.at.size - 1]) \
+            + 1 if views else 0  # no record: no offset, as a rows span without words needs
+        self.at = np.full(count, -1, np.int64)
+        self.ends = np.zeros(count, np.int64)  # record n's end offset
         self.base: int | None = None  # the address of ``values`` in elements, unless copied
         if not views:
             self.values = np.zeros(0, dtype)
             return
         base = min(self.addresses.values())
-        if base % size == 0 and all(a % size == 0 for a in self.addresses.values()):
+        if all(a % size == 0 for a in (base, *(self.addresses[n] for n in placed))):
             self.base = base // size
-            for n, a in self.addresses.items():
-                self.at[n] = (a - base) // size
+            if before is not None:
+                old = np.flatnonzero(before.at >= 0)
+                self.at[old] = before.at[old] + (before.base - self.base)
+                self.ends[old] = before.ends[old] + (before.base - self.base)
+                self.at[list(changed)] = -1  # the removed stay so, the others placed next
+                self.ends[list(changed)] = 0
+            for n in placed:
+                self.at[n] = (self.addresses[n] - base) // size
                 self.ends[n] = self.at[n] + memoryview(views[n]).nbytes // size
-            self.values = self._over(base, int(self.ends.max()), dtype)
+            count = int(self.ends.max())
+            self.values = np.frombuffer((ctypes.c_char * (count * size)).from_address(base),
+                                        dtype, count)
             return
         self.values = np.frombuffer(b"".join(bytes(v) for v in views.values()), dtype)
         offset = 0
@@ -52,18 +71,11 @@ class Span:
             offset += memoryview(v).nbytes // size
             self.ends[n] = offset
 
-    @staticmethod
-    def _over(base: int, count: int, dtype: np.dtype) -> np.ndarray:
-        """``count`` elements of the map from address ``base`` on, in place."""
-        size = np.dtype(dtype).itemsize
-        return np.frombuffer((ctypes.c_char * (count * size)).from_address(base), dtype, count)
-
     def changed(self, found: dict[int, memoryview | np.ndarray | None], dtype: np.dtype
                 ) -> Span:
         """The records of a newer snapshot begun while this one's is open, given those
         that changed since (``found``: None for one removed): the others are the same
-        pages, kept at their offsets (moved by as much as the span's start moved), so a
-        renewal costs the records changed, not all."""
+        pages, kept where they are, so a renewal costs the records changed, not all."""
         views, addresses = dict(self.views), dict(self.addresses)
         for n, raw in found.items():
             if raw is None:
@@ -71,25 +83,4 @@ class Span:
                 addresses.pop(n, None)
             else:
                 views[n], addresses[n] = raw, address(raw)
-        size = np.dtype(dtype).itemsize
-        if self.base is None or not views or \
-                any(addresses[n] % size for n in found if n in views):
-            return Span(views, dtype, addresses)
-        base = min(addresses.values())
-        span = Span.__new__(Span)
-        span.views, span.addresses, span.base = views, addresses, base // size
-        count = max([self.at.size, *(n + 1 for n in found)])
-        span.at = np.full(count, -1, np.int64)
-        span.ends = np.zeros(count, np.int64)
-        kept = np.flatnonzero(self.at >= 0)
-        shift = self.base - base // size
-        span.at[kept] = self.at[kept] + shift
-        span.ends[kept] = self.ends[kept] + shift
-        for n in found:
-            if n in views:
-                span.at[n] = (addresses[n] - base) // size
-                span.ends[n] = span.at[n] + memoryview(views[n]).nbytes // size
-            else:
-                span.at[n], span.ends[n] = -1, 0
-        span.values = Span._over(base, int(span.ends.max()), dtype)
-        return span
+        return Span(views, dtype, addresses, (self, list(found)))

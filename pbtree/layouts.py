@@ -179,7 +179,9 @@ def _values(column: pa.ChunkedArray) -> list:
             try:
                 found.append(scalar.as_py())
             except (OverflowError, ValueError) as exc:
-                found.append(_Unheld(f"{column.type} value Python cannot hold ({exc})"))
+                found.append(_Unheld(f"{column.type} value Python cannot hold ({exc})" + (
+                    ": dates and timestamps must lie in years 1 to 9999"
+                    if "date" in str(exc) else "")))
         return found
 
 

@@ -260,5 +260,6 @@ def test_a_timestamp_python_cannot_hold_rejects_its_row():
     subs, rejects = layouts.predicate_columns(table)
     assert subs.ids == [2]
     assert [(row, sub_id) for row, sub_id, _ in rejects] == [(0, 1), (1, 1)]
-    assert "timestamp[us] value Python cannot hold" in rejects[0][2]
+    assert rejects[0][2] == ("timestamp[us] value Python cannot hold (date value out of "
+                             "range): dates and timestamps must lie in years 1 to 9999")
     assert rejects[1][2].startswith("another row of id 1 is bad")

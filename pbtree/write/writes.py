@@ -107,7 +107,8 @@ class ShardWrites:
             by_key.update(zip(keys, row_packed, strict=True))
             pred_of.update(zip(keys, row, strict=True))
             keyed.append(keys)
-        uses = Counter(chain.from_iterable(keyed))
+        # in key order: LMDB then reads and writes the entries in one pass over its pages
+        uses = dict(sorted(Counter(chain.from_iterable(keyed)).items()))
         entries = w.records.entries(list(uses))
         new = [key for key in uses if key not in entries]
         first = w.next_sid

@@ -34,7 +34,7 @@ from pbtree.nested import flattened
 from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled
 from pbtree.values import searched
 from storage.chunks import Chunks
-from storage.keys import BOOL, NUMBER, STRING, const_payload, number_keys, payload
+from storage.keys import const_payload
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
 from storage.span import Span
 
@@ -56,10 +56,6 @@ _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
 #: the event values that are arrays (``events.is_array``)
 _ARRAYS = (list, tuple, np.ndarray)
-#: the operators ``Estimates.many`` estimates together, as numbers, by a code each
-_ONE_BOUND = {"=": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
-#: the family of a constant by its class (``keys.family_of``, for constants checked)
-_FAMILIES = {int: NUMBER, float: NUMBER, str: STRING, bool: BOOL}
 
 
 def estimate(pred: Sequence) -> float:
@@ -152,7 +148,6 @@ class Estimates:
         #: the interval levels the intervals estimated post in (``with_levels``)
         self.levels = NO_LEVELS if levels is None else levels
         self._known: dict[tuple, float] = {}  # estimates made, by predicate
-        self._sampled: dict[str, np.ndarray] = {}  # sampled number payloads, as integers
 
     @classmethod
     def of(cls, n: int, values: Iterable[tuple[str, object, int]]) -> Estimates:
@@ -247,67 +242,6 @@ class Estimates:
                 known = self._estimate(attr, op, value, estimate(pred))
             self._known[key] = known
         return known
-
-    def many(self, preds: Sequence[Sequence]) -> np.ndarray:
-        """``estimate`` of many predicates at once, as floats the same to the last bit: each
-        cut into terms, a value it compares with (an interval's lower bound, an ``in``'s
-        every value), and the terms ranked in their attribute's sample together
-        (``_shares``); an interval on an attribute with levels is estimated alone."""
-        static = np.array([estimate(pred) for pred in preds], np.float64)
-        owner: list[int] = []  # per term, in order, the predicate it belongs to
-        terms: dict[tuple[str, int], tuple[list[int], list[int], list]] = {}
-        alone, missing = [], []
-        attrs, levelled, family_of = self.attrs, self.levels.splits, _FAMILIES.get
-        for i, (attr, op, value) in enumerate(preds):
-            if attr not in attrs:
-                missing.append(i)
-                continue
-            if op in INTERVALS:
-                if attr in levelled:
-                    alone.append(i)
-                    continue
-                _, op, value = bounds((attr, op, value))[0]
-            code = 0 if op == "in" else _ONE_BOUND[op]
-            for v in value if op == "in" else (value,):
-                at, codes, values = terms.setdefault((attr, family_of(v.__class__)),
-                                                     ([], [], []))
-                at.append(len(owner))
-                owner.append(i)
-                codes.append(code)
-                values.append(v)
-        shares = np.zeros(len(owner), np.float64)
-        for (attr, family), (at, codes, values) in terms.items():
-            shares[at] = self._shares(attr, family, np.array(codes), values)
-        out = np.zeros(len(preds), np.float64)
-        np.add.at(out, np.array(owner, np.int64), shares)  # in order: as ``sum`` adds
-        out += static * TIE
-        out[missing] = static[missing] / (2 * self.n)
-        for i in alone:
-            out[i] = self.estimate(preds[i])
-        return out
-
-    def _shares(self, attr: str, family: int, code: np.ndarray, values: list) -> np.ndarray:
-        """``_payload_share`` of values of one family compared with ``attr`` (``code``:
-        the operators, by ``_ONE_BOUND``), in array steps: the same operations in the same
-        order, so the same floats."""
-        count, keys = self.attrs[attr][1].get(family, (0, []))
-        if not keys:
-            return np.zeros(len(values), np.float64)
-        if family == NUMBER:
-            sample = self._sampled.get(attr)
-            if sample is None:
-                sample = self._sampled[attr] = np.frombuffer(b"".join(keys), ">u8").astype(
-                    np.uint64)
-            found = number_keys(np.array(values, np.float64))
-            lo, hi = sample.searchsorted(found, "left"), sample.searchsorted(found, "right")
-        else:
-            payloads = [payload(family, v) for v in values]
-            lo = np.array([bisect_left(keys, p) for p in payloads], np.int64)
-            hi = np.array([bisect_right(keys, p) for p in payloads], np.int64)
-        k = len(keys)
-        within = np.choose(code, (np.maximum(hi - lo, 0.5), k - (hi - lo), lo, hi, k - hi,
-                                  k - lo))
-        return within / k * (count / self.n)
 
     def _interval(self, pred: Sequence) -> float:
         lower, upper = bounds(pred)
@@ -415,20 +349,6 @@ def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
     if len(preds) == 1:
         return list(preds)
     return sorted(preds, key=estimate if estimates is None else estimates.estimate)
-
-
-def ordered_many(conjs: Sequence[Sequence], estimates: Estimates | None = None
-                 ) -> list[list]:
-    """``ordered`` of many subscriptions, their predicates estimated at once."""
-    flat = [pred for conj in conjs for pred in conj]
-    scores = np.array([estimate(pred) for pred in flat], np.float64) if estimates is None \
-        else estimates.many(flat)
-    counts = np.fromiter(map(len, conjs), np.int64, len(conjs))
-    sub = np.repeat(np.arange(len(conjs)), counts)
-    order = np.lexsort((np.arange(sub.size), scores, sub)).tolist()
-    ends = np.cumsum(counts).tolist()
-    return [[flat[i] for i in order[end - n:end]]
-            for n, end in zip(counts.tolist(), ends, strict=True)]
 
 
 def checked(preds: Sequence) -> Sequence:

@@ -8,7 +8,7 @@ import random
 import lmdb
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
 from strategies import random_array_event, random_event, random_subscription
@@ -141,49 +141,10 @@ def test_estimates_survive_their_encoding():
         assert again.estimate(pred) == found.estimate(pred)
     assert found.estimate(("p", "<", 20)) < found.estimate(("p", "<", 100))
     assert found.estimate(("zz", "=", 1)) < found.estimate(("s", "=", "v1"))
-
-
-_NUMBERS = st.one_of(st.integers(-50, 50), st.floats(-50, 50, allow_nan=False))
-_STRINGS = st.text("vwx", max_size=3)
-_SCALARS = st.one_of(_NUMBERS, _STRINGS, st.booleans())
-
-
-@st.composite
-def _predicate(draw) -> tuple:
-    """A core predicate of any operator on a sampled or unsampled attribute."""
-    attr = draw(st.sampled_from(["p", "s", "t", "q", "zz"]))
-    op = draw(st.sampled_from(["=", "!=", "<", "<=", ">", ">=", "in", "between", "prefix"]))
-    if op == "in":
-        return attr, op, tuple(draw(st.lists(_SCALARS, min_size=1, max_size=4)))
-    if op == "between":
-        low = draw(st.one_of(_NUMBERS, _STRINGS))
-        high = draw(_NUMBERS if isinstance(low, (int, float)) else _STRINGS)
-        return attr, op, (min(low, high), max(low, high))
-    if op == "prefix":
-        return attr, op, draw(st.text("vwx", min_size=1, max_size=2))
-    return attr, op, draw(_SCALARS)
-
-
-@settings(max_examples=200, deadline=None)
-@given(events=st.lists(st.fixed_dictionaries({}, optional={
-    "p": _NUMBERS, "s": _STRINGS, "t": st.booleans(), "q": st.one_of(_NUMBERS, _STRINGS)}),
-    min_size=1, max_size=40),
-    conjs=st.lists(st.lists(_predicate(), min_size=1, max_size=5), max_size=30),
-    levelled=st.booleans())
-@example(events=[{"p": 0}], conjs=[[("p", "in", (0,)), ("p", "in", (False,))]],
-         levelled=False)  # equal tuples, not equal predicates: 0 is sampled, False not
-def test_estimates_of_many_predicates_are_those_of_each(events, conjs, levelled):
-    """``Estimates.many`` gives each predicate's ``estimate`` to the last bit, with or
-    without interval levels, and ``ordered_many`` orders as ``ordered`` does, by estimates
-    or by the static rule."""
-    found = clusters.Estimates.of_events(events)
-    if levelled:
-        found = found.with_levels(found.levels_of(found.attrs))
-    preds = [pred for conj in conjs for pred in conj]
-    assert found.many(preds).tolist() == [found.estimate(pred) for pred in preds]
-    for chooser in (found, None):
-        assert clusters.ordered_many(conjs, chooser) == \
-            [clusters.ordered(conj, chooser) for conj in conjs]
+    # equal tuples, not equal predicates: the number 1 is sampled, True is not
+    assert found.estimate(("p", "in", (1,))) > found.estimate(("p", "in", (True,)))
+    assert found.estimate(("p", "between", (1, 1))) > \
+        found.estimate(("p", "between", (True, True)))
 
 
 def test_a_check_row_longer_than_a_byte_counts(tmp_path):

@@ -44,7 +44,7 @@ DB = "rows"
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
 #: bounds: it holds for a value that hits it twice)
 FREE, SUBSCRIPTION, PREDICATE, INTERVAL = 0, 1, 2, 3
-#: split values per attribute and family of the interval levels (``Estimates.splits``), a
+#: split values per attribute and family of the interval levels (``Estimates.levels_of``), a
 #: format constant: records name nodes by their place among them (gaps from
 #: ``subs.GAP`` on). 15 splits: an event value walks through 4 nodes and ends in one of
 #: 16 gaps, and every interval wider than a sixteenth of the samples holds a split

@@ -90,6 +90,19 @@ def test_skip_existing_keeps_stored_ids_and_counts_them(empty: Path, tmp_path: P
     assert run("subscribe", empty, "-f", subs, "--skip-existing", "--replace", status=2)
 
 
+@pytest.mark.parametrize("batch", [2, 1])
+def test_skip_existing_resumes_after_whole_batches_already_in(empty: Path, tmp_path: Path,
+                                                              batch: int) -> None:
+    """A resumed file whose first batches are all stored skips them and writes the rest."""
+    subs = jsonl(tmp_path / "subs.jsonl", _subs([1, 2, 3, 4, 5]))
+    head = jsonl(tmp_path / "head.jsonl", _subs([1, 2]))
+    run("subscribe", empty, "--file", head)
+    err = run("subscribe", empty, "--file", subs, "--skip-existing", "--batch", batch).stderr
+    assert "subscribed 3 subscriptions" in err and "skipped 2 ids already in the index" in err
+    assert _count(empty) == 5
+    assert run("get", empty, 5).stdout.strip() == "a = 4"
+
+
 def _started(proc: subprocess.Popen, path: Path, at_least: int) -> None:
     """Wait until the index holds ``at_least`` subscriptions written by ``proc``."""
     for _ in range(600):

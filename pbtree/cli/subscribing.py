@@ -48,6 +48,8 @@ class Saved:
             self._hashes, self._numbers = [hashes[order]], [numbers[order]]
             self._sorted = self._hashes[0], self._numbers[0]
         hashes, numbers = self._sorted
+        if not hashes.size:  # every batch so far was all ids already stored
+            return [None] * len(keys)
         wanted = np.array([hash(key) for key in keys], np.int64)
         at = np.minimum(np.searchsorted(hashes, wanted), len(hashes) - 1)
         return [int(line) if hit else None

@@ -137,6 +137,16 @@ def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
     assert run("get", path, 2).stdout == "price between 20 and 60 and size in (8, 9)\n"
     out = run("match", path, "--event", '{"price": 42, "rating": 4.5, "size": 9}')
     assert lines(out.stdout) == [{"event": 1, "matches": [1, 2]}]
+    grouped = rows.append_column("group", pa.array([0, 0, 1, 1]))  # 1: price or rating
+    pq.write_table(grouped.set_column(0, "id", pa.array([3, 3, 3, 3])),
+                   tmp_path / "grouped.parquet")
+    run("subscribe", path, "--file", tmp_path / "grouped.parquet")
+    assert run("get", path, 3).stdout == \
+        "(price < 100 and size in (8, 9)) or (price between 20 and 60 and rating >= 4)\n"
+    out = run("match", path, "--event", '{"price": 500, "size": 8}',
+              "--event", '{"price": 42, "rating": 4.5}')
+    assert lines(out.stdout) == [{"event": 1, "matches": []},
+                                 {"event": 2, "matches": [1, 3]}]
     pq.write_table(rows.set_column(2, "op", pa.array(["<", "in", "=", "~"])),
                    tmp_path / "bad.parquet")
     err = run("subscribe", path, "--file", tmp_path / "bad.parquet", status=1).stderr

@@ -194,15 +194,20 @@ class Source:
 
     def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
         """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
-        from pbtree.layouts import predicates
+        from pbtree.expr import Disjunction
+        from pbtree.layouts import GROUP, predicates
 
-        table = self.file.read(columns=["id", "attr", "op", "value"])
+        columns = ["id", "attr", "op", "value"]
+        table = self.file.read(columns=columns + [GROUP] * (GROUP in
+                                                           self.file.schema_arrow.names))
         subs, rejects = predicates(table)
         if rejects:
             row, sub_id, reason = min(rejects, key=lambda r: (r[2].startswith("another row"), r))
             raise CliError(f"{self.where(row)}: subscription {sub_id!r}: {reason}")
         self.total = len(subs)
-        return [(self.name, sub_id, preds) for sub_id, _, preds in subs]
+        # the tuple form subscribe takes: a subscription of several groups as their 'or'
+        return [(self.name, sub_id, [("or", *preds)] if type(preds) is Disjunction else preds)
+                for sub_id, _, preds in subs]
 
 
 def sample_events(path: str, most: int) -> list[dict]:

@@ -135,6 +135,28 @@ def test_a_stop_says_what_was_saved_and_where_to_resume(empty: Path, signum: int
     assert _count(empty) == 3
 
 
+def test_sigterm_stops_any_command_cleanly(empty: Path, tmp_path: Path) -> None:
+    """SIGTERM to a match waiting for more events says it was interrupted, exits 143 and
+    leaves no output file, partial or whole, as Ctrl-C does."""
+    run("subscribe", empty, 1, "a = 1")
+    out = tmp_path / "found.jsonl"
+    proc = subprocess.Popen([PBTREE, "match", str(empty), "-", "-o", str(out)],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write('{"a": 1}\n')
+    proc.stdin.flush()
+    for _ in range(600):  # until its partial output exists: the command is under way
+        if any(p.name != "idx.pbt" for p in tmp_path.iterdir()):
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "pbtree: interrupted" and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["idx.pbt"]
+
+
 def test_a_stop_in_a_long_file_leaves_whole_batches(empty: Path, tmp_path: Path) -> None:
     """Ctrl-C, many times, while batches of a file go in over three shards: the index holds
     whole batches, exactly the count the message names, and --skip-existing resumes."""

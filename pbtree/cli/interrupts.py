@@ -29,6 +29,12 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
+def terminated(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM as Ctrl-C: the command's own cleanup runs (a partial output removed) and it
+    says it was interrupted, where Python's default would end it on the spot."""
+    raise Interrupted(signum)
+
+
 class Stops:
     """While active (``with Stops() as stops``), SIGINT and SIGTERM raise ``Interrupted``,
     except inside ``stops.batch()``: there they wait for the batch to end. Once one is

@@ -22,7 +22,7 @@ from typing import Any
 import pbtree
 from pbtree import config
 from pbtree.cli.common import common_options, note
-from pbtree.cli.interrupts import SIGNALS, Interrupted, Stops
+from pbtree.cli.interrupts import SIGNALS, Interrupted, Stops, terminated
 from pbtree.cli.progress import Progress
 from pbtree.cli.streams import (
     Bad,
@@ -858,6 +858,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.error("give a command: " + ", ".join(_commands(parser)))
     command = getattr(args, "command", PROG)
+    signal.signal(signal.SIGTERM, terminated)
     try:
         if _place_late(args, extra):
             raise UsageError(f"unrecognized arguments: {' '.join(extra)}")

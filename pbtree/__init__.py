@@ -13,9 +13,10 @@ against all of them, while subscriptions come and go:
 >>> index.close()
 
 ``create`` and ``open`` return an ``Index``: ``subscribe``, ``subscribe_many``,
-``unsubscribe``, ``unsubscribe_many``, ``match``, ``match_many``, ``get``, ``missing``,
-``stats``, ``verify``, ``fold``, ``sync`` and ``close``; ``help(pbtree.Index)`` describes
-each. Every write is one durable transaction per shard, and any number of processes may
+``unsubscribe``, ``unsubscribe_many``, ``match``, ``match_many``, ``count``,
+``count_many``, ``get``, ``explain``, ``items``, ``missing``, ``stats``, ``verify``,
+``recluster``, ``compact``, ``sync`` and ``close``; ``help(pbtree.Index)`` describes each.
+Every write is one durable transaction per shard, and any number of processes may
 match at once (open with ``readonly=True`` where a process only matches).
 
 Every error pbtree raises derives from ``PbtreeError``. The ``pbtree`` command, the Parquet

@@ -478,7 +478,7 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = config.NO
     ``durable=False`` skips the fsync of each commit: a killed process still
     loses nothing, but a power loss or OS crash may lose the latest writes, or damage the
     data file where the file system does not keep the order of writes (README,
-    Durability).
+    Guarantees).
     New subscriptions are matched from memory until a shard has ``fold_at`` new sids
     (by default 10,000; the subscriptions and the predicate entries they bring), and the
     write that reaches that folds them into a staged run on disk. A fold that leaves

@@ -59,7 +59,7 @@ FORMAT = b"pbtree-shard"
 #: 11: an interval's bounds are entries in its check rows, and its interval entry posts
 #: under its attribute's ELEMENTS name, searched by array elements only; 12: no deltas: a
 #: write's postings for a PB+tree are inserted into it; 13: interval levels (an interval
-#: access predicate's record names its node; the estimates list the levelled attributes);
+#: access predicate's record names its node; the meta record levels holds the splits);
 #: 14: an interval inside a gap between two splits posts its lower bound at the gap
 VERSION = 14
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9

@@ -153,6 +153,32 @@ def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
     assert f"{tmp_path / 'bad.parquet'} row 3: subscription 2: " in err and "'~'" in err
 
 
+def test_a_pipe_given_by_name_is_read_once(index: Path, tmp_path: Path) -> None:
+    """A pipe named as the file (/dev/stdin, a FIFO) is read as it comes, as ``-`` is:
+    every line counts, none lost to a look for Parquet's magic bytes; Parquet through a
+    pipe is refused, saying so."""
+    fresh = tmp_path / "fresh.pbt"
+    run("create", fresh)
+    run("subscribe", fresh, "--file", "/dev/stdin",
+        stdin="".join(json.dumps(sub) + "\n" for sub in SUBS))
+    assert run("get", fresh, "wish-7").stdout == "price between 20 and 60 and size in (8, 9)\n"
+    err = run("unsubscribe", fresh, "--file", "/dev/stdin", stdin='1\n"wish-7"\n').stderr
+    assert "removed 2 subscriptions" in err
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([PBTREE, "match", str(index), str(fifo)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    with open(fifo, "w") as pipe:  # opens once the command has opened it to read
+        pipe.write("".join(json.dumps(event) + "\n" for event in EVENTS))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert [found["matches"] for found in lines(out)] == EXPECTED
+    pq.write_table(pa.table({"id": [1], "expr": ["a = 1"]}), tmp_path / "subs.parquet")
+    err = run("subscribe", fresh, "--file", "/dev/stdin", status=1,
+              stdin=(tmp_path / "subs.parquet").read_bytes().decode("latin-1")).stderr
+    assert "/dev/stdin: Parquet is read from a file, not a pipe" in err
+
+
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
     err = run("unsubscribe", index, 1, "wish-7", status=1).stderr

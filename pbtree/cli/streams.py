@@ -86,10 +86,9 @@ class Bad:
 Record = tuple[int, Any]  # (line number from 1 or row number from 0, value or Bad)
 
 
-def _stdin_lines() -> Iterator[bytes | None]:
-    """Lines of standard input as they arrive; None whenever no more input is ready yet."""
-    fd = sys.stdin.fileno()
-    pending = b""
+def _lines(fd: int, pending: bytes = b"") -> Iterator[bytes | None]:
+    """Lines of standard input, or of a pipe given by name, as they arrive (after
+    ``pending``, read before); None whenever no more input is ready yet."""
     while True:
         if not select.select([fd], [], [], 0)[0]:
             yield None
@@ -110,6 +109,17 @@ def _is_parquet(path: str) -> bool:
         return src.read(4) == b"PAR1"
 
 
+def _head(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of a stream (fewer at its end)."""
+    head = b""
+    while len(head) < size:
+        data = os.read(fd, size - len(head))
+        if not data:
+            break
+        head += data
+    return head
+
+
 class Source:
     """Records of a JSON Lines file, a Parquet file or standard input (path None or ``-``)."""
 
@@ -117,7 +127,14 @@ class Source:
         self.events = events  # JSON decoded as events (``decode_json``)
         self.stdin = path in (None, "-")
         self.name = "<stdin>" if self.stdin else str(path)
-        self.parquet = not self.stdin and _is_parquet(self.name)
+        self.stream: tuple[int, bytes] | None = None  # a pipe given by name: (fd, its head)
+        if not self.stdin and not os.path.isfile(self.name):
+            fd = os.open(self.name, os.O_RDONLY)  # read once: a second open would lose input
+            self.stream = fd, _head(fd, 4)
+            if self.stream[1] == b"PAR1":
+                os.close(fd)
+                raise CliError(f"{self.name}: Parquet is read from a file, not a pipe")
+        self.parquet = not self.stdin and self.stream is None and _is_parquet(self.name)
         self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
         self.total: int | None = None
         if self.parquet:
@@ -133,7 +150,7 @@ class Source:
                 reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 raise CliError(f"{self.name}: not a readable Parquet file ({reason})") from None
             self.total = self.file.metadata.num_rows
-        elif not self.stdin:
+        elif not self.stdin and self.stream is None:
             self.total = os.path.getsize(self.name)
 
     def where(self, n: int) -> str:
@@ -145,8 +162,16 @@ class Source:
         if self.parquet:
             return self._parquet_rows()
         if self.stdin:
-            return self._json_lines(_stdin_lines())
+            return self._json_lines(_lines(sys.stdin.fileno()))
+        if self.stream is not None:
+            return self._json_stream(*self.stream)
         return self._json_file()
+
+    def _json_stream(self, fd: int, head: bytes) -> Iterator[Record | None]:
+        try:
+            yield from self._json_lines(_lines(fd, head))
+        finally:
+            os.close(fd)
 
     def _json_file(self) -> Iterator[Record | None]:
         with open(self.name, "rb") as src:

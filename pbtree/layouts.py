@@ -191,8 +191,8 @@ def _predicate(attr: object, op: object, value: object) -> tuple:
     for what, item in (("attribute", attr), ("operator", op), ("value", value)):
         if item is None:
             raise ExpressionError(f"null {what}")
-    if isinstance(value, _Unheld):
-        raise ExpressionError(value.why)
+        if isinstance(item, _Unheld):
+            raise ExpressionError(item.why if what == "value" else f"{what}: {item.why}")
     if isinstance(value, list) and source_op(op) not in LIST_OPS:
         if len(value) != 1:
             raise ExpressionError(f"operator {op!r} takes one value, the row has {len(value)}")

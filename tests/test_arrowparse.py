@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -263,3 +264,29 @@ def test_a_timestamp_python_cannot_hold_rejects_its_row():
     assert rejects[0][2] == ("timestamp[us] value Python cannot hold (date value out of "
                              "range): dates and timestamps must lie in years 1 to 9999")
     assert rejects[1][2].startswith("another row of id 1 is bad")
+
+
+def _unchecked_strings(items: list[bytes]) -> pa.Array:
+    """A string array of these bytes as they are (Arrow checks UTF-8 only when asked)."""
+    offsets = np.cumsum([0, *map(len, items)]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(items),
+                                 [None, pa.py_buffer(offsets.tobytes()),
+                                  pa.py_buffer(b"".join(items))])
+
+
+def test_an_attribute_or_operator_python_cannot_hold_names_the_column():
+    """Bytes that are no UTF-8 in an attribute or operator cell reject the row, naming the
+    column and the byte, not an internal object."""
+    from pbtree import layouts
+
+    for column, cells in (("attribute", [b"a", b"\xffb", b"c"]),
+                          ("operator", [b"<", b"\xff", b">"])):
+        attrs = _unchecked_strings(cells) if column == "attribute" else pa.array(["a", "b", "c"])
+        ops = _unchecked_strings(cells) if column == "operator" else pa.array(["<", "=", ">"])
+        table = pa.table({"id": [1, 2, 3], "attr": attrs, "op": ops, "value": [1, 2, 3]})
+        subs, rejects = layouts.predicate_columns(table)
+        assert subs.ids == [1, 3]
+        (row, sub_id, reason), = rejects
+        assert (row, sub_id) == (1, 2)
+        assert reason.startswith(f"{column}: string value Python cannot hold ('utf-8' codec "
+                                 f"can't decode byte 0xff"), reason

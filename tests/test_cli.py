@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import subprocess
@@ -177,6 +178,17 @@ def test_a_pipe_given_by_name_is_read_once(index: Path, tmp_path: Path) -> None:
     err = run("subscribe", fresh, "--file", "/dev/stdin", status=1,
               stdin=(tmp_path / "subs.parquet").read_bytes().decode("latin-1")).stderr
     assert "/dev/stdin: Parquet is read from a file, not a pipe" in err
+
+
+def test_unsubscribe_file_of_ids_of_another_type_says_which_row(index: Path,
+                                                                  tmp_path: Path) -> None:
+    """A Parquet id column of a type no id has (bytes, dates) names the row and the type."""
+    for column, spelled in ((pa.array([b"x"]), "a bytes (b'x')"),
+                            (pa.array([datetime.date(2020, 1, 2)]),
+                             "a date (datetime.date(2020, 1, 2))")):
+        pq.write_table(pa.table({"id": column}), tmp_path / "ids.parquet")
+        err = run("unsubscribe", index, "--file", tmp_path / "ids.parquet", status=1).stderr
+        assert f"ids.parquet row 0: id must be an integer or a string, not {spelled}" in err
 
 
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:

@@ -253,7 +253,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
 def _file_id(where: str, value: object) -> int | str:
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
-    raise CliError(f"{where}: id must be an integer or a string, not {json.dumps(value)}")
+    try:
+        given = json.dumps(value)
+    except (TypeError, ValueError):  # a Parquet value JSON has no spelling for
+        given = f"a {type(value).__name__} ({shown(value)})"
+    raise CliError(f"{where}: id must be an integer or a string, not {given}")
 
 
 def _decoded(where: str, row: object) -> object:

@@ -191,6 +191,19 @@ def test_unsubscribe_file_of_ids_of_another_type_says_which_row(index: Path,
         assert f"ids.parquet row 0: id must be an integer or a string, not {spelled}" in err
 
 
+def test_parquet_output_refuses_labels_it_cannot_keep(index: Path, tmp_path: Path) -> None:
+    """Event labels that change type between batches, or lie beyond 64-bit integers, are
+    refused with no output left, not cast (5 and true once came out as true, true)."""
+    out = tmp_path / "found.parquet"
+    events = jsonl(tmp_path / "labelled.jsonl", [{"id": 5, "price": 1}, {"id": True}])
+    err = run("match", index, events, "--batch", 1, "-o", out, status=1).stderr
+    assert "the event labels turned from int64 to bool" in err
+    err = run("match", index, "-e", '{"id": 99999999999999999999}', "-o", out,
+              status=1).stderr
+    assert "an event label is beyond the 64-bit integers of Parquet" in err
+    assert not out.exists()
+
+
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
     err = run("unsubscribe", index, 1, "wish-7", status=1).stderr

@@ -341,11 +341,19 @@ class ParquetOut:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise CliError(f"{self.shown_as}: Parquet needs one type per column, but the event "
                            f"labels mix types ({exc}); write JSON Lines instead") from None
+        except OverflowError:
+            raise CliError(f"{self.shown_as}: an event label is beyond the 64-bit integers "
+                           f"of Parquet; write JSON Lines instead") from None
         try:
             table = pa.table({"event": label_column,
                               "count" if count else "matches": self._column(results, count)})
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.path, table.schema)
+            before = self.writer.schema.field("event").type
+            if label_column.type not in (before, pa.null()):  # a cast would change them
+                raise CliError(f"{self.shown_as}: Parquet needs one type per column, but the "
+                               f"event labels turned from {before} to {label_column.type}; "
+                               f"write JSON Lines instead")
             self.writer.write_table(table.cast(self.writer.schema))
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
             raise CliError(f"{self.shown_as}: a batch does not fit the columns written so far "

@@ -204,6 +204,19 @@ def test_parquet_output_refuses_labels_it_cannot_keep(index: Path, tmp_path: Pat
     assert not out.exists()
 
 
+def test_inputs_a_command_cannot_read_say_why(index: Path, tmp_path: Path) -> None:
+    """A Parquet file with a column named twice, and standard input closed, are refused
+    with a message, not an internal error."""
+    twice = pa.Table.from_arrays([pa.array([1]), pa.array(["a = 1"]), pa.array([2])],
+                                 names=["id", "expr", "id"])
+    pq.write_table(twice, tmp_path / "twice.parquet")
+    err = run("subscribe", index, "--file", tmp_path / "twice.parquet", status=1).stderr
+    assert "twice.parquet: column 'id' appears more than once" in err
+    proc = subprocess.run([PBTREE, "match", str(index)], capture_output=True, text=True,
+                          preexec_fn=lambda: os.close(0), timeout=120)
+    assert proc.returncode == 1 and "standard input is closed: give a file" in proc.stderr
+
+
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
     err = run("unsubscribe", index, 1, "wish-7", status=1).stderr

@@ -127,6 +127,8 @@ class Source:
         self.events = events  # JSON decoded as events (``decode_json``)
         self.stdin = path in (None, "-")
         self.name = "<stdin>" if self.stdin else str(path)
+        if self.stdin and sys.stdin is None:
+            raise CliError("standard input is closed: give a file")
         self.stream: tuple[int, bytes] | None = None  # a pipe given by name: (fd, its head)
         if not self.stdin and not os.path.isfile(self.name):
             fd = os.open(self.name, os.O_RDONLY)  # read once: a second open would lose input
@@ -149,6 +151,10 @@ class Source:
             except (pa.ArrowException, OSError) as exc:
                 reason = (str(exc).splitlines() or [type(exc).__name__])[0]
                 raise CliError(f"{self.name}: not a readable Parquet file ({reason})") from None
+            names = self.file.schema_arrow.names
+            twice = sorted({name for name in names if names.count(name) > 1})
+            if twice:
+                raise CliError(f"{self.name}: column {twice[0]!r} appears more than once")
             self.total = self.file.metadata.num_rows
         elif not self.stdin and self.stream is None:
             self.total = os.path.getsize(self.name)

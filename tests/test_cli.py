@@ -217,6 +217,16 @@ def test_inputs_a_command_cannot_read_say_why(index: Path, tmp_path: Path) -> No
     assert proc.returncode == 1 and "standard input is closed: give a file" in proc.stderr
 
 
+def test_unsubscribe_file_names_a_bad_id_and_what_went_before(index: Path,
+                                                                tmp_path: Path) -> None:
+    """An id beyond the id range in a file of ids is named with its line, and the message
+    says what earlier batches removed."""
+    ids = jsonl(tmp_path / "ids.jsonl", [1, "wish-7", 2**63])
+    err = run("unsubscribe", index, "--file", ids, "--batch", 1, status=1).stderr
+    assert f"ids.jsonl:3: integer id {2**63} is outside" in err
+    assert "(2 subscriptions before it were removed)" in err
+
+
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
     err = run("unsubscribe", index, 1, "wish-7", status=1).stderr

@@ -38,7 +38,7 @@ from pbtree.cli.streams import (
     sample_events,
 )
 from pbtree.cli.subscribing import Item, Saved
-from pbtree.errors import EventError, PbtreeError, shown
+from pbtree.errors import EventError, IdError, PbtreeError, shown
 from pbtree.ids import encode_id
 from pbtree.normalize import normalize
 from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
@@ -251,7 +251,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _file_id(where: str, value: object) -> int | str:
+    """An id read from a file, checked as an id (range, bytes) where it stands."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        try:
+            encode_id(value)
+        except IdError as exc:
+            raise CliError(f"{where}: {exc}") from None
         return value
     try:
         given = json.dumps(value)

@@ -109,6 +109,15 @@ def _is_parquet(path: str) -> bool:
         return src.read(4) == b"PAR1"
 
 
+def _row(batch: Any, i: int) -> dict | Bad:
+    """Row ``i`` of a record batch, or Bad saying which value Python cannot hold (bytes
+    that are no UTF-8, a date past year 9999)."""
+    try:
+        return batch.slice(i, 1).to_pylist()[0]
+    except (ValueError, OverflowError) as exc:
+        return Bad(f"a value Python cannot hold ({exc})")
+
+
 def _head(fd: int, size: int) -> bytes:
     """The first ``size`` bytes of a stream (fewer at its end)."""
     head = b""
@@ -199,9 +208,24 @@ class Source:
                 yield n, Bad(f"not valid JSON ({exc})")
 
     def _parquet_rows(self) -> Iterator[Record]:
+        import pyarrow as pa
+
         n = 0
-        for batch in self.file.iter_batches(batch_size=config.READ_ROWS, use_threads=False):
-            for row in batch.to_pylist():
+        batches = self.file.iter_batches(batch_size=config.READ_ROWS, use_threads=False)
+        while True:
+            try:
+                batch = next(batches, None)
+            except (pa.ArrowException, OSError) as exc:  # a damaged page, say
+                reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+                where = f"the rows after row {n - 1:,} are" if n else "it is"
+                raise CliError(f"{self.name}: {where} unreadable ({reason})") from None
+            if batch is None:
+                return
+            try:
+                rows = batch.to_pylist()
+            except (ValueError, OverflowError):  # a value Python cannot hold: whose row?
+                rows = [_row(batch, i) for i in range(batch.num_rows)]
+            for row in rows:
                 yield n, row
                 n += 1
             self.done = n

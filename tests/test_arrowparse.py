@@ -266,7 +266,7 @@ def test_a_timestamp_python_cannot_hold_rejects_its_row():
     assert rejects[1][2].startswith("another row of id 1 is bad")
 
 
-def _unchecked_strings(items: list[bytes]) -> pa.Array:
+def unchecked_strings(items: list[bytes]) -> pa.Array:
     """A string array of these bytes as they are (Arrow checks UTF-8 only when asked)."""
     offsets = np.cumsum([0, *map(len, items)]).astype(np.int32)
     return pa.Array.from_buffers(pa.string(), len(items),
@@ -281,8 +281,8 @@ def test_an_attribute_or_operator_python_cannot_hold_names_the_column():
 
     for column, cells in (("attribute", [b"a", b"\xffb", b"c"]),
                           ("operator", [b"<", b"\xff", b">"])):
-        attrs = _unchecked_strings(cells) if column == "attribute" else pa.array(["a", "b", "c"])
-        ops = _unchecked_strings(cells) if column == "operator" else pa.array(["<", "=", ">"])
+        attrs = unchecked_strings(cells) if column == "attribute" else pa.array(["a", "b", "c"])
+        ops = unchecked_strings(cells) if column == "operator" else pa.array(["<", "=", ">"])
         table = pa.table({"id": [1, 2, 3], "attr": attrs, "op": ops, "value": [1, 2, 3]})
         subs, rejects = layouts.predicate_columns(table)
         assert subs.ids == [1, 3]

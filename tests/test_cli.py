@@ -10,10 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_arrowparse import unchecked_strings
 
 from pbtree.cli.main import build_parser
 from pbtree.samples import write_events
@@ -228,28 +228,20 @@ def test_unsubscribe_file_names_a_bad_id_and_what_went_before(index: Path,
     assert "(2 subscriptions before it were removed)" in err
 
 
-def _unchecked_strings(items: list[bytes]) -> pa.Array:
-    """A string array of these bytes as they are (Arrow checks UTF-8 only when asked)."""
-    offsets = np.cumsum([0, *map(len, items)]).astype(np.int32)
-    return pa.Array.from_buffers(pa.string(), len(items),
-                                 [None, pa.py_buffer(offsets.tobytes()),
-                                  pa.py_buffer(b"".join(items))])
-
-
 def test_a_parquet_value_python_cannot_hold_is_a_bad_row(index: Path, tmp_path: Path) -> None:
     """A Parquet cell that is no UTF-8 is a bad row, named as a bad line is: subscribe
     stops there saying what it saved; match skips it with --skip-bad."""
     fresh = tmp_path / "fresh.pbt"
     run("create", fresh)
     subs = pa.table({"id": [1, 2, 3],
-                     "expr": _unchecked_strings([b"a = 1", b"a = '\xff'", b"a = 3"])})
+                     "expr": unchecked_strings([b"a = 1", b"a = '\xff'", b"a = 3"])})
     pq.write_table(subs, tmp_path / "subs.parquet")
     err = run("subscribe", fresh, "--file", tmp_path / "subs.parquet", "--batch", 1,
               status=1).stderr
     assert "subs.parquet row 1: a value Python cannot hold ('utf-8' codec can't decode " \
            "byte 0xff" in err and "(1 subscription before it was saved)" in err
     events = pa.table({"price": [42, 70, 500],
-                       "brand": _unchecked_strings([b"acme", b"\xff", b"x"])})
+                       "brand": unchecked_strings([b"acme", b"\xff", b"x"])})
     pq.write_table(events, tmp_path / "events.parquet")
     out = run("match", index, tmp_path / "events.parquet", "--skip-bad")
     assert [found["event"] for found in lines(out.stdout)] == [0, 2]

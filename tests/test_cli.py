@@ -255,6 +255,19 @@ def test_a_parquet_value_python_cannot_hold_is_a_bad_row(index: Path, tmp_path: 
     assert "damaged.parquet: it is unreadable (" in err
 
 
+def test_an_event_label_that_is_no_unicode_is_written_escaped(index: Path,
+                                                               tmp_path: Path) -> None:
+    """A label holding a lone surrogate (valid JSON, not UTF-8) comes out escaped, its
+    event matched, to standard output and to a file alike."""
+    events = tmp_path / "odd.jsonl"
+    events.write_text('{"id": "a\\udfff", "price": 500}\n{"id": "b", "price": 500}\n')
+    for out in ((), ("-o", tmp_path / "found.jsonl")):
+        proc = run("match", index, events, *out)
+        text = proc.stdout if not out else (tmp_path / "found.jsonl").read_text()
+        assert lines(text) == [{"event": "a\udfff", "matches": []},
+                               {"event": "b", "matches": []}]
+
+
 def test_unsubscribe(index: Path, tmp_path: Path) -> None:
     assert "removed 1 subscription" in run("unsubscribe", index, 1).stderr
     err = run("unsubscribe", index, 1, "wish-7", status=1).stderr

@@ -321,12 +321,17 @@ class JsonOut:
     def write(self, labels: list, results: list, count: bool) -> None:
         """One line per event: its label and its match ids, or (``count``) their number."""
         key = "count" if count else "matches"
-        text = "".join(
-            json.dumps({"event": label, key: r}, ensure_ascii=False,
-                       default=_json_label) + "\n"
-            for label, r in zip(labels, results, strict=True))
+
+        def lines(ascii_only: bool) -> str:
+            return "".join(json.dumps({"event": label, key: r}, ensure_ascii=ascii_only,
+                                      default=_json_label) + "\n"
+                           for label, r in zip(labels, results, strict=True))
+
         try:
-            self.stream.write(text)
+            try:
+                self.stream.write(lines(False))
+            except UnicodeEncodeError:  # a label holds a lone surrogate: escaped, it is JSON
+                self.stream.write(lines(True))
             self.stream.flush()
         except OSError as exc:
             if self.shown_as is None:  # standard output: a closed pipe is the reader's end

@@ -202,6 +202,8 @@ class _Checker:
                 self.fail(f"{name}: node {node_id} prev is {view.prev}, expected {prev}")
             if node_id == head and view.flags != HEAD:
                 self.fail(f"{name}: head sentinel {node_id} lacks its flag")
+            if node_id == head and view.n:
+                self.fail(f"{name}: head sentinel {node_id} holds {view.n} items")
             if view.flags & TAIL:
                 if node_id != tail or view.next != 0 or view.n:
                     self.fail(f"{name}: bad tail sentinel {node_id}")

@@ -173,3 +173,28 @@ def test_verify_names_a_trees_record_of_no_tree(tmp_path, no_packing):
     with _tree_copied(tmp_path, lambda prefix: prefix + b"+") as ix:
         with pytest.raises(CorruptIndexError, match="not keyed by a tree prefix"):
             ix.verify()
+
+
+def test_verify_names_a_head_sentinel_holding_items(tmp_path, no_packing):
+    """A list's head sentinel that holds items (its first node's record under the head's
+    id, flagged as the head) is damage verify names: a walk never reads a head's items."""
+    from storage.leaf import GT
+    from storage.lists import HEAD, HEADER, tree_sentinels
+
+    with pbtree.create(tmp_path / "ix", node_bytes=256) as ix:
+        ix.subscribe_many((n, f"a > {n}") for n in range(100))
+        ix.compact()
+        assert ix.verify()["ok"]
+        shard = ix.shards[0]
+        with shard.env.env.begin(write=True) as txn:
+            _, raw = next(iter(txn.cursor(db=shard.dbs["trees"])))
+            head = tree_sentinels(raw)[GT][0]
+            first = HEADER.unpack(txn.get(head.to_bytes(4, "big"), db=shard.dbs["nodes"])
+                                  [:HEADER.size])[4]
+            node = bytearray(txn.get(first.to_bytes(4, "big"), db=shard.dbs["nodes"]))
+            kind, _, n, _, _, attr, family = HEADER.unpack_from(node)
+            assert n  # the first node holds items
+            HEADER.pack_into(node, 0, kind, HEAD, n, 0, first, attr, family)
+            txn.put(head.to_bytes(4, "big"), bytes(node), db=shard.dbs["nodes"])
+        with pytest.raises(CorruptIndexError, match=f"head sentinel {head} holds {n} items"):
+            ix.verify()

@@ -169,6 +169,13 @@ class _Unheld:
         self.why = why
 
 
+def unheld(kind: pa.DataType, exc: Exception) -> str:
+    """Why a value of Arrow type ``kind`` is no Python value (``exc``, as ``as_py`` raised
+    it: bytes that are no UTF-8, a date past year 9999), and for a date what to fix."""
+    return f"{kind} value Python cannot hold ({exc})" + (
+        ": dates and timestamps must lie in years 1 to 9999" if "date" in str(exc) else "")
+
+
 def _values(column: pa.ChunkedArray) -> list:
     """A column as Python values; one Python cannot hold is an ``_Unheld`` in its row."""
     try:
@@ -179,9 +186,7 @@ def _values(column: pa.ChunkedArray) -> list:
             try:
                 found.append(scalar.as_py())
             except (OverflowError, ValueError) as exc:
-                found.append(_Unheld(f"{column.type} value Python cannot hold ({exc})" + (
-                    ": dates and timestamps must lie in years 1 to 9999"
-                    if "date" in str(exc) else "")))
+                found.append(_Unheld(unheld(column.type, exc)))
         return found
 
 

@@ -238,8 +238,8 @@ def test_a_parquet_value_python_cannot_hold_is_a_bad_row(index: Path, tmp_path: 
     pq.write_table(subs, tmp_path / "subs.parquet")
     err = run("subscribe", fresh, "--file", tmp_path / "subs.parquet", "--batch", 1,
               status=1).stderr
-    assert "subs.parquet row 1: a value Python cannot hold ('utf-8' codec can't decode " \
-           "byte 0xff" in err and "(1 subscription before it was saved)" in err
+    assert "subs.parquet row 1: column 'expr': string value Python cannot hold ('utf-8' " \
+           "codec can't decode byte 0xff" in err and "(1 subscription before it was saved)" in err
     events = pa.table({"price": [42, 70, 500],
                        "brand": unchecked_strings([b"acme", b"\xff", b"x"])})
     pq.write_table(events, tmp_path / "events.parquet")

@@ -110,12 +110,17 @@ def _is_parquet(path: str) -> bool:
 
 
 def _row(batch: Any, i: int) -> dict | Bad:
-    """Row ``i`` of a record batch, or Bad saying which value Python cannot hold (bytes
-    that are no UTF-8, a date past year 9999)."""
-    try:
-        return batch.slice(i, 1).to_pylist()[0]
-    except (ValueError, OverflowError) as exc:
-        return Bad(f"a value Python cannot hold ({exc})")
+    """Row ``i`` of a record batch, or Bad naming the column whose value Python cannot
+    hold (``layouts.unheld``)."""
+    from pbtree.layouts import unheld
+
+    row = {}
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            row[name] = column[i].as_py()
+        except (ValueError, OverflowError) as exc:
+            return Bad(f"column {name!r}: {unheld(column.type, exc)}")
+    return row
 
 
 def _head(fd: int, size: int) -> bytes:

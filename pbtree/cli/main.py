@@ -251,12 +251,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def _file_id(where: str, value: object) -> int | str:
-    """An id read from a file, checked as an id (range, bytes) where it stands."""
     if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        try:
-            encode_id(value)
-        except IdError as exc:
-            raise CliError(f"{where}: {exc}") from None
         return value
     try:
         given = json.dumps(value)
@@ -434,7 +429,12 @@ def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterato
         for n, row in batch:
             where = source.where(n)
             row = _decoded(where, row)
-            ids.append(_file_id(where, row.get("id") if isinstance(row, dict) else row))
+            sub_id = _file_id(where, row.get("id") if isinstance(row, dict) else row)
+            try:  # here, not in unsubscribe_many, which cannot say where it stands
+                encode_id(sub_id)
+            except IdError as exc:
+                raise CliError(f"{where}: {exc}") from None
+            ids.append(sub_id)
         yield ids
 
 

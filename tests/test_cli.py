@@ -105,7 +105,11 @@ def test_file_errors_name_the_line(index: Path, tmp_path: Path) -> None:
     assert f"{bad}:3: subscription 11: at position" in err
     assert run("get", index, 10, status=1)  # the failing batch was rolled back whole
     bad.write_text('{"id": 12, "expr": "a = 1"}\nnot json\n')
-    assert f"{bad}:2: not valid JSON" in run("subscribe", index, "-f", bad, status=1).stderr
+    assert f"{bad}:2: not valid JSON (Expecting value at column 1)" in \
+        run("subscribe", index, "-f", bad, status=1).stderr
+    bad.write_text('{"id": 13 "expr": "a = 1"}\n')
+    assert f"{bad}:1: not valid JSON (Expecting ',' delimiter at column 11)" in \
+        run("subscribe", index, "-f", bad, status=1).stderr
     bad.write_text('{"id": 1.5, "expr": "a = 1"}\n')
     assert "id must be an integer or a string" in run("subscribe", index, "-f", bad,
                                                       status=1).stderr
@@ -478,6 +482,11 @@ def test_recluster_by_sample_events(index: Path, tmp_path: Path) -> None:
     bad.write_text('{"a": 1}\n[2]\n')
     assert "bad.jsonl:2: not a JSON object" in run("recluster", index, "--events", bad,
                                                    status=1).stderr
+    bad.write_text("\n")  # a sample of no event is a mistake, not an estimate
+    assert "bad.jsonl: no sample events in it" in run("recluster", index, "--events", bad,
+                                                      status=1).stderr
+    assert "at least 1" in run("recluster", index, "--events", sample, "--sample", 0,
+                               status=2).stderr
 
 
 def test_match_reads_arrays_from_parquet_list_columns_and_json(tmp_path: Path) -> None:

@@ -778,7 +778,7 @@ def build_parser() -> Parser:
     p.add_argument("--events", metavar="FILE",
                    help="sample events, JSON Lines or Parquet (default: no sample; the "
                         "subscriptions' constants stand for the events)")
-    p.add_argument("--sample", type=int, default=config.SAMPLE_EVENTS, metavar="N",
+    p.add_argument("--sample", type=_int_in(1), default=config.SAMPLE_EVENTS, metavar="N",
                    help=f"events read from FILE at most (default {config.SAMPLE_EVENTS:,})")
 
     p = _command(sub, "compact", cmd_compact,

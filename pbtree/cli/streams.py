@@ -53,17 +53,17 @@ def _event_float(text: str) -> float | Decimal:
 
 
 def decode_json(text: str | bytes, event: bool = False) -> Any:
-    """A JSON value, or ValueError saying why the text is not one: bad syntax or encoding,
-    nesting too deep, or a number out of range (a finite literal that would become ±inf,
-    an integer of more than MAX_INT_DIGITS digits), as the expression language refuses
-    them. In an ``event`` such a number is a Decimal, compared exactly as any number beyond
-    the doubles is (``pbtree.values``)."""
+    """A JSON value, or ValueError saying why the text is not one: bad syntax (and its
+    column) or encoding, nesting too deep, or a number out of range (a finite literal that
+    would become ±inf, an integer of more than MAX_INT_DIGITS digits), as the expression
+    language refuses them. In an ``event`` such a number is a Decimal, compared exactly as
+    any number beyond the doubles is (``pbtree.values``)."""
     try:
         if event:
             return json.loads(text, parse_int=_event_int, parse_float=_event_float)
         return json.loads(text, parse_int=_json_int, parse_float=_json_float)
     except json.JSONDecodeError as exc:
-        raise ValueError(exc.msg) from None
+        raise ValueError(f"{exc.msg} at column {exc.colno}") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
 
@@ -272,7 +272,8 @@ class Source:
 
 def sample_events(path: str, most: int) -> list[dict]:
     """The first ``most`` events of a JSON Lines or Parquet file, for selectivity estimates
-    (``Index.recluster``); a line that is no JSON object is a CliError naming it."""
+    (``Index.recluster``); a line that is no JSON object, or a file of none, is a
+    CliError naming it."""
     source = Source(path, events=True)
     events: list[dict] = []
     for record in source.records():
@@ -285,6 +286,9 @@ def sample_events(path: str, most: int) -> list[dict]:
         events.append(event)
         if len(events) >= most:
             break
+    if not events:
+        raise CliError(f"{path}: no sample events in it (leave the option out to estimate "
+                       f"from the subscriptions' own constants)")
     return events
 
 

@@ -11,6 +11,7 @@ import math
 import numbers
 import re
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -89,6 +90,11 @@ KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "fa
 # values
 
 
+#: a Decimal with more digits before its point than this is beyond ±2^53 (so refused) or
+#: every double: never expanded to an int
+_DECIMAL_DIGITS = 309
+
+
 def _canon(value: object) -> object:
     """Canonical form of a constant, or ValueRejected (NaN, huge int, unsupported type)."""
     t = type(value)
@@ -104,14 +110,22 @@ def _canon(value: object) -> object:
         if value.is_integer() and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:  # type: ignore[attr-defined]
             return int(value)  # type: ignore[call-overload]
         return value
-    # subclasses and foreign numbers (numpy scalars, Fractions; not Decimals, which are no
-    # numbers.Real: a double would not hold them exactly)
+    # subclasses and foreign numbers (numpy scalars, Fractions, Decimals): integers exact,
+    # the others the double nearest to them, as a literal in an expression is
     if isinstance(value, bool | np.bool_):
         return bool(value)
     if isinstance(value, str):
         return str(value)
     if isinstance(value, numbers.Integral):
         return _canon(int(value))
+    if isinstance(value, Decimal):  # no numbers.Real, though Parquet's decimals are these
+        if value.is_finite() and value.adjusted() < _DECIMAL_DIGITS and \
+                value == value.to_integral_value():
+            return _canon(int(value))
+        near = math.nan if value.is_nan() else float(value)  # a signalling NaN too
+        if math.isinf(near) and value.is_finite():
+            raise ValueRejected(f"number {shown(value)} is out of range")
+        return _canon(near)
     if isinstance(value, numbers.Real):
         try:
             near = float(value)

@@ -176,16 +176,22 @@ def test_an_event_that_is_not_a_mapping_is_refused(index):
 
 
 def test_foreign_numbers_are_taken_alike_in_events_and_subscriptions(index):
-    """numpy scalars and Fractions are numbers in events as in subscriptions; a Decimal is
-    a number in an event, refused as a constant (a double would not hold it exactly)."""
+    """numpy scalars, Fractions and Decimals are numbers in events as in subscriptions:
+    integers exact, the others the nearest double, as a literal in an expression is."""
     index.subscribe(301, [("p", ">", Fraction(77, 4)), ("q", "=", np.int64(2))])
-    for event in ({"p": Fraction(39, 2), "q": Fraction(4, 2)},
-                  {"p": np.longdouble(19.5), "q": np.int64(2)},
-                  {"p": np.float32(19.5), "q": 2.0},
-                  {"p": Decimal("19.5"), "q": Decimal("2.00")}):
-        assert index.match(event) == [301], event
-    with pytest.raises(pbtree.ExpressionError, match="Decimal"):
-        index.subscribe(302, [("p", ">", Decimal("1"))])
+    index.subscribe(302, [("p", ">", Decimal("19.25")), ("q", "=", Decimal("2.00")),
+                          ("r", "<", Decimal("0.1"))])
+    assert index.get(302) == "p > 19.25 and q = 2 and r < 0.1"
+    for event in ({"p": Fraction(39, 2), "q": Fraction(4, 2), "r": 0},
+                  {"p": np.longdouble(19.5), "q": np.int64(2), "r": 0},
+                  {"p": np.float32(19.5), "q": 2.0, "r": 0},
+                  {"p": Decimal("19.5"), "q": Decimal("2.00"), "r": Decimal("0")}):
+        assert index.match(event) == [301, 302], event
+    assert index.match({"p": 19.5, "q": 2, "r": 0.1}) == [301]  # 0.1's double, not below
+    for bad, why in ((Decimal("NaN"), "NaN"), (Decimal("1E+400"), "out of range"),
+                     (Decimal("9007199254740993"), "beyond")):
+        with pytest.raises(pbtree.ExpressionError, match=why):
+            index.subscribe(303, [("p", ">", bad)])
 
 
 def test_numpy_bools_are_bools_in_subscriptions_as_in_events(index):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
@@ -153,6 +154,14 @@ def test_subscribe_parquet_predicate_layout(tmp_path: Path) -> None:
               "--event", '{"price": 42, "rating": 4.5}')
     assert lines(out.stdout) == [{"event": 1, "matches": []},
                                  {"event": 2, "matches": [1, 3]}]
+    prices = pa.table({"id": [4, 4], "attr": ["price", "rating"], "op": ["<=", "in"],
+                       "value": pa.array([[Decimal("49.90")], [Decimal("4"), Decimal("4.5")]],
+                                         pa.list_(pa.decimal128(6, 2)))})
+    pq.write_table(prices, tmp_path / "decimals.parquet")  # as shops keep prices
+    run("subscribe", path, "--file", tmp_path / "decimals.parquet")
+    assert run("get", path, 4).stdout == "price <= 49.9 and rating in (4, 4.5)\n"
+    out = run("match", path, "--event", '{"price": 49.9, "rating": 4.5}')
+    assert lines(out.stdout) == [{"event": 1, "matches": [1, 3, 4]}]
     pq.write_table(rows.set_column(2, "op", pa.array(["<", "in", "=", "~"])),
                    tmp_path / "bad.parquet")
     err = run("subscribe", path, "--file", tmp_path / "bad.parquet", status=1).stderr

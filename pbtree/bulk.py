@@ -24,9 +24,9 @@ from pbtree.clustercolumns import INTERVAL_OPS, Scores, clustered, own_estimates
 from pbtree.columns import INT_IDS, KINDS, STRING_ID, Column
 from pbtree.errors import DuplicateIdError, IndexExistsError, PbtreeError, shown
 from pbtree.expr import OPS_STORED
-from pbtree.ids import encode_id, shard_of
+from pbtree.ids import encode_id, plain_id, shard_of
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
-from pbtree.normalize import normalize
+from pbtree.normalize import normalize, pair
 from pbtree.outputs import fsync_dir
 from pbtree.shard import Shard
 from pbtree.subs import FIRST_KIND, SECOND_KIND, name_bytes
@@ -310,8 +310,10 @@ def build(path: str | os.PathLike, pairs: Iterable[tuple[int | str, object]], *,
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise IndexExistsError(f"{path}: already exists and is not empty")
     groups: list[list[Sub]] = [[] for _ in range(shards)]
-    for n, (sub_id, expr) in enumerate(pairs):
+    for n, item in enumerate(pairs):
+        sub_id, expr = pair(n, item)
         try:
+            sub_id = plain_id(sub_id)
             idkey = encode_id(sub_id)
             preds = normalize(expr)
         except PbtreeError as exc:

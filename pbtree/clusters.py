@@ -29,10 +29,10 @@ import numpy as np
 
 from pbtree import config
 from pbtree.columns import grown
-from pbtree.errors import CorruptIndexError
+from pbtree.errors import CorruptIndexError, EventError
 from pbtree.nested import flattened
 from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled
-from pbtree.values import searched
+from pbtree.values import is_array, searched
 from storage.chunks import Chunks
 from storage.keys import const_payload
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
@@ -54,8 +54,17 @@ TIE = 1e-9
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
-#: the event values that are arrays (``events.is_array``)
-_ARRAYS = (list, tuple, np.ndarray)
+
+
+def _named(attr: object) -> bool:
+    """Whether a subscription can name an event's attribute: a string of valid Unicode."""
+    if attr.__class__ is not str and not isinstance(attr, str):
+        return False
+    try:
+        attr.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def estimate(pred: Sequence) -> float:
@@ -198,11 +207,15 @@ class Estimates:
     @classmethod
     def of_events(cls, events: Sequence[Mapping]) -> Estimates:
         """The estimates of a sample of events (nested objects by their dotted names, an
-        array's elements each)."""
+        array's elements each; attributes no subscription can name left out, as matching
+        leaves them); EventError naming the first that is no mapping."""
+        for n, event in enumerate(events):
+            if not isinstance(event, Mapping):
+                raise EventError(f"sample event {n}: an event is a mapping attribute -> "
+                                 f"value, not {type(event).__name__}")
         return cls.of(len(events), ((attr, item, 1) for e in events
-                                    for attr, value in flattened(e).items()
-                                    for item in (value if isinstance(value, _ARRAYS)
-                                                 else (value,))))
+                                    for attr, value in flattened(e).items() if _named(attr)
+                                    for item in (value if is_array(value) else (value,))))
 
     def with_levels(self, levels: Levels) -> Estimates:
         """These estimates for intervals that post in ``levels``."""

@@ -49,10 +49,11 @@ from pbtree.manifest import (
     shard_dir,
     write_manifest,
 )
-from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize
+from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize, pair
 from pbtree.outputs import fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
+from storage.env import MIN_MAP_SIZE
 
 #: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
 FILES_PER_SHARD = 3
@@ -61,6 +62,14 @@ FILES_SPARE = 16
 
 #: the types of ids kept as given (``plain_id``)
 _PLAIN_IDS = frozenset((int, str))
+
+
+def _many(ids: Iterable) -> Iterable:
+    """``ids``, refused when it is one string, whose characters are no ids meant."""
+    if isinstance(ids, str | bytes):
+        raise IdError(f"expected several ids, not one {type(ids).__name__} "
+                      f"({shown(ids)}): pass a list of them")
+    return ids
 
 _NO_IDS = np.zeros(0, np.int64)
 
@@ -98,6 +107,9 @@ def check_options(fold_at: int | None, map_size: int) -> None:
     if fold_at is not None:
         check_positive("fold_at", fold_at)
     check_positive("map_size", map_size, "number of bytes")
+    if map_size < MIN_MAP_SIZE:
+        raise PbtreeError(f"map_size must be at least {MIN_MAP_SIZE:,} bytes, not "
+                          f"{map_size:,}: the map grows from there as needed")
 
 
 #: stored operators whose value MessagePack gives back as a list
@@ -203,11 +215,8 @@ class Index:
             for item in items:
                 groups[shard_of(item[1], len(shards))].append(item)
             return groups
-        for n, (pair, preds) in enumerate(zip(pairs, fast, strict=True)):
-            try:
-                sub_id, expr = pair
-            except (TypeError, ValueError):
-                raise ExpressionError(f"item {n}: expected an (id, expression) pair") from None
+        for n, (item, preds) in enumerate(zip(pairs, fast, strict=True)):
+            sub_id, expr = pair(n, item)
             try:
                 sub_id = plain_id(sub_id)
                 idkey = encode_id(sub_id)
@@ -246,13 +255,13 @@ class Index:
     @collector_paused
     def unsubscribe_many(self, ids: Iterable[int | str]) -> int:
         """Remove many subscriptions (one transaction per shard); returns how many existed."""
-        keys = dict.fromkeys(encode_id(i) for i in ids)
+        keys = dict.fromkeys(encode_id(i) for i in _many(ids))
         return sum(shard.unsubscribe(group) for shard, group in self._by_shard(keys))
 
     def missing(self, ids: Iterable[int | str]) -> list:
         """Those of ``ids`` not in the index, in their order (one snapshot per shard);
         IdError for a value no id can be, as ``unsubscribe_many`` gives."""
-        ids = list(ids)
+        ids = list(_many(ids))
         keys = [encode_id(i) for i in ids]
         stored = set().union(*(shard.existing(group) for shard, group in self._by_shard(keys)))
         return [i for i, key in zip(ids, keys, strict=True) if key not in stored]
@@ -541,6 +550,9 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     while nobody writes the index.
     """
     path = os.fspath(path)
+    if not isinstance(readonly, bool | np.bool_):
+        raise PbtreeError(f"readonly must be True or False, not {readonly!r}")
+    readonly = bool(readonly)
     check_options(fold_at, map_size)
     check_positive("max_conjunctions", max_conjunctions)
     recover(path)  # an old index a killed ``build --force`` set aside, where it left none

@@ -7,14 +7,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
-import numpy as np
-
 from pbtree.clusters import predicate_key
 from pbtree.errors import EventError
 from pbtree.nested import leaves
 from pbtree.normalize import MAX_ATTR_BYTES
 from pbtree.read.version import Value
-from pbtree.values import searched
+from pbtree.values import is_array, searched
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING
 
 PreparedEvent = list[Value]
@@ -29,11 +27,6 @@ class ArrayEvent(list):
     from ``first`` on are arrays' elements: they search the interval entries too."""
 
     __slots__ = ("unequal", "first")
-
-
-def is_array(value: object) -> bool:
-    """Whether an event value is an array: a list, a tuple or a numpy array."""
-    return type(value) is list or isinstance(value, list | tuple | np.ndarray)
 
 
 def prepare_event(event: Mapping) -> PreparedEvent:

@@ -18,7 +18,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree.errors import ExpressionError, shown
-from pbtree.values import epoch_seconds
+from pbtree.values import datetime64_seconds, epoch_seconds
 from storage.keys import (
     BOOL,
     MAX_CONST_BYTES,
@@ -134,6 +134,11 @@ def _canon(value: object) -> object:
         if math.isinf(near) and value != near:  # refused, as a literal beyond them is
             raise ValueRejected(f"number {shown(value)} is out of range")
         return _canon(near)
+    if isinstance(value, np.datetime64):  # as in an event: seconds since the epoch
+        seconds = datetime64_seconds(value)
+        if seconds is None:
+            raise ValueRejected("NaT is no point in time")
+        return _canon(seconds)
     if isinstance(value, datetime.date):  # as in an event: seconds since the epoch
         try:
             return _canon(epoch_seconds(value))

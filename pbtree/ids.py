@@ -17,9 +17,10 @@ _TAGGED = np.dtype([("tag", "S1"), ("value", ">i8")])  # an int id's bytes
 
 
 def plain_id(sub_id: object) -> object:
-    """An id as pbtree keeps it: another integer type's (numpy's) as an int, any other value
-    as given."""
-    if isinstance(sub_id, numbers.Integral) and not isinstance(sub_id, int):
+    """An id as pbtree keeps it: another integer type's (numpy's, an int subclass's) as an
+    int, any other value (a bool, which is no id) as given."""
+    if sub_id.__class__ is not int and isinstance(sub_id, numbers.Integral) and \
+            not isinstance(sub_id, bool):
         return int(sub_id)
     return sub_id
 

@@ -63,6 +63,9 @@ def read_manifest(path: str) -> dict:
     shards = manifest.get("shards")
     if not isinstance(shards, int) or shards < 1:
         raise CorruptIndexError(f"{path}: {MANIFEST} has no valid shard count")
+    node_bytes = manifest.get("node_bytes")
+    if not isinstance(node_bytes, int) or not MIN_NODE_BYTES <= node_bytes <= MAX_NODE_BYTES:
+        raise CorruptIndexError(f"{path}: {MANIFEST} has no valid list node size")
     return manifest
 
 

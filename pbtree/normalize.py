@@ -21,6 +21,15 @@ MAX_PREDICATES = 65534
 Expr = str | Sequence[tuple]
 
 
+def pair(n: int, item: object) -> tuple[object, object]:
+    """Item ``n`` of a batch as (id, expression), or ExpressionError when it is no pair (a
+    string is one value, not two)."""
+    if isinstance(item, tuple | list) and len(item) == 2:
+        return item[0], item[1]
+    raise ExpressionError(f"item {n}: expected an (id, expression) pair, not "
+                          f"{type(item).__name__}")
+
+
 def normalize(expr: Expr, limit: int = config.MAX_CONJUNCTIONS) -> list:
     """Core predicates of an expression (a Disjunction of conjunctions where it holds
     'or', at most ``limit``), with pbtree's storage limits checked."""

@@ -9,8 +9,9 @@ float) is taken as the double nearest to it, as a literal in an expression is. I
 compared exactly, whatever their size: one no double holds equals no constant, and a constant
 is below it exactly when it is at most the largest double below it (the payload searched,
 marked inexact). Times are numbers of seconds since the Unix epoch (1970-01-01T00:00:00Z): a
-``datetime`` as a float, a naive one taken as UTC, a ``date`` as its midnight UTC. Strings
-compare by code point, unpaired surrogates included.
+``datetime`` as a float, a naive one taken as UTC, a ``date`` as its midnight UTC (numpy's
+``datetime64`` alike, by its unit). Strings compare by code point, unpaired surrogates
+included.
 """
 
 from __future__ import annotations
@@ -102,6 +103,32 @@ def _decimal(value: Decimal) -> Searched | None:
     return _real(value)  # type: ignore[arg-type]
 
 
+def is_array(value: object) -> bool:
+    """Whether an event value is an array: a list, a tuple or a numpy array of one or more
+    dimensions (a 0-d one is the scalar it holds)."""
+    return type(value) is list or isinstance(value, list | tuple) or (
+        isinstance(value, np.ndarray) and value.ndim > 0)
+
+
+#: (numerator, denominator) of the seconds in a numpy datetime64 unit
+_UNIT_SECONDS = {"W": (604800, 1), "D": (86400, 1), "h": (3600, 1), "m": (60, 1), "s": (1, 1),
+                 "ms": (1, 10**3), "us": (1, 10**6), "ns": (1, 10**9), "ps": (1, 10**12),
+                 "fs": (1, 10**15), "as": (1, 10**18)}
+
+
+def datetime64_seconds(value: np.datetime64) -> int | float | None:
+    """Seconds since the Unix epoch of a numpy datetime64, None for NaT: in days or
+    coarser units an int, as a date's; in finer ones a float, as a datetime's."""
+    if np.isnat(value):
+        return None
+    unit, step = np.datetime_data(value.dtype)
+    if unit in ("Y", "M"):
+        value, unit, step = value.astype("datetime64[D]"), "D", 1
+    num, den = _UNIT_SECONDS[unit]
+    count = int(value.astype(np.int64)) * step * num
+    return count if unit in ("W", "D") else count / den
+
+
 def epoch_seconds(value: datetime.date) -> int | float:
     """Seconds since the Unix epoch: a datetime's as a float (a naive one taken as UTC), a
     date's midnight UTC as an int."""
@@ -113,8 +140,13 @@ def epoch_seconds(value: datetime.date) -> int | float:
 
 
 def _foreign(value: object) -> Searched | None:
-    """Subclasses of the plain types, numpy scalars, Decimals, Fractions, times; None for
-    every other type."""
+    """Subclasses of the plain types, numpy scalars (a 0-d array's too), Decimals,
+    Fractions, times (numpy's too); None for every other type."""
+    if isinstance(value, np.ndarray):
+        return searched(value[()]) if value.ndim == 0 else None
+    if isinstance(value, np.datetime64):
+        seconds = datetime64_seconds(value)
+        return None if seconds is None else searched(seconds)
     if isinstance(value, bool | np.bool_):
         return _TRUE if value else _FALSE
     if isinstance(value, str):

@@ -35,6 +35,9 @@ GROW_AT = 3 / 4
 #: ones older versions had
 MAX_DBS = 24
 MAX_READERS = 512
+#: the smallest map a shard opens with: room for its databases' roots (32 KiB was not);
+#: it grows from there as needed
+MIN_MAP_SIZE = 1 << 16
 DATA_FILE = "data.mdb"
 LOCK_FILE = "lock.mdb"
 #: seconds between two clearings of dead processes' reader slots while a process writes

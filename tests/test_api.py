@@ -194,6 +194,37 @@ def test_foreign_numbers_are_taken_alike_in_events_and_subscriptions(index):
             index.subscribe(303, [("p", ">", bad)])
 
 
+def test_numpy_times_and_zero_dimensional_arrays_are_the_values_they_hold(index):
+    """A numpy datetime64 is seconds since the epoch by its unit, as a datetime or a date
+    is (NaT absent); a 0-d array is the scalar it holds, anywhere in an event."""
+    index.subscribe(310, [("t", ">=", np.datetime64("2020-01-01")), ("t", "<", 1577836801)])
+    assert index.get(310) == "t < 1577836801 and t >= 1577836800"
+    for moment in (np.datetime64("2020-01-01"), np.datetime64("2020-01-01T00:00:00.5", "ns"),
+                   np.array(["2020-01-01T00:00:00"], "datetime64[s]"),
+                   np.array(np.datetime64("2020-01-01T00:00"))):
+        assert index.match({"t": moment, "z": np.array(7)}) == [310], moment
+    assert index.match({"t": np.datetime64("NaT")}) == []
+    assert index.match({"t": np.datetime64("2020-01-01T00:00:01")}) == []
+    assert index.match({"price": np.array(42), "brand": np.array("acme")}) == \
+        index.match({"price": 42, "brand": "acme"})
+    with pytest.raises(pbtree.ExpressionError, match="NaT"):
+        index.subscribe(311, [("t", ">", np.datetime64("NaT"))])
+
+
+def test_ids_given_as_one_string_or_items_that_are_no_pairs_are_refused(index):
+    """A string where ids are expected is one value, not one id per character; an item of
+    a batch must be an (id, expression) pair. Nothing changes."""
+    index.subscribe_many([("a", "x = 1"), ("b", "x = 1")])
+    before = snapshot(index)
+    with pytest.raises(pbtree.IdError, match="not one str"):
+        index.unsubscribe_many("ab")
+    with pytest.raises(pbtree.IdError, match="not one str"):
+        index.missing("ab")
+    with pytest.raises(pbtree.ExpressionError, match="item 1: expected an .id, expression. pair"):
+        index.subscribe_many([("c", "x = 1"), "q1"])
+    assert snapshot(index) == before
+
+
 def test_numpy_bools_are_bools_in_subscriptions_as_in_events(index):
     index.subscribe(300, [("flag", "=", np.True_)])
     assert index.get(300) == "flag = true"
@@ -227,9 +258,19 @@ def test_open_errors(tmp_path):
                        {"map_size": -5}, {"map_size": 0}, {"fold_at": 0}):
         with pytest.raises(pbtree.PbtreeError):
             pbtree.create(tmp_path / f"x{len(os.listdir(tmp_path))}", **bad_layout)
+    with pytest.raises(pbtree.PbtreeError, match="at least 65,536"):
+        pbtree.create(tmp_path / "tiny", map_size=32 << 10)
+    assert not (tmp_path / "tiny").exists()
     pbtree.create(tmp_path / "one").close()
     with pytest.raises(pbtree.PbtreeError, match="map_size"):
         pbtree.open(tmp_path / "one", map_size=-5)
+    with pytest.raises(pbtree.PbtreeError, match="readonly must be True or False"):
+        pbtree.open(tmp_path / "one", readonly=None)
+    manifest = json.loads((tmp_path / "one" / "manifest.json").read_text())
+    del manifest["node_bytes"]
+    (tmp_path / "one" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(pbtree.CorruptIndexError, match="list node size"):
+        pbtree.open(tmp_path / "one")
 
 
 def test_closed_index_raises(tmp_path):

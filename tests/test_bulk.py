@@ -119,9 +119,32 @@ def test_bad_input_is_refused(tmp_path):
     (tmp_path / "notes.txt").write_text("not an index")
     with pytest.raises(pbtree.IndexExistsError):
         bulk.build(tmp_path, [(1, "a = 1")])
+    for items, why in (([(1, "a = 1"), (2, "a = 1", 3)], "item 1: expected"),
+                       ([None], "item 0: expected")):
+        with pytest.raises(pbtree.ExpressionError, match=why):
+            bulk.build(tmp_path / "odd", items)
+        assert not (tmp_path / "odd").exists()
+    with pytest.raises(pbtree.EventError, match="sample event 1"):
+        bulk.build(tmp_path / "sampled", [(1, "a = 1")], sample=[{"a": 1}, None])
     subs = [(1, pbtree.ids.encode_id(1), [("a", "=", 1)])]
     with pytest.raises(pbtree.PbtreeError, match="belongs to shard"):
         bulk.build_shard(str(tmp_path / "wrong"), subs, shard_no=5, shards=7)
+
+
+def test_integer_ids_of_other_types_are_ints(tmp_path):
+    """numpy integers and int subclasses are integer ids, as subscribe_many takes them: an
+    index built from them holds and matches the ints."""
+    class Number(int):
+        pass
+
+    bulk.build(tmp_path / "ix", [(np.int64(7), "a = 1"), (np.uint16(8), "a = 1"),
+                                 [Number(9), "a = 1"], ("ten", "a = 1")])
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert ix.match({"a": 1}) == [7, 8, 9, "ten"]
+        assert ix.verify()["subscriptions"] == 4
+        ix.subscribe_many([(Number(11), "a = 1")])
+        assert ix.match({"a": 1}) == [7, 8, 9, 11, "ten"]
+        ix.verify()
 
 
 def test_failed_build_leaves_nothing_behind(tmp_path):

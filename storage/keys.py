@@ -35,9 +35,11 @@ class ValueRejected(ValueError):
 
 
 def inexact(value: int) -> ValueRejected:
-    """The error for an integer beyond ±2^53, which no double holds exactly."""
-    return ValueRejected(f"integer {shown(value)} is beyond ±2^53 and has no exact numeric "
-                         f"value")
+    """The error for an integer beyond ±2^53, where doubles hold some integers only: refused
+    whether or not a double holds it, so that one rule decides."""
+    return ValueRejected(f"integer {shown(value)} is beyond ±2^53, where doubles hold some "
+                         f"integers only: write it with a decimal point to compare the "
+                         f"nearest double")
 
 
 def family_of(value: object) -> int:

@@ -53,7 +53,7 @@ from pbtree.normalize import MAX_ATTR_BYTES, MAX_PREDICATES, Expr, normalize, pa
 from pbtree.outputs import fsync_dir, recover
 from pbtree.shard import Shard
 from pbtree.subs import decoded
-from storage.env import MIN_MAP_SIZE
+from storage.env import DATA_FILE, MIN_MAP_SIZE
 
 #: files an open shard holds: data.mdb, lock.mdb, and a second data.mdb for writes
 FILES_PER_SHARD = 3
@@ -571,6 +571,9 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
             if not os.path.isdir(sdir):
                 raise CorruptIndexError(f"{path}: shard directory {os.path.basename(sdir)} "
                                         f"is missing")
+            if not os.path.isfile(os.path.join(sdir, DATA_FILE)):
+                raise CorruptIndexError(f"{path}: shard directory {os.path.basename(sdir)} "
+                                        f"has no {DATA_FILE}: its subscriptions are lost")
             opened.append(Shard(sdir, readonly=readonly, map_size=map_size, durable=durable,
                                 fold_at=fold_at))
     except BaseException:

@@ -164,7 +164,7 @@ DAMAGE = {
                              "shard-0001 is missing"),
     "shard directory missing": (lambda p: shutil.rmtree(p / "shard-0000"),
                                 "CorruptIndexError", "missing"),
-    "data file missing": (lambda p: data_file(p).unlink(), "NotAnIndexError", "data.mdb"),
+    "data file missing": (lambda p: data_file(p).unlink(), "CorruptIndexError", "no data.mdb"),
     "data file empty": (lambda p: data_file(p).write_bytes(b""), "CorruptIndexError",
                         "truncated"),
     "data file truncated to one page": (lambda p: os.truncate(data_file(p), 4096),

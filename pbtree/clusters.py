@@ -19,9 +19,10 @@ of the rows, then the u4 sids they list. Matching reads them where they lie in L
 
 from __future__ import annotations
 
+import io
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import chain
+from itertools import accumulate
 
 import lmdb
 import msgpack
@@ -146,12 +147,55 @@ class Levels:
 NO_LEVELS = Levels({})
 
 
+class Sample:
+    """A sorted sample of one attribute's search payloads of one family (at most
+    SAMPLE_KEYS, repeats kept), and how many samples hold the family (``total``). Kept as
+    its distinct payloads and how many of the sample lie up to each (``ends``): a wide
+    schema's estimates would otherwise take a Python object per repeat, hundreds of MB."""
+
+    __slots__ = ("total", "keys", "ends")
+
+    def __init__(self, total: int, keys: list[bytes], ends: list[int]) -> None:
+        self.total, self.keys, self.ends = total, keys, ends
+
+    @classmethod
+    def listed(cls, total: int, sample: Sequence[bytes]) -> Sample:
+        """The sample given with its repeats, sorted."""
+        keys = sorted(set(sample))
+        return cls(total, keys, [bisect_right(sample, key) for key in keys])
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def below(self, payload: bytes) -> int:
+        """How many of the sample lie below ``payload``."""
+        at = bisect_left(self.keys, payload)
+        return self.ends[at - 1] if at else 0
+
+    def upto(self, payload: bytes) -> int:
+        """How many of the sample lie at or below ``payload``."""
+        at = bisect_right(self.keys, payload)
+        return self.ends[at - 1] if at else 0
+
+    def at(self, place: int) -> bytes:
+        """The payload at ``place`` of the sample, repeats counted."""
+        return self.keys[bisect_right(self.ends, place)]
+
+    def repeated(self) -> list[bytes]:
+        """The sample with its repeats, as the estimates record holds it."""
+        out: list[bytes] = []
+        start = 0
+        for key, end in zip(self.keys, self.ends, strict=True):
+            out += [key] * (end - start)
+            start = end
+        return out
+
+
 class Estimates:
     """What a sample of events (or of the subscriptions' own constants) says about each
-    attribute: how many of ``n`` samples hold it, and per family of value how many do and
-    a sorted sample of their search payloads (at most SAMPLE_KEYS, evenly spread)."""
+    attribute: how many of ``n`` samples hold it, and per family of value a ``Sample``."""
 
-    def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, tuple[int, list[bytes]]]]],
+    def __init__(self, n: int, attrs: dict[str, tuple[int, dict[int, Sample]]],
                  levels: Levels | None = None) -> None:
         self.n, self.attrs = max(n, 1), attrs
         #: the interval levels the intervals estimated post in (``with_levels``)
@@ -178,13 +222,12 @@ class Estimates:
                 if len(keys) > config.SAMPLE_KEYS:  # evenly spread over the weight
                     at = np.searchsorted(ends, np.linspace(0, total - 1, config.SAMPLE_KEYS),
                                          "right")
-                    keys = [keys[i] for i in at.tolist()]
+                    families[family] = Sample.listed(total, [keys[i] for i in at.tolist()])
                 else:
-                    keys = list(chain.from_iterable(
-                        [k] * max(1, round(config.SAMPLE_KEYS * counts[k] / total))
-                        for k in keys))
-                families[family] = (total, keys)
-            attrs[attr] = (sum(c for c, _ in families.values()), families)
+                    repeats = [max(1, round(config.SAMPLE_KEYS * counts[k] / total))
+                               for k in keys]
+                    families[family] = Sample(total, keys, list(accumulate(repeats)))
+            attrs[attr] = (sum(f.total for f in families.values()), families)
         return cls(n, attrs)
 
     @classmethod
@@ -222,15 +265,32 @@ class Estimates:
         return Estimates(self.n, self.attrs, levels)
 
     def encode(self) -> bytes:
-        return msgpack.packb([self.n, {a: [c, {f: list(v) for f, v in fams.items()}]
+        return msgpack.packb([self.n, {a: [c, {f: [v.total, v.repeated()]
+                                               for f, v in fams.items()}]
                                        for a, (c, fams) in self.attrs.items()}])
 
     @classmethod
     def decode(cls, raw: bytes) -> Estimates:
+        """The estimates ``encode`` wrote, read one family's sample at a time: a wide
+        schema's record holds millions of repeated payloads, never all decoded at once."""
         try:
-            n, attrs = msgpack.unpackb(raw, strict_map_key=False)
-            return cls(n, {a: (c, {int(f): (v[0], v[1]) for f, v in fams.items()})
-                           for a, (c, fams) in attrs.items()})
+            unpacker = msgpack.Unpacker(io.BytesIO(raw), strict_map_key=False)
+            if unpacker.read_array_header() != 2:
+                raise ValueError("not a pair of a count and attributes")
+            n = unpacker.unpack()
+            attrs = {}
+            for _ in range(unpacker.read_map_header()):
+                attr = unpacker.unpack()
+                if unpacker.read_array_header() != 2:
+                    raise ValueError(f"attribute {attr!r} is not a count and families")
+                count = unpacker.unpack()
+                families = {}
+                for _ in range(unpacker.read_map_header()):
+                    family = int(unpacker.unpack())
+                    total, listed = unpacker.unpack()
+                    families[family] = Sample.listed(total, listed)
+                attrs[attr] = (count, families)
+            return cls(n, attrs)
         except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
             raise CorruptIndexError(f"the stored selectivity estimates are damaged ({exc})") \
                 from None
@@ -271,7 +331,7 @@ class Estimates:
                 if gap < len(splits) else 0.0
             return max(below - beyond, 0.0)
         above = self._estimate(*upper, estimate(upper))
-        holding = fams.get(family, (0,))[0] / self.n
+        holding = fams[family].total / self.n if family in fams else 0.0
         return max(below + above - holding, 0.0) + estimate(lower) * TIE
 
     def levels_of(self, attrs: Iterable[str]) -> Levels:
@@ -279,9 +339,10 @@ class Estimates:
         values, evenly spread (none for a family with fewer than two distinct)."""
         found: dict[str, dict[int, list[bytes]]] = {}
         for attr in attrs:
-            for family, (_, keys) in self.attrs.get(attr, (0, {}))[1].items():
-                n = min(LEVEL_SPLITS, len(keys) - 1)
-                picked = sorted({keys[(i * len(keys)) // (n + 1)] for i in range(1, n + 1)})
+            for family, sample in self.attrs.get(attr, (0, {}))[1].items():
+                k = len(sample)
+                n = min(LEVEL_SPLITS, k - 1)
+                picked = sorted({sample.at((i * k) // (n + 1)) for i in range(1, n + 1)})
                 if len(picked) > 1:
                     found.setdefault(attr, {})[family] = picked
         return Levels(found)
@@ -294,18 +355,17 @@ class Estimates:
             return sum(self._share(found[1], "=", v) for v in value) + static * TIE
         return self._share(found[1], op, value) + static * TIE
 
-    def _share(self, fams: dict[int, tuple[int, list[bytes]]], op: str, value: object
-               ) -> float:
+    def _share(self, fams: dict[int, Sample], op: str, value: object) -> float:
         family, payload = const_payload(value)
         return self._payload_share(fams, family, op, payload)
 
-    def _payload_share(self, fams: dict[int, tuple[int, list[bytes]]], family: int,
-                       op: str, payload: bytes) -> float:
-        count, keys = fams.get(family, (0, []))
-        if not keys:
+    def _payload_share(self, fams: dict[int, Sample], family: int, op: str,
+                       payload: bytes) -> float:
+        sample = fams.get(family)
+        if sample is None or not sample.keys:
             return 0.0
-        k, share = len(keys), count / self.n
-        lo, hi = bisect_left(keys, payload), bisect_right(keys, payload)
+        k, share = len(sample), sample.total / self.n
+        lo, hi = sample.below(payload), sample.upto(payload)
         if op == "=":
             return max(hi - lo, 0.5) / k * share
         if op == "!=":

@@ -62,6 +62,8 @@ FORMAT = b"pbtree-shard"
 #: access predicate's record names its node; the meta record levels holds the splits);
 #: 14: an interval inside a gap between two splits posts its lower bound at the gap
 VERSION = 14
+#: the state of ``Shard.estimates`` until a write reads them
+UNREAD = object()
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
@@ -129,10 +131,9 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         #: the column chunks each of this shard's last commits wrote, by txn id
         self._chunks: dict[int, dict[str, set[int]]] = {}
         self._used = time.monotonic()  # when a match or write last used the pinned snapshot
-        with self.env.read() as txn:
-            raw = read_encoded(txn, meta, ESTIMATES)
-        #: what chooses access predicates (``clusters.ordered``): None for the static rule
-        self.estimates = None if raw is None else clusters.Estimates.decode(raw)
+        #: what chooses access predicates (``clusters.ordered``): None for the static rule;
+        #: ``UNREAD`` until a write needs them (``estimates_in``): a matcher never does
+        self.estimates: clusters.Estimates | None | object = UNREAD
         if version != VERSION:  # older readers must not see what is new
             def upgrade(txn) -> None:
                 self._rewrite(txn)
@@ -156,14 +157,15 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
             delete_counter(txn, dbs["meta"], name)
         levels = clusters.NO_LEVELS  # interval levels where they pay, decided anew
-        if self.estimates is not None and items:  # decided as a bulk build decides them
+        estimates = self.estimates_in(txn)
+        if estimates is not None and items:  # decided as a bulk build decides them
             cols = Columns.from_subs(items)
-            levels = paying_levels(cols, self.estimates, Scores(cols, self.estimates))
+            levels = paying_levels(cols, estimates, Scores(cols, estimates))
         write_encoded(txn, dbs["meta"], LEVELS, levels.encode() if levels else None)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
             items.sort(key=lambda item: clusters.predicate_key(
-                clusters.ordered(conjunctions(item[2])[0], self.estimates)[0]))
+                clusters.ordered(conjunctions(item[2])[0], estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone
@@ -177,13 +179,24 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             self._levels = (raw, clusters.Levels.decode(raw))
         return self._levels[1]
 
-    def chooser(self, levels: clusters.Levels) -> clusters.Estimates | None:
+    def estimates_in(self, txn) -> clusters.Estimates | None:
+        """The estimates that choose access predicates (None: the static rule), read from
+        ``txn`` and decoded at their first use: for a wide schema they hold a sample of
+        every attribute, hundreds of MB as objects, which matching never needs."""
+        if self.estimates is UNREAD:
+            raw = read_encoded(txn, self.dbs["meta"], ESTIMATES)
+            self.estimates = None if raw is None else clusters.Estimates.decode(raw)
+        return self.estimates
+
+    def chooser(self, levels: clusters.Levels, txn) -> clusters.Estimates | None:
         """What chooses access predicates (``clusters.ordered``) where intervals post in
-        ``levels``: the estimates, or None for the static rule."""
+        ``levels`` (``estimates_in`` of ``txn``): the estimates, or None for the static
+        rule."""
         estimates, known, chooser = self._choosing
-        if estimates is not self.estimates or known is not levels:
-            chooser = None if self.estimates is None else self.estimates.with_levels(levels)
-            self._choosing = (self.estimates, levels, chooser)
+        found = self.estimates_in(txn)
+        if estimates is not found or known is not levels:
+            chooser = None if found is None else found.with_levels(levels)
+            self._choosing = (found, levels, chooser)
         return chooser
 
     def recluster(self, estimates: clusters.Estimates | None) -> None:

@@ -355,7 +355,9 @@ def test_a_bulk_build_stores_what_subscribing_stores(tmp_path):
                  for n in range(30)})
     bulk.build(tmp_path / "bulk", subs.items())
     with pbtree.open(tmp_path / "bulk", readonly=True) as built:
-        estimates = built.shards[0].estimates
+        shard = built.shards[0]
+        with shard.env.read() as txn:
+            estimates = shard.estimates_in(txn)
     with pbtree.create(tmp_path / "api") as ix:
         ix.subscribe_many(subs.items())
         ix.shards[0].recluster(estimates)

@@ -3,6 +3,7 @@ the oracle's however access predicates are chosen and entries come and go."""
 
 from __future__ import annotations
 
+import bisect
 import random
 
 import lmdb
@@ -18,6 +19,7 @@ from pbtree import bulk, clusters, config
 from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.ids import encode_id
+from pbtree.shard import UNREAD
 from storage.records import decode_rows, encode_rows, rows_key
 
 ATTRS = ["a", "b", "c", "d"]
@@ -145,6 +147,43 @@ def test_estimates_survive_their_encoding():
     assert found.estimate(("p", "in", (1,))) > found.estimate(("p", "in", (True,)))
     assert found.estimate(("p", "between", (1, 1))) > \
         found.estimate(("p", "between", (True, True)))
+
+
+def test_estimates_hold_each_sampled_payload_once():
+    """A sample keeps its repeats as counts, not as objects, and is the same sample: the
+    record it encodes, the shares and the levels of the repeated list it stands for."""
+    rng = random.Random(5)
+    events = [{"p": rng.choice([1, 2, 2, 3, 50, 50, 50]) + rng.random() * (n % 2),
+               "s": rng.choice("aab")} for n in range(3000)]
+    found = clusters.Estimates.of_events(events)
+    for _, families in found.attrs.values():
+        for sample in families.values():
+            listed = sample.repeated()
+            assert len(sample.keys) == len(set(listed)) and len(sample) == len(listed)
+            assert listed == sorted(listed)
+            for payload in {*listed, b"", b"\xff" * 9}:
+                assert sample.below(payload) == bisect.bisect_left(listed, payload)
+                assert sample.upto(payload) == bisect.bisect_right(listed, payload)
+            assert [sample.at(i) for i in range(len(listed))] == listed
+    again = clusters.Estimates.decode(found.encode())
+    assert again.encode() == found.encode()
+    assert again.levels_of(["p", "s"]).splits == found.levels_of(["p", "s"]).splits
+    with pytest.raises(CorruptIndexError, match="estimates are damaged"):
+        clusters.Estimates.decode(found.encode()[:-3])
+
+
+def test_a_matcher_never_reads_the_estimates(tmp_path):
+    """Only a write decodes the estimates (a wide schema's take hundreds of MB as objects):
+    a read-only matcher leaves them unread, and a writer reads them at its first write."""
+    bulk.build(tmp_path / "ix", [(n, f"a = {n % 7} and b > {n % 5}") for n in range(300)])
+    with pbtree.open(tmp_path / "ix", readonly=True) as ix:
+        assert ix.match({"a": 3, "b": 9})
+        assert ix.shards[0].estimates is UNREAD
+    with pbtree.open(tmp_path / "ix") as ix:
+        assert ix.shards[0].estimates is UNREAD
+        ix.subscribe(1000, "a = 3 and b > 0")
+        assert isinstance(ix.shards[0].estimates, clusters.Estimates)
+        assert 1000 in ix.match({"a": 3, "b": 9})
 
 
 def test_a_check_row_longer_than_a_byte_counts(tmp_path):

@@ -88,7 +88,7 @@ class ShardWrites:
         ``RecentWrites`` takes them."""
         owners, ordered = [], []
         levels = self.levels_in(txn)
-        chooser = self.chooser(levels)
+        chooser = self.chooser(levels, txn)
         for n, preds in enumerate(lists):
             for conj in conjunctions(preds):
                 owners.append(n)

@@ -432,6 +432,8 @@ def test_conventions(index: Path) -> None:
     assert run(status=2).stdout == ""
     assert "invalid choice" in run("frobnicate", status=2).stderr
     assert "unrecognized arguments" in run("stats", index, "--nope", status=2).stderr
+    assert "unrecognized arguments: x" in run("stats", index, "--", "x", status=2).stderr
+    assert run("get", index, 1, "--").stdout == run("get", index, 1).stdout  # the end of options
     assert run("create", "x", "--shards", "0", status=2).stderr.count("\n") == 1
     assert "already exists" in run("create", index, status=1).stderr
     assert "not a pbtree index" in run("stats", index / "shard-0000", status=1).stderr

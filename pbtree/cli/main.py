@@ -864,6 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.showwarning = _show_warning
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    if extra[-1:] == ["--"]:  # the end of the options, with nothing after: no argument
+        extra.pop()
     if not hasattr(args, "func"):
         parser.error("give a command: " + ", ".join(_commands(parser)))
     command = getattr(args, "command", PROG)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -64,26 +64,42 @@ def _open(path: str) -> pbtree.Index:
     return index
 
 
-def _seconds(nanoseconds: list) -> list:
-    """Nanoseconds since the epoch as seconds, each the double nearest to it."""
-    return [None if n is None else n / 1_000_000_000 for n in nanoseconds]
+def _seconds(value: object, kind: pa.DataType) -> object:
+    """A value Spark read from a column of the file's type ``kind`` with its nanosecond
+    timestamps as integers (``NANOS_AS_LONG``), with those as seconds since the epoch,
+    each the double nearest to it, inside structs and lists too."""
+    if value is None:
+        return None
+    if pa.types.is_timestamp(kind):
+        return value / 1_000_000_000 if kind.unit == "ns" else value
+    if pa.types.is_struct(kind):
+        return {**value, **{f.name: _seconds(value.get(f.name), f.type) for f in kind}}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+            pa.types.is_fixed_size_list(kind):
+        return [_seconds(v, kind.value_type) for v in value]
+    return value
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, nanos: frozenset[str] = frozenset()):
+                events_seen, nanos: Mapping[str, pa.DataType] | None = None,
+                row: str = ROW_NUMBER):
     """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
     ``events_seen`` is the accumulator counting the events matched. No row is a bad event:
-    a value no predicate can compare is absent (``pbtree.values``). ``nanos`` are the
-    columns of nanosecond timestamps, which Spark gives as integers."""
+    a value no predicate can compare is absent (``pbtree.values``), a null too. ``nanos``
+    are the columns holding nanosecond timestamps, which Spark gives as integers, with
+    their types in the file; ``row`` is the column of row numbers the job added, if any
+    (a label the events hold is matched too)."""
+    nanos = nanos or {}
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = _open(index_path)
         for batch in batches:
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
-            attrs = [name for name in names if name != ROW_NUMBER]  # the label is matched too
-            columns = [_seconds(batch.column(name).to_pylist()) if name in nanos
-                       else batch.column(name).to_pylist() for name in attrs]
-            events = [{a: v for a, v in zip(attrs, values, strict=True) if v is not None}
+            attrs = [name for name in names if name != row]
+            columns = [[_seconds(v, nanos[name]) for v in batch.column(name).to_pylist()]
+                       if name in nanos else batch.column(name).to_pylist() for name in attrs]
+            events = [dict(zip(attrs, values, strict=True))
                       for values in zip(*columns, strict=True)] if attrs else \
                 [{} for _ in range(batch.num_rows)]
             found = index.match_many(events)
@@ -103,15 +119,32 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
     return run
 
 
-def _nanosecond_columns(df) -> frozenset[str]:
-    """The columns of ``df`` that hold nanosecond timestamps in its first input file: Spark
-    has no type for them and reads them as the integer count (``NANOS_AS_LONG``)."""
+def _nanosecond_columns(df) -> dict[str, pa.DataType]:
+    """The columns of ``df`` that hold nanosecond timestamps in its first input file, alone
+    or inside structs and lists, with their types there: Spark has no type for them and
+    reads them as the integer count (``NANOS_AS_LONG``)."""
     files = df.inputFiles()
     if not files:
-        return frozenset()
-    schema = pq.read_schema(files[0])
-    return frozenset(f.name for f in schema
-                     if pa.types.is_timestamp(f.type) and f.type.unit == "ns")
+        return {}
+    return {f.name: f.type for f in pq.read_schema(files[0]) if _holds_nanos(f.type)}
+
+
+def _holds_nanos(kind: pa.DataType) -> bool:
+    if pa.types.is_timestamp(kind):
+        return kind.unit == "ns"
+    if pa.types.is_struct(kind):
+        return any(_holds_nanos(f.type) for f in kind)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+            pa.types.is_fixed_size_list(kind):
+        return _holds_nanos(kind.value_type)
+    return False
+
+
+def _unused(name: str, columns: list[str]) -> str:
+    """``name``, with underscores added until no column of the events has it."""
+    while name in columns:
+        name += "_"
+    return name
 
 
 def _rows(directory: str) -> int:
@@ -120,8 +153,9 @@ def _rows(directory: str) -> int:
                for f in glob.glob(os.path.join(directory, "*.parquet")))
 
 
-def _with_row_numbers(spark, df):
-    """``df`` plus its 0-based row number over the input files taken in path order."""
+def _with_row_numbers(spark, df, row: str):
+    """``df`` plus its 0-based row number over the input files taken in path order, as the
+    column ``row``."""
     from pyspark.sql import functions as F
 
     path, index = F.col("_metadata.file_path"), F.col("_metadata.row_index")
@@ -131,7 +165,7 @@ def _with_row_numbers(spark, df):
         offsets += [F.lit(name), F.lit(total)]
         total += count
     start = F.create_map(*offsets)[path] if offsets else F.lit(0)
-    return df.withColumn(ROW_NUMBER, (start + index).cast("long"))
+    return df.withColumn(row, (start + index).cast("long"))
 
 
 def check(index_path: str, events_path: str, output: str, force: bool) -> None:
@@ -158,14 +192,15 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")
+            row = _unused(ROW_NUMBER, df.columns)  # an event attribute may bear the name
             if event_id is None:
-                df, event_id = _with_row_numbers(spark, df), ROW_NUMBER
+                df, event_id = _with_row_numbers(spark, df, row), row
         event_type = df.schema[event_id].dataType
         schema = (f"{EVENT_ID} {event_type.simpleString()}, "
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
         seen = spark.sparkContext.accumulator(0)
         task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
-                           nanos)
+                           nanos, row)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
                 task_errors():

@@ -531,6 +531,27 @@ def test_match_batch_takes_every_column_type(spark, tmp_path):
     assert {k: sorted(v) for k, v in got.items()} == TYPED_EXPECTED
 
 
+def test_match_batch_reads_events_as_the_api_does(spark, tmp_path):
+    """Nanosecond timestamps inside lists and structs are times, a column named as the
+    job's row numbers is an attribute, and a null literal dotted column hides the nested
+    value: match-batch matches the rows of a file as the Python API does."""
+    t, ns = datetime.datetime(2020, 1, 1), pa.timestamp("ns")
+    table = pa.table({"lst": pa.array([[t], None], pa.list_(ns)),
+                      "s": pa.array([{"ts": t}, {"ts": None}], pa.struct([("ts", ns)])),
+                      match.ROW_NUMBER: [99, 7], "a.b": pa.array([None, 3], pa.int64()),
+                      "a": pa.array([{"b": 2}, {"b": 2}], pa.struct([("b", pa.int64())]))})
+    pq.write_table(table, tmp_path / "ev.parquet")
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(1, "lst < 2000000000"), (2, "s.ts < 2000000000"),
+                           (3, f"{match.ROW_NUMBER} = 99"), (5, "a.b = 2"), (6, "a.b = 3")])
+        want = ix.match_many(table.to_pylist())
+    match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"), str(tmp_path / "m"))
+    got: list[list] = [[] for _ in want]
+    for row in pq.read_table(tmp_path / "m").to_pylist():
+        got[row["event_id"]].append(row["subscription_id"])
+    assert [sorted(ids) for ids in got] == want == [[1, 2, 3], [6]]
+
+
 def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     pq.write_table(pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a > 1", "b = 'x'"]}),
                    tmp_path / "subs.parquet")

@@ -374,8 +374,14 @@ def start(master: str | None, conf: dict[str, str], app: str, dump_classes: bool
 @contextmanager
 def scratch_beside(output: str) -> Iterator[str]:
     """A scratch directory for a job's JVM beside its ``output`` (swept, like staging
-    directories, by the next job when a killed one left it), removed after the block."""
+    directories, by the next job when a killed one left it), removed after the block, and
+    so are the directories above it made for it if the job left them empty (it failed)."""
     target = os.path.abspath(output)
+    made = []  # the missing directories above the output, innermost first
+    above = os.path.dirname(target)
+    while not os.path.exists(above):
+        made.append(above)
+        above = os.path.dirname(above)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     sweep(os.path.dirname(target))
     path = hidden_dir(target, "scratch")
@@ -383,6 +389,11 @@ def scratch_beside(output: str) -> Iterator[str]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+        for directory in made:
+            try:
+                os.rmdir(directory)  # only when empty: a finished job's output is inside
+            except OSError:
+                break
 
 
 def read_parquet(spark, path: str):

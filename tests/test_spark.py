@@ -574,6 +574,10 @@ def test_cli_build_and_match_batch(spark, tmp_path, capsys):
     assert sorted(pq.read_table(tmp_path / "m").column("subscription_id").to_pylist()) == [1, 2, 3]
     assert cli.main(["build", "x", "-o", str(tmp_path / "y"), "--spark-conf", "nokey", "-q"]) == 1
     assert "key=value" in capsys.readouterr().err
+    # a job that fails leaves no directory it made for its output
+    assert cli.main(["build", str(tmp_path / "none*.parquet"), "-o",
+                     str(tmp_path / "new" / "deep" / "ix")]) == 1
+    assert "none*.parquet" in capsys.readouterr().err and not (tmp_path / "new").exists()
     # a rejects path on the output is refused before Spark starts, whatever --force says
     assert cli.main(["build", str(tmp_path / "subs.parquet"), "-o", out, "--rejects", out,
                      "--force"]) == 1

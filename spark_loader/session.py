@@ -398,11 +398,12 @@ def scratch_beside(output: str) -> Iterator[str]:
 
 def read_parquet(spark, path: str):
     """The DataFrame of a Parquet file, directory or glob; InputError when there is none."""
-    from pyspark.errors import AnalysisException
+    from pyspark.errors.exceptions.captured import CapturedException
 
     try:
         return spark.read.parquet(path)
-    except AnalysisException as exc:
+    except CapturedException as exc:  # AnalysisException; ArithmeticException for a type
+        # Spark cannot hold (a decimal of more than 38 digits); worded while the JVM lives
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{path}: cannot read the input as Parquet ({message})") from None
 

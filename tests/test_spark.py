@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import types
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +27,7 @@ from oracle import oracle_match
 from strategies import random_array_event, random_event, random_subscription
 
 import pbtree
+from pbtree import bulk
 from pbtree.cli import main as pbtree_cli
 from pbtree.config import NODE_BYTES
 from pbtree.expr import format_predicates, parse
@@ -550,6 +552,19 @@ def test_match_batch_reads_events_as_the_api_does(spark, tmp_path):
     for row in pq.read_table(tmp_path / "m").to_pylist():
         got[row["event_id"]].append(row["subscription_id"])
     assert [sorted(ids) for ids in got] == want == [[1, 2, 3], [6]]
+
+
+def test_match_batch_names_a_column_type_spark_cannot_hold(spark, tmp_path):
+    """A decimal of more than 38 digits, which Spark refuses with an ArithmeticException,
+    is an InputError saying so; nothing is written."""
+    bulk.build(tmp_path / "ix", [(4, "d > 5")])
+    pq.write_table(pa.table({"d": pa.array([Decimal(10**39)], pa.decimal256(40, 0))}),
+                   tmp_path / "ev.parquet")
+    with pytest.raises(session.InputError, match="ev.parquet: cannot read the input as "
+                                                 "Parquet .*precision 40"):
+        match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
+                  str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
 
 
 def test_cli_build_and_match_batch(spark, tmp_path, capsys):

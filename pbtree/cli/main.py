@@ -851,7 +851,10 @@ def _message(exc: BaseException) -> str:
         return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
     if isinstance(exc, KeyError | PbtreeError):
         return str(exc.args[0]) if exc.args else type(exc).__name__
-    return str(exc) or type(exc).__name__
+    try:
+        return str(exc) or type(exc).__name__
+    except Exception:  # a Spark error worded by its JVM, which has stopped
+        return type(exc).__name__
 
 
 def _show_warning(message: Warning | str, *_: object, **__: object) -> None:

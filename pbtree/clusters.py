@@ -32,6 +32,7 @@ from pbtree import config
 from pbtree.columns import grown
 from pbtree.errors import CorruptIndexError, EventError
 from pbtree.nested import flattened
+from pbtree.normalize import event_name
 from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled
 from pbtree.values import is_array, searched
 from storage.chunks import Chunks
@@ -55,17 +56,6 @@ TIE = 1e-9
 _pack = msgpack.Packer().pack
 _WORDS = np.dtype("<u4")
 _EMPTY = np.zeros(0, np.int64)
-
-
-def _named(attr: object) -> bool:
-    """Whether a subscription can name an event's attribute: a string of valid Unicode."""
-    if attr.__class__ is not str and not isinstance(attr, str):
-        return False
-    try:
-        attr.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def estimate(pred: Sequence) -> float:
@@ -257,7 +247,8 @@ class Estimates:
                 raise EventError(f"sample event {n}: an event is a mapping attribute -> "
                                  f"value, not {type(event).__name__}")
         return cls.of(len(events), ((attr, item, 1) for e in events
-                                    for attr, value in flattened(e).items() if _named(attr)
+                                    for attr, value in flattened(e).items()
+                                    if event_name(attr) is not None
                                     for item in (value if is_array(value) else (value,))))
 
     def with_levels(self, levels: Levels) -> Estimates:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pbtree.clusters import predicate_key
 from pbtree.errors import EventError
 from pbtree.nested import leaves
-from pbtree.normalize import MAX_ATTR_BYTES
+from pbtree.normalize import event_name
 from pbtree.read.version import Value
 from pbtree.values import is_array, searched
 from storage.keys import MAX_EXACT_INT, NUMBER, STRING
@@ -116,13 +116,6 @@ def _unequal_keys(attr: str, found: list[tuple[int, bytes, bool]]) -> list[bytes
 def _add(out: PreparedEvent, attr: object, found: tuple[int, bytes, bool]) -> None:
     """Append an event value searched as ``found`` under its attribute, if a subscription
     can name that attribute."""
-    if type(attr) is not str:
-        if not isinstance(attr, str):
-            return
-        attr = str(attr)
-    try:
-        name = attr.encode("utf-8")
-    except UnicodeEncodeError:
-        return
-    if 0 < len(name) <= MAX_ATTR_BYTES:
+    name = event_name(attr)
+    if name is not None:
         out.append((name, *found))

@@ -21,6 +21,21 @@ MAX_PREDICATES = 65534
 Expr = str | Sequence[tuple]
 
 
+def event_name(attr: object) -> bytes | None:
+    """An event attribute's name as subscriptions name it (UTF-8, 1 to MAX_ATTR_BYTES
+    bytes), or None when no subscription can: not a string, not valid Unicode, too long.
+    Matching and the estimates of sample events leave such attributes out."""
+    if type(attr) is not str:
+        if not isinstance(attr, str):
+            return None
+        attr = str(attr)
+    try:
+        name = attr.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return name if 0 < len(name) <= MAX_ATTR_BYTES else None
+
+
 def pair(n: int, item: object) -> tuple[object, object]:
     """Item ``n`` of a batch as (id, expression), or ExpressionError when it is no pair (a
     string is one value, not two)."""

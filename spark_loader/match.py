@@ -74,8 +74,7 @@ def _seconds(value: object, kind: pa.DataType) -> object:
         return value / 1_000_000_000 if kind.unit == "ns" else value
     if pa.types.is_struct(kind):
         return {**value, **{f.name: _seconds(value.get(f.name), f.type) for f in kind}}
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
-            pa.types.is_fixed_size_list(kind):
+    if _is_list(kind):
         return [_seconds(v, kind.value_type) for v in value]
     return value
 
@@ -134,10 +133,12 @@ def _holds_nanos(kind: pa.DataType) -> bool:
         return kind.unit == "ns"
     if pa.types.is_struct(kind):
         return any(_holds_nanos(f.type) for f in kind)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
-            pa.types.is_fixed_size_list(kind):
-        return _holds_nanos(kind.value_type)
-    return False
+    return _is_list(kind) and _holds_nanos(kind.value_type)
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+        pa.types.is_fixed_size_list(kind)
 
 
 def _unused(name: str, columns: list[str]) -> str:

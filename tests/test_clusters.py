@@ -20,6 +20,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.expr import parse
 from pbtree.ids import encode_id
 from pbtree.shard import UNREAD
+from pbtree.values import searched
 from storage.records import decode_rows, encode_rows, rows_key
 
 ATTRS = ["a", "b", "c", "d"]
@@ -156,11 +157,25 @@ def test_estimates_hold_each_sampled_payload_once():
     events = [{"p": rng.choice([1, 2, 2, 3, 50, 50, 50]) + rng.random() * (n % 2),
                "s": rng.choice("aab")} for n in range(3000)]
     found = clusters.Estimates.of_events(events)
-    for _, families in found.attrs.values():
-        for sample in families.values():
-            listed = sample.repeated()
+    counts: dict = {}
+    for event in events:  # the sample as a list with repeats, built apart: each payload
+        for attr, value in event.items():  # its share of SAMPLE_KEYS places
+            family, payload, _ = searched(value)
+            weights = counts.setdefault((attr, family), {})
+            weights[payload] = weights.get(payload, 0) + 1
+    for attr, (_, families) in found.attrs.items():
+        for family, sample in families.items():
+            weights = counts[(attr, family)]
+            keys, total = sorted(weights), sum(weights.values())
+            if len(keys) > config.SAMPLE_KEYS:  # then evenly spread over the weight
+                ends = np.cumsum([weights[key] for key in keys])
+                listed = [keys[i] for i in np.searchsorted(
+                    ends, np.linspace(0, total - 1, config.SAMPLE_KEYS), "right").tolist()]
+            else:
+                listed = [key for key in keys for _ in range(
+                    max(1, round(config.SAMPLE_KEYS * weights[key] / total)))]
+            assert sample.repeated() == listed and sample.total == total
             assert len(sample.keys) == len(set(listed)) and len(sample) == len(listed)
-            assert listed == sorted(listed)
             for payload in {*listed, b"", b"\xff" * 9}:
                 assert sample.below(payload) == bisect.bisect_left(listed, payload)
                 assert sample.upto(payload) == bisect.bisect_right(listed, payload)
@@ -168,6 +183,9 @@ def test_estimates_hold_each_sampled_payload_once():
     again = clusters.Estimates.decode(found.encode())
     assert again.encode() == found.encode()
     assert again.levels_of(["p", "s"]).splits == found.levels_of(["p", "s"]).splits
+    # attributes no subscription can name are left out, as matching leaves them
+    odd = clusters.Estimates.of_events([{"\ud800": 1, "x" * 401: 2, 5: 3, "a": 1}])
+    assert list(odd.attrs) == ["a"]
     with pytest.raises(CorruptIndexError, match="estimates are damaged"):
         clusters.Estimates.decode(found.encode()[:-3])
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree.errors import ExpressionError, shown
-from pbtree.values import datetime64_seconds, epoch_seconds
+from pbtree.values import DECIMAL_BEYOND, datetime64_seconds, epoch_seconds
 from storage.keys import (
     BOOL,
     MAX_CONST_BYTES,
@@ -90,11 +90,6 @@ KEYWORDS = frozenset(("and", "or", "not", "in", "between", "prefix", "true", "fa
 # values
 
 
-#: a Decimal with more digits before its point than this is beyond ±2^53 (so refused) or
-#: every double: never expanded to an int
-_DECIMAL_DIGITS = 309
-
-
 def _canon(value: object) -> object:
     """Canonical form of a constant, or ValueRejected (NaN, huge int, unsupported type)."""
     t = type(value)
@@ -119,7 +114,7 @@ def _canon(value: object) -> object:
     if isinstance(value, numbers.Integral):
         return _canon(int(value))
     if isinstance(value, Decimal):  # no numbers.Real, though Parquet's decimals are these
-        if value.is_finite() and value.adjusted() < _DECIMAL_DIGITS and \
+        if value.is_finite() and value.adjusted() < DECIMAL_BEYOND and \
                 value == value.to_integral_value():
             return _canon(int(value))
         near = math.nan if value.is_nan() else float(value)  # a signalling NaN too

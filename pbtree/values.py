@@ -32,8 +32,9 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _EPOCH_DAY = _EPOCH.date().toordinal()
 #: an integer beyond every double (the largest is below 2^1024)
 _BEYOND = 2**1024
-#: a Decimal whose adjusted exponent is at least this is beyond every double
-_DECIMAL_BEYOND = 309
+#: a Decimal whose adjusted exponent is at least this is beyond every double (never
+#: expanded to an int: its exponent may be huge)
+DECIMAL_BEYOND = 309
 
 
 def searched(value: object) -> Searched | None:
@@ -96,7 +97,7 @@ def _decimal(value: Decimal) -> Searched | None:
         return None
     if value.is_infinite():
         return NUMBER, number_payload(float(value)), True
-    if value.adjusted() >= _DECIMAL_BEYOND:  # so huge an exponent is never expanded
+    if value.adjusted() >= DECIMAL_BEYOND:  # so huge an exponent is never expanded
         return _integer(_BEYOND if value > 0 else -_BEYOND)
     if value == value.to_integral_value():
         return _integer(int(value))

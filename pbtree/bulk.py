@@ -35,7 +35,7 @@ from pbtree.write.wholetree import Record, Spilled, TreeBuilder, TreeRecords
 from storage import sidset
 from storage.keys import const_payload, tree_prefix
 from storage.lists import is_packed
-from storage.meta import CONJUNCTIONS, ESTIMATES, LEVELS, write_counter, write_encoded
+from storage.meta import CONJUNCTIONS, LEVELS, write_counter, write_encoded
 from storage.overflow import NEXT_SET, SET_ID, capacity, chunk_items
 from storage.records import (
     PREDS,
@@ -269,7 +269,7 @@ def build_shard(path: str, subs: Iterable[Sub] | Columns, *, node_bytes: int = c
                 write_counter(txn, meta, b"next_node", next_node)
                 write_counter(txn, meta, b"next_attr", next_attr)
                 write_counter(txn, meta, NEXT_SET, len(records.by_db["overflow"]))
-                write_encoded(txn, meta, ESTIMATES, estimates.encode())
+                clusters.store_estimates(txn, shard.dbs, estimates)
                 write_encoded(txn, meta, LEVELS,
                               estimates.levels.encode() if estimates.levels else None)
                 write_counter(txn, meta, CONJUNCTIONS, len(ordered))

@@ -52,7 +52,7 @@ class Scores:
         self.node = np.full(len(preds), -1, dtype=np.int64)
         self.levels = clusters.NO_LEVELS
         if estimates is not None and interval.size:
-            self.levels = estimates.levels_of(estimates.attrs)
+            self.levels = estimates.levels_of(cols.attrs)
             inside = [preds[i] for i in interval.tolist()]
             self.levelled = self.flat.copy()
             self.levelled[interval] = self._estimated(

@@ -20,6 +20,7 @@ of the rows, then the u4 sids they list. Matching reads them where they lie in L
 from __future__ import annotations
 
 import io
+import os
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import accumulate
@@ -33,15 +34,18 @@ from pbtree.columns import grown
 from pbtree.errors import CorruptIndexError, EventError
 from pbtree.nested import flattened
 from pbtree.normalize import event_name
-from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled
+from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled, name_bytes
 from pbtree.values import is_array, searched
 from storage.chunks import Chunks
 from storage.keys import const_payload
+from storage.meta import ESTIMATES, write_encoded
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
 from storage.span import Span
 
 #: the rows database (the predicate entries' is ``storage.records.PREDS``)
 DB = "rows"
+#: the database of the estimates' samples, a record per attribute (``store_estimates``)
+SAMPLES = "samples"
 #: what the ``kinds`` column holds per sid: a free sid, a subscription, a predicate entry,
 #: an interval entry (a predicate entry of ``between`` or ``prefix``, posted as its two
 #: bounds: it holds for a value that hits it twice)
@@ -171,14 +175,76 @@ class Sample:
         """The payload at ``place`` of the sample, repeats counted."""
         return self.keys[bisect_right(self.ends, place)]
 
-    def repeated(self) -> list[bytes]:
-        """The sample with its repeats, as the estimates record holds it."""
-        out: list[bytes] = []
-        start = 0
-        for key, end in zip(self.keys, self.ends, strict=True):
-            out += [key] * (end - start)
-            start = end
-        return out
+    def counts(self) -> list[int]:
+        """How many of the sample each payload of ``keys`` is."""
+        return [end - start for start, end in zip([0, *self.ends[:-1]], self.ends, strict=True)]
+
+
+def _attr_record(count: int, families: Mapping[int, Sample]) -> list:
+    """An attribute's estimates as MessagePack holds them: how many samples hold it, and
+    per family its sample's total, distinct payloads and how many of the sample each is."""
+    return [count, {family: [sample.total, sample.keys, sample.counts()]
+                    for family, sample in families.items()}]
+
+
+def _attr_of(record: list) -> tuple[int, dict[int, Sample]]:
+    """The (count, families) of an ``_attr_record``."""
+    count, families = record
+    found = {}
+    for family, (total, keys, counts) in families.items():
+        if len(keys) != len(counts) or any(n < 1 for n in counts) or keys != sorted(keys):
+            raise ValueError(f"a sample of family {family} is not sorted payloads and counts")
+        found[int(family)] = Sample(total, keys, list(accumulate(counts)))
+    return int(count), found
+
+
+class StoredSamples(Mapping):
+    """A shard's estimates per attribute, each read from its record in the ``samples``
+    database at its first use, in the transaction ``bind`` gave: a write reads those of its
+    own subscriptions' attributes, not the thousands of a wide schema."""
+
+    def __init__(self, db: lmdb._Database) -> None:
+        self.db, self.txn = db, None
+        self._read: dict[str, tuple[int, dict[int, Sample]] | None] = {}
+
+    def bind(self, txn: lmdb.Transaction) -> None:
+        """Read the records not read yet in ``txn`` (the write running)."""
+        self.txn = txn
+
+    def __getitem__(self, attr: str) -> tuple[int, dict[int, Sample]]:
+        if attr not in self._read:
+            raw = self.txn.get(name_bytes(attr), db=self.db)
+            try:
+                self._read[attr] = None if raw is None else \
+                    _attr_of(msgpack.unpackb(raw, strict_map_key=False))
+            except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+                raise CorruptIndexError(f"the stored selectivity estimates of attribute "
+                                        f"{attr!r} are damaged ({exc})") from None
+        found = self._read[attr]
+        if found is None:
+            raise KeyError(attr)
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        for key in self.txn.cursor(db=self.db).iternext(values=False):
+            yield bytes(key).decode("utf-8", "surrogateescape")
+
+    def __len__(self) -> int:
+        return self.txn.stat(self.db)["entries"]
+
+
+def store_estimates(txn: lmdb.Transaction, dbs: Mapping, estimates: Estimates | None) -> None:
+    """Keep ``estimates`` as the shard's (None: the static rule): the number of samples and
+    a token new with every store, which tells a writer that holds them read that they
+    changed, in the meta record ESTIMATES; each attribute's in a record of ``samples``."""
+    txn.drop(dbs[SAMPLES], delete=False)
+    if estimates is None:
+        write_encoded(txn, dbs["meta"], ESTIMATES, None)
+        return
+    for attr in sorted(estimates.attrs, key=name_bytes):
+        txn.put(name_bytes(attr), msgpack.packb(_attr_record(*estimates.attrs[attr])),
+                db=dbs[SAMPLES])
+    write_encoded(txn, dbs["meta"], ESTIMATES, msgpack.packb([estimates.n, os.urandom(8)]))
 
 
 class Estimates:
@@ -256,14 +322,26 @@ class Estimates:
         return Estimates(self.n, self.attrs, levels)
 
     def encode(self) -> bytes:
-        return msgpack.packb([self.n, {a: [c, {f: [v.total, v.repeated()]
-                                               for f, v in fams.items()}]
-                                       for a, (c, fams) in self.attrs.items()}])
+        """All of these estimates in one value (``decode``), as a Spark build hands them to
+        its shards; a shard keeps them with ``store``."""
+        return msgpack.packb([self.n, {attr: _attr_record(*found)
+                                       for attr, found in self.attrs.items()}])
 
     @classmethod
     def decode(cls, raw: bytes) -> Estimates:
-        """The estimates ``encode`` wrote, read one family's sample at a time: a wide
-        schema's record holds millions of repeated payloads, never all decoded at once."""
+        """The estimates ``encode`` wrote."""
+        try:
+            n, attrs = msgpack.unpackb(raw, strict_map_key=False)
+            return cls(n, {attr: _attr_of(found) for attr, found in attrs.items()})
+        except (ValueError, TypeError, KeyError, AttributeError,
+                msgpack.UnpackException) as exc:
+            raise CorruptIndexError(f"the selectivity estimates are damaged ({exc})") from None
+
+    @classmethod
+    def decode_repeated(cls, raw: bytes) -> Estimates:
+        """The estimates of a shard of format version 14 or older, one meta record holding
+        each sample with its repeats, read one family at a time (a wide schema's holds
+        millions of payloads): for the upgrade that stores them as ``store`` does."""
         try:
             unpacker = msgpack.Unpacker(io.BytesIO(raw), strict_map_key=False)
             if unpacker.read_array_header() != 2:
@@ -283,6 +361,17 @@ class Estimates:
                 attrs[attr] = (count, families)
             return cls(n, attrs)
         except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            raise CorruptIndexError(f"the stored selectivity estimates are damaged ({exc})") \
+                from None
+
+    @classmethod
+    def stored(cls, header: bytes, samples: lmdb._Database) -> Estimates:
+        """A shard's estimates (``store``), given its ESTIMATES meta record: each
+        attribute's sample is read from ``samples`` at its first use (``StoredSamples``)."""
+        try:
+            n, _ = msgpack.unpackb(header)
+            return cls(int(n), StoredSamples(samples))
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
             raise CorruptIndexError(f"the stored selectivity estimates are damaged ({exc})") \
                 from None
 

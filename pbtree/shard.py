@@ -48,7 +48,7 @@ from storage.meta import (
 from storage.records import PREDICATE_ID, PREDS, sid_records
 
 DB_NAMES = ("meta", "attrs", "trees", "leaf", "nodes", "overflow", "subs", "ids", "kinds",
-            "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, PREDS)
+            "intids", "chunks", "staged", "dead", strids.DB, clusters.DB, PREDS, clusters.SAMPLES)
 FORMAT = b"pbtree-shard"
 #: 2: overflow SidSets stored in chunks; 3: pending subscriptions; 4: packed trees;
 #: 5: deltas of PB+trees; 6: staged postings; 7: removed subscriptions' postings kept;
@@ -60,15 +60,17 @@ FORMAT = b"pbtree-shard"
 #: under its attribute's ELEMENTS name, searched by array elements only; 12: no deltas: a
 #: write's postings for a PB+tree are inserted into it; 13: interval levels (an interval
 #: access predicate's record names its node; the meta record levels holds the splits);
-#: 14: an interval inside a gap between two splits posts its lower bound at the gap
-VERSION = 14
+#: 14: an interval inside a gap between two splits posts its lower bound at the gap; 15:
+#: the estimates' samples in a record per attribute (``samples``), read as a write needs them
+VERSION = 15
 #: the state of ``Shard.estimates`` until a write reads them
 UNREAD = object()
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
-UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
 #: the version that brought each database a shard of an older one lacks
-ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9}
+ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9,
+         clusters.SAMPLES: 15}
 #: the databases an upgrade to this version writes anew (``Shard._rewrite``)
 _REWRITTEN = ("trees", "leaf", "nodes", "overflow", "chunks", "subs", "ids", "kinds",
               "intids", "staged", "dead", strids.DB, clusters.DB, PREDS)
@@ -109,6 +111,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             raise FormatVersionError(
                 f"{path}: shard format version {version} is older than this pbtree reads "
                 f"(version {VERSION}); open it for writing once, or run pbtree upgrade")
+        one_record = clusters.SAMPLES in self.env.missing  # the estimates, before version 15
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
             self.env.add_missing()
@@ -134,9 +137,15 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         #: what chooses access predicates (``clusters.ordered``): None for the static rule;
         #: ``UNREAD`` until a write needs them (``estimates_in``): a matcher never does
         self.estimates: clusters.Estimates | None | object = UNREAD
+        self._estimates_read: bytes | None = None  # the ESTIMATES record they were read by
         if version != VERSION:  # older readers must not see what is new
             def upgrade(txn) -> None:
-                self._rewrite(txn)
+                raw = read_encoded(txn, meta, ESTIMATES)
+                if one_record and raw is not None:
+                    clusters.store_estimates(txn, self.dbs,
+                                             clusters.Estimates.decode_repeated(raw))
+                if version < 14:  # what 14 stores differently from 15 is the estimates only
+                    self._rewrite(txn)
                 write_version(txn, meta, VERSION)
             self.env.write(upgrade)
         idle.watch(self)
@@ -180,12 +189,16 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         return self._levels[1]
 
     def estimates_in(self, txn) -> clusters.Estimates | None:
-        """The estimates that choose access predicates (None: the static rule), read from
-        ``txn`` and decoded at their first use: for a wide schema they hold a sample of
-        every attribute, hundreds of MB as objects, which matching never needs."""
-        if self.estimates is UNREAD:
-            raw = read_encoded(txn, self.dbs["meta"], ESTIMATES)
-            self.estimates = None if raw is None else clusters.Estimates.decode(raw)
+        """The estimates that choose access predicates (None: the static rule) as ``txn``
+        sees them (another process's recluster may have changed them), each attribute's
+        read at its first use (``clusters.StoredSamples``): matching never needs them."""
+        raw = read_encoded(txn, self.dbs["meta"], ESTIMATES)
+        if self.estimates is UNREAD or raw != self._estimates_read:
+            self.estimates = None if raw is None else \
+                clusters.Estimates.stored(raw, self.dbs[clusters.SAMPLES])
+            self._estimates_read = raw
+        if self.estimates is not None:
+            self.estimates.attrs.bind(txn)
         return self.estimates
 
     def chooser(self, levels: clusters.Levels, txn) -> clusters.Estimates | None:
@@ -203,19 +216,13 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         """Choose every subscription's access predicate anew by ``estimates`` (kept for
         the subscriptions to come; None: the static rule), in one transaction."""
         def apply(txn) -> None:
-            write_encoded(txn, self.dbs["meta"], ESTIMATES, None if estimates is None else
-                            estimates.encode())
+            clusters.store_estimates(txn, self.dbs, estimates)
             self._rewrite(txn)
 
         with self._lock:
             self._release(keep=False)
             self._recent.clear()
-            old, self.estimates = self.estimates, estimates
-            try:
-                self.env.write(apply, self._release)
-            except BaseException:
-                self.estimates = old
-                raise
+            self.env.write(apply, self._release)
             self._cache = Snapshot()
 
     def sync(self) -> None:

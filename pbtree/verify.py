@@ -30,7 +30,15 @@ from storage.lists import (
     is_packed,
     tree_sentinels,
 )
-from storage.meta import CONJUNCTIONS, LEVELS, read_counter, read_encoded, read_folded, read_merged
+from storage.meta import (
+    CONJUNCTIONS,
+    ESTIMATES,
+    LEVELS,
+    read_counter,
+    read_encoded,
+    read_folded,
+    read_merged,
+)
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, Reader, capacity, inline_max
 from storage.packed import Packed
 from storage.records import (
@@ -462,8 +470,24 @@ class _Checker:
                 self.fail(f"{what}: attribute {name!r} has no id")
             into[(tree_prefix(attrs[name], family), kind, payload)].append(sid)
 
+    def estimates(self) -> None:
+        """The estimates' meta record and every sample record decode; no sample without
+        the meta record."""
+        raw = read_encoded(self.txn, self.dbs["meta"], ESTIMATES)
+        if raw is None:
+            if self.txn.stat(self.dbs[clusters.SAMPLES])["entries"]:
+                self.fail("estimates samples are stored without the estimates record")
+            return
+        samples = clusters.Estimates.stored(raw, self.dbs[clusters.SAMPLES]).attrs
+        samples.bind(self.txn)
+        for attr in samples:
+            count, families = samples[attr]
+            if count < 1 or not families:
+                self.fail(f"the estimates of attribute {attr!r} hold no sample")
+
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs
+        self.estimates()
         expected = self.subscriptions()
         trees = {}
         for prefix, raw in self.pages.all_trees():

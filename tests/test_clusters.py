@@ -4,15 +4,18 @@ the oracle's however access predicates are chosen and entries come and go."""
 from __future__ import annotations
 
 import bisect
+import multiprocessing
 import random
 
 import lmdb
+import msgpack
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
 from strategies import random_array_event, random_event, random_subscription
+from upgrades import stamped, upgraded
 
 import pbtree
 from pbtree import bulk, clusters, config
@@ -174,7 +177,9 @@ def test_estimates_hold_each_sampled_payload_once():
             else:
                 listed = [key for key in keys for _ in range(
                     max(1, round(config.SAMPLE_KEYS * weights[key] / total)))]
-            assert sample.repeated() == listed and sample.total == total
+            expanded = [key for key, n in zip(sample.keys, sample.counts(), strict=True)
+                        for _ in range(n)]
+            assert expanded == listed and sample.total == total
             assert len(sample.keys) == len(set(listed)) and len(sample) == len(listed)
             for payload in {*listed, b"", b"\xff" * 9}:
                 assert sample.below(payload) == bisect.bisect_left(listed, payload)
@@ -202,6 +207,104 @@ def test_a_matcher_never_reads_the_estimates(tmp_path):
         ix.subscribe(1000, "a = 3 and b > 0")
         assert isinstance(ix.shards[0].estimates, clusters.Estimates)
         assert 1000 in ix.match({"a": 3, "b": 9})
+
+
+PREDS = [("a3", "=", 4), ("a3", "<", 6), ("a7", ">=", 2), ("a7", "!=", 1),
+         ("a3", "in", (1, 2)), ("zz", "=", 1)]
+
+
+def _sampled(path, n_attrs: int = 30) -> list[dict]:
+    """Bulk-build an index by a sample of events over ``n_attrs`` attributes; the sample."""
+    rng = random.Random(3)
+    sample = [{f"a{i}": rng.randrange(10) for i in range(n_attrs)} for _ in range(40)]
+    bulk.build(path, [(n, f"a{n % n_attrs} = {n % 10} and a{(n + 1) % n_attrs} < 5")
+                      for n in range(200)], sample=sample)
+    return sample
+
+
+def test_a_write_reads_the_samples_of_its_own_attributes_only(tmp_path):
+    """The estimates are a record per attribute: a write reads those its subscriptions
+    name, and they estimate as the sample they were made from."""
+    sample = _sampled(tmp_path / "ix")
+    expected = clusters.Estimates.of_events(sample)
+    with pbtree.open(tmp_path / "ix") as ix:
+        ix.subscribe(1000, "a3 = 1 and a7 > 2")
+        shard = ix.shards[0]
+        assert set(shard.estimates.attrs._read) == {"a3", "a7"}
+        with shard.read() as txn:
+            stored = shard.estimates_in(txn)
+            assert len(stored.attrs) == 30 and sorted(stored.attrs) == sorted(expected.attrs)
+            for pred in PREDS:
+                assert stored.estimate(pred) == expected.estimate(pred)
+        assert ix.verify()["ok"]
+
+
+def _recluster_elsewhere(path: str) -> None:
+    """Another process: recluster by a sample in which ``a = 1`` nearly always holds."""
+    with pbtree.open(path) as ix:
+        ix.recluster([{"a": 1, "b": 50 + n} for n in range(20)])
+
+
+def test_a_writer_follows_the_estimates_another_process_stored(tmp_path):
+    """A writer that read the shard's estimates (none: the static rule) chooses by those
+    another process's recluster stored since."""
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe(1, "a = 1 and b < 3")
+        assert _access(ix, 1) == ("a", "=", 1)
+        child = multiprocessing.get_context("spawn").Process(
+            target=_recluster_elsewhere, args=(str(path),))
+        child.start()
+        child.join()
+        assert child.exitcode == 0
+        ix.subscribe(2, "a = 1 and b < 4")
+        assert _access(ix, 2) == ("b", "<", 4)
+        assert ix.match({"a": 1, "b": 2}) == [1, 2]
+
+
+def _repeated(estimates: clusters.Estimates) -> bytes:
+    """The estimates as a shard of version 14 held them: one record, each sample with its
+    repeats."""
+    return msgpack.packb([estimates.n, {
+        attr: [count, {family: [s.total, [key for key, n in zip(s.keys, s.counts(), strict=True)
+                                          for _ in range(n)]]
+                       for family, s in families.items()}]
+        for attr, (count, families) in estimates.attrs.items()}])
+
+
+def test_a_version_14_shard_keeps_its_estimates(tmp_path):
+    """Version 14 kept the estimates in one meta record: opening such a shard for writes
+    stores them a record per attribute, the same estimates."""
+    path = tmp_path / "ix"
+    expected = clusters.Estimates.of_events(_sampled(path))
+
+    def one_record(env, txn) -> None:
+        txn.put(b"estimates", _repeated(expected), db=env.open_db(b"meta", txn=txn))
+        txn.drop(env.open_db(b"samples", txn=txn), delete=True)
+
+    stamped(path, 14, one_record)
+    with upgraded(path, 14) as ix:
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            stored = shard.estimates_in(txn)
+            assert isinstance(stored.attrs, clusters.StoredSamples) and len(stored.attrs) == 30
+            for pred in PREDS:
+                assert stored.estimate(pred) == expected.estimate(pred)
+        ix.subscribe(1000, "a3 = 1 and a7 > 2")
+        assert ix.match({"a3": 1, "a7": 3}) == [1000] and ix.verify()["ok"]
+
+
+def test_a_damaged_sample_is_named_and_the_write_changes_nothing(tmp_path):
+    sample = _sampled(tmp_path / "ix")
+    env = lmdb.open(str(tmp_path / "ix" / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        txn.put(b"a3", b"\x92\x01", db=env.open_db(b"samples", txn=txn))
+    env.close()
+    with pbtree.open(tmp_path / "ix") as ix:
+        before = ix.match(sample[0])
+        with pytest.raises(CorruptIndexError, match="estimates of attribute 'a3' are damaged"):
+            ix.subscribe(1000, "a3 = 1 and a7 > 2")
+        assert 1000 not in ix and ix.match(sample[0]) == before
 
 
 def test_a_check_row_longer_than_a_byte_counts(tmp_path):

@@ -20,6 +20,7 @@ import pbtree
 from pbtree import bulk, clusters, config
 from pbtree.clustercolumns import Scores, paying_levels
 from pbtree.expr import parse
+from pbtree.shard import VERSION
 from pbtree.subs import GAP, LEVEL, level_of, levelled, posted
 from pbtree.subtable import Columns
 from storage.keys import const_payload
@@ -185,7 +186,8 @@ def test_a_version_12_shard_is_upgraded_to_levels(tmp_path, monkeypatch):
             assert ix.match(event) == oracle_match(model, event)
     env = lmdb.open(str(path / "shard-0000"), max_dbs=32, readonly=True, lock=False)
     with env.begin() as txn:
-        assert txn.get(b"version", db=env.open_db(b"meta", txn=txn)) == (14).to_bytes(4, "little")
+        version = txn.get(b"version", db=env.open_db(b"meta", txn=txn))
+        assert version == VERSION.to_bytes(4, "little")
     env.close()
 
 

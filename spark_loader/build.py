@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pbtree import bulk, config, layouts
 from pbtree.arrowparse import filled
@@ -29,6 +30,7 @@ from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
     REASON,
     close_rejects,
+    input_path,
     read_parquet,
     safe_columns,
     task_errors,
@@ -87,10 +89,13 @@ class BuildResult:
 
 
 def _shard_column(id_type: pa.DataType):
-    """Spark column: the shard of each row's id, exactly ``shard_of(encode_id(id), K)`` mod K."""
+    """Spark column: the shard of each row's id, exactly ``shard_of(encode_id(id), K)`` mod K.
+    ``id_type`` is the file's: a uint64 id past 2^63 - 1, no id, has none (shard 0 rejects it)."""
     from pyspark.sql import functions as F
 
     col = F.col("id")
+    if id_type == pa.uint64():  # Spark reads it as decimal(20, 0)
+        col = F.when(col <= F.lit(2**63 - 1), col.cast("bigint"))
     if pa.types.is_integer(id_type):
         key = F.concat(F.lit(b"i"), F.unhex(F.lpad(F.hex(col.cast("bigint")), 16, "0")))
     else:
@@ -98,12 +103,14 @@ def _shard_column(id_type: pa.DataType):
     return F.crc32(key)
 
 
-def _route_task(columns: list[str], staging: str, shards: int):
+def _route_task(staging: str, shards: int, names: list[str], own: dict[str, pa.DataType]):
     """The route job's mapInArrow function: one input partition -> one Arrow file per shard.
 
     Files are written whole under a name of their own task attempt and renamed, so a
     retried or speculative attempt replaces its partition's output with identical rows.
-    Rows without a shard (null id) go to shard 0 to be rejected there.
+    Rows without a shard (null id) go to shard 0 to be rejected there. The input's
+    columns ``names``, then the shard, come in; those in ``own`` go out cast back to their
+    types in the files (``_file_types``).
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -111,7 +118,6 @@ def _route_task(columns: list[str], staging: str, shards: int):
 
         task = TaskContext.get()
         part, tmp = task.partitionId(), f".{task.taskAttemptId()}.tmp"
-        names = columns[:-1]
         writers: dict[int, tuple[str, pa.ipc.RecordBatchFileWriter]] = {}
         rows = 0
         try:
@@ -119,7 +125,10 @@ def _route_task(columns: list[str], staging: str, shards: int):
                 rows += batch.num_rows
                 shard = filled(batch.column(len(names)), 0).astype(np.int64)
                 order = np.argsort(shard, kind="stable")
-                batch = pa.RecordBatch.from_arrays(batch.columns[:-1], names=names)
+                batch = pa.RecordBatch.from_arrays(
+                    [column.cast(own[name]) if name in own else column
+                     for name, column in zip(names, batch.columns[:-1], strict=True)],
+                    names=names)
                 batch = batch.take(pa.array(order))
                 bounds = np.searchsorted(shard[order], np.arange(shards + 1))
                 for number in np.flatnonzero(np.diff(bounds)).tolist():
@@ -215,6 +224,16 @@ def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
     write_part(bad, directory, f"part-{part:05d}.parquet", tmp)
 
 
+def _file_types(df) -> dict[str, pa.DataType]:
+    """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0),
+    with their types in its first file (by path). Layouts are checked, and rows parsed and
+    rejected, in the file's types, as ``pbtree subscribe --file`` does."""
+    files = sorted(map(input_path, df.inputFiles()))
+    if not files:
+        return {}
+    return {f.name: f.type for f in pq.read_schema(files[0]) if f.type == pa.uint64()}
+
+
 def check(opts: BuildOptions) -> None:
     """Refuse a build before it starts (the CLI calls this before starting Spark)."""
     check_layout(1 if opts.shards is None else opts.shards, opts.node_bytes)
@@ -232,7 +251,9 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
     try:
         with timings.stage("read"):
             df = read_parquet(spark, opts.input)
-            schema = to_arrow_schema(df.schema)
+            own = _file_types(df)
+            schema = pa.schema([f.with_type(own.get(f.name, f.type))
+                                for f in to_arrow_schema(df.schema)])
             try:
                 layout = layouts.detect(schema)
             except layouts.LayoutError as exc:
@@ -242,7 +263,7 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         result = BuildResult(layout, shards, timings=timings)
         shard = (_shard_column(schema.field("id").type) % shards).cast("int")
         rows = safe_columns(df.withColumn(SHARD, shard))
-        route = _route_task([*df.columns, SHARD], index.path, shards)
+        route = _route_task(index.path, shards, df.columns, own)
         with timings.stage("route"), timings.watch(spark, "route"), task_errors():
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,

@@ -13,6 +13,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -394,6 +395,13 @@ def scratch_beside(output: str) -> Iterator[str]:
                 os.rmdir(directory)  # only when empty: a finished job's output is inside
             except OSError:
                 break
+
+
+def input_path(uri: str) -> str:
+    """A file Spark names by URI (``file:///a%20b``) as its local path (``/a b``), which
+    pyarrow opens and people read; a URI of another scheme as it is."""
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
 def read_parquet(spark, path: str):

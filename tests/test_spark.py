@@ -259,6 +259,36 @@ def test_a_value_type_no_family_accepts_is_rejected(spark, tmp_path):
         _build(spark, tmp_path / "bytes.parquet", tmp_path / "ix", shards=1)
 
 
+def test_uint64_ids_are_ids_as_subscribe_file_takes_them(spark, tmp_path):
+    """Spark reads a uint64 column as decimal(20, 0); build takes its ids as ``pbtree
+    subscribe --file`` does: those up to 2^63 - 1 are integer ids (in their shards), the
+    larger ones rejected as the API words it, kept as the file's uint64."""
+    ids = [0, 7, 2**63 - 1, 2**63, 2**64 - 1]
+    pq.write_table(pa.table({"id": pa.array(ids, pa.uint64()),
+                             "expr": [f"a = {n}" for n in range(5)]}), tmp_path / "u.parquet")
+    pq.write_table(pa.table({"id": pa.array(ids[:3], pa.uint64()),
+                             "expr": [f"a = {n}" for n in range(3)]}), tmp_path / "ok.parquet")
+    with pytest.raises(build.BadRowsError,
+                       match=r"2 of 5 input rows .* integer id 9223372036854775808 is outside"):
+        _build(spark, tmp_path / "u.parquet", tmp_path / "ix", shards=3)
+    result = _build(spark, tmp_path / "u.parquet", tmp_path / "ix", shards=3,
+                    rejects=str(tmp_path / "rej"))
+    assert (result.rows, result.subscriptions, result.rejected) == (5, 3, 2)
+    rejects = pq.read_table(tmp_path / "rej")
+    assert rejects.schema.field("id").type == pa.uint64()
+    assert sorted(rejects.select(["id", "reason"]).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": n, "reason": f"integer id {n} is outside -(2^63 - 1) .. 2^63 - 1"}
+        for n in ids[3:]]
+    pbtree_cli.main(["create", str(tmp_path / "api"), "--shards", "3", "-q"])
+    assert pbtree_cli.main(["subscribe", str(tmp_path / "api"), "--file",
+                            str(tmp_path / "ok.parquet"), "-q"]) == 0
+    with pbtree.open(tmp_path / "ix") as built, pbtree.open(tmp_path / "api") as api:
+        assert built.verify()["ok"]
+        assert sorted(built) == sorted(api) == ids[:3]
+        assert [built.get(i) for i in ids[:3]] == [api.get(i) for i in ids[:3]]
+        assert built.match({"a": 2}) == [2**63 - 1]
+
+
 def test_dates_in_the_predicate_layout_are_seconds_since_the_epoch(spark, tmp_path):
     """As a date is in an event (``pbtree.values``) and in a tuple-form subscription."""
     table = pa.table({"id": ["d1", "d2"], "attr": ["day", "day"], "op": ["=", ">"],

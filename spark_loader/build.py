@@ -28,8 +28,10 @@ from pbtree.errors import PbtreeError
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
+    NANOS_AS_LONG,
     REASON,
     close_rejects,
+    holds_nanos,
     input_path,
     read_parquet,
     safe_columns,
@@ -225,13 +227,15 @@ def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
 
 
 def _file_types(df) -> dict[str, pa.DataType]:
-    """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0),
-    with their types in its first file (by path). Layouts are checked, and rows parsed and
-    rejected, in the file's types, as ``pbtree subscribe --file`` does."""
+    """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0)
+    and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in its
+    first file (by path). Layouts are checked, and rows parsed and rejected, in the file's
+    types, as ``pbtree subscribe --file`` does."""
     files = sorted(map(input_path, df.inputFiles()))
     if not files:
         return {}
-    return {f.name: f.type for f in pq.read_schema(files[0]) if f.type == pa.uint64()}
+    return {f.name: f.type for f in pq.read_schema(files[0])
+            if f.type == pa.uint64() or holds_nanos(f.type)}
 
 
 def check(opts: BuildOptions) -> None:
@@ -250,6 +254,7 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
     index, rejects = stage_outputs(opts.output, opts.rejects, opts.force)
     try:
         with timings.stage("read"):
+            spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, opts.input)
             own = _file_types(df)
             schema = pa.schema([f.with_type(own.get(f.name, f.type))

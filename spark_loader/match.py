@@ -19,12 +19,18 @@ from pbtree.errors import PbtreeError
 from pbtree.layouts import subscription_id_type
 from pbtree.manifest import MANIFEST
 from pbtree.outputs import Staging, check_outputs
-from spark_loader.session import InputError, read_parquet, safe_columns, task_errors
+from spark_loader.session import (
+    NANOS_AS_LONG,
+    InputError,
+    holds_nanos,
+    is_list,
+    read_parquet,
+    safe_columns,
+    task_errors,
+)
 from spark_loader.timings import Timings
 
 EVENT_ID, SUBSCRIPTION_ID = "event_id", "subscription_id"
-#: without it Spark refuses a Parquet file with a nanosecond timestamp column
-NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
 ROW_NUMBER = "__pbtree_row"
 #: per worker process: index path -> (its manifest's identity, the index opened read-only)
 _OPEN: dict[str, tuple[tuple[int, int], pbtree.Index]] = {}
@@ -74,7 +80,7 @@ def _seconds(value: object, kind: pa.DataType) -> object:
         return value / 1_000_000_000 if kind.unit == "ns" else value
     if pa.types.is_struct(kind):
         return {**value, **{f.name: _seconds(value.get(f.name), f.type) for f in kind}}
-    if _is_list(kind):
+    if is_list(kind):
         return [_seconds(v, kind.value_type) for v in value]
     return value
 
@@ -125,20 +131,7 @@ def _nanosecond_columns(df) -> dict[str, pa.DataType]:
     files = df.inputFiles()
     if not files:
         return {}
-    return {f.name: f.type for f in pq.read_schema(files[0]) if _holds_nanos(f.type)}
-
-
-def _holds_nanos(kind: pa.DataType) -> bool:
-    if pa.types.is_timestamp(kind):
-        return kind.unit == "ns"
-    if pa.types.is_struct(kind):
-        return any(_holds_nanos(f.type) for f in kind)
-    return _is_list(kind) and _holds_nanos(kind.value_type)
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
-        pa.types.is_fixed_size_list(kind)
+    return {f.name: f.type for f in pq.read_schema(files[0]) if holds_nanos(f.type)}
 
 
 def _unused(name: str, columns: list[str]) -> str:

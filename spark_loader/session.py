@@ -83,6 +83,9 @@ JVM_LOG = "jvm.log"
 _LAUNCHED: dict[str, subprocess.Popen] = {}
 
 
+#: without it Spark refuses a Parquet file with a nanosecond timestamp column; with it, it
+#: reads them as integers (nanoseconds since the epoch)
+NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
 #: the column of a rejects file saying why its row was rejected
 REASON = "reason"
 _TASK_ERROR = re.compile(r"^(?:pbtree|spark_loader|storage)\.[\w.]*?(\w+Error): (.*)$", re.M)
@@ -402,6 +405,22 @@ def input_path(uri: str) -> str:
     pyarrow opens and people read; a URI of another scheme as it is."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def holds_nanos(kind: pa.DataType) -> bool:
+    """Whether values of Arrow type ``kind`` hold nanosecond timestamps, alone or inside
+    structs and lists: Spark has no type for them and reads them as integers."""
+    if pa.types.is_timestamp(kind):
+        return kind.unit == "ns"
+    if pa.types.is_struct(kind):
+        return any(holds_nanos(f.type) for f in kind)
+    return is_list(kind) and holds_nanos(kind.value_type)
+
+
+def is_list(kind: pa.DataType) -> bool:
+    """Whether Arrow type ``kind`` is a list of any of its three kinds."""
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or \
+        pa.types.is_fixed_size_list(kind)
 
 
 def read_parquet(spark, path: str):

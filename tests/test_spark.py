@@ -301,6 +301,30 @@ def test_dates_in_the_predicate_layout_are_seconds_since_the_epoch(spark, tmp_pa
         assert ix.match({"day": datetime.datetime(2024, 1, 2, 0, 0, 1)}) == ["d2"]
 
 
+def test_nanosecond_timestamps_in_the_predicate_layout_are_seconds(spark, tmp_path):
+    """Spark reads nanosecond timestamps as integers; build takes a ``value`` column of
+    them as ``pbtree subscribe --file`` does (seconds since the epoch), and a rejected row
+    keeps its timestamps."""
+    t0 = datetime.datetime(2024, 1, 2)
+    ns = pa.array([1704153600_000000000, 1704153600_123456789, 1704153600_000000000],
+                  pa.timestamp("ns"))
+    table = pa.table({"id": [1, 2, 3], "attr": ["t", "t", "t"], "op": ["=", ">", "like"],
+                      "value": ns, "at": ns})
+    pq.write_table(table, tmp_path / "all.parquet")
+    pq.write_table(table.slice(0, 2), tmp_path / "ok.parquet")
+    _build(spark, tmp_path / "all.parquet", tmp_path / "ix", shards=2,
+           rejects=str(tmp_path / "rej"))
+    assert pq.read_table(tmp_path / "rej").drop_columns(["reason"]).equals(table.slice(2))
+    pbtree_cli.main(["create", str(tmp_path / "api"), "-q"])
+    assert pbtree_cli.main(["subscribe", str(tmp_path / "api"), "--file",
+                            str(tmp_path / "ok.parquet"), "-q"]) == 0
+    with pbtree.open(tmp_path / "ix") as built, pbtree.open(tmp_path / "api") as api:
+        assert [built.get(i) for i in (1, 2)] == [api.get(i) for i in (1, 2)]
+        assert built.get(1) == "t = 1704153600"
+        assert built.match({"t": t0}) == [1]
+        assert built.match({"t": t0 + datetime.timedelta(seconds=1)}) == [2]
+
+
 def test_failed_build_leaves_the_old_index(spark, tmp_path):
     pq.write_table(pa.table({"id": [1, 2], "expr": ["a = 1", "a > 1"]}), tmp_path / "good.parquet")
     _bad_expression_input(tmp_path / "bad.parquet")

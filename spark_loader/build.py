@@ -5,7 +5,8 @@ as ``pbtree.ids.shard_of``); each input partition's task appends its rows, unpar
 Arrow file per shard in the staging directory. *Build*: one task per shard reads that
 shard's files, parses the rows on Arrow arrays and bulk-loads the shard's LMDB environment
 in key order (``pbtree.bulk``). Routing through files instead of a Spark shuffle spares the
-JVM serialising every row twice. The index is staged in a hidden directory and renamed
+JVM serialising every row twice. Each row carries its file and its row in that file, which
+locate the rows rejected. The index is staged in a hidden directory and renamed
 into place only after the manifest is written.
 """
 
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pbtree import bulk, config, layouts
@@ -29,24 +31,27 @@ from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifes
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
     NANOS_AS_LONG,
-    REASON,
-    close_rejects,
     holds_nanos,
     input_path,
     read_parquet,
     safe_columns,
     task_errors,
-    write_part,
+    unused,
 )
 from spark_loader.timings import Timings
 
 SHARD = "__pbtree_shard"
+#: the columns a rejects file adds to the input's: the row's file, its row in that file
+#: (from 0) and why it was rejected; "_" is appended to a name the input has
+FILE, ROW, REASON = "file", "row", "reason"
+REJECTS_CHUNK = 1 << 16  # rows of the rejects file gathered at a time
 ROWS = ".rows"  # staging subdirectory of the routed rows, removed before the manifest
 ROUTED = pa.schema([("rows", pa.int64())])
 SUMMARY = pa.schema([("shard", pa.int32()), ("rows", pa.int64()), ("subscriptions", pa.int64()),
                      ("predicates", pa.int64()), ("rejected", pa.int64()),
-                     ("first_reject", pa.string()), ("parse_cpu", pa.float64()),
-                     ("load_cpu", pa.float64())])
+                     ("first_derived", pa.bool_()), ("first_file", pa.int32()),
+                     ("first_row", pa.int64()), ("first_reject", pa.string()),
+                     ("parse_cpu", pa.float64()), ("load_cpu", pa.float64())])
 
 
 class BadRowsError(PbtreeError):
@@ -78,14 +83,16 @@ class BuildResult:
     subscriptions: int = 0
     predicates: int = 0
     rejected: int = 0
+    first_reject: str | None = None  # where the first rejected row is, and why
     parse_cpu: float = 0.0  # CPU seconds of all tasks: parsing rows, bulk-loading shards
     load_cpu: float = 0.0
     timings: Timings = field(default_factory=Timings)
 
     def summary(self) -> str:
         rate = self.subscriptions / max(self.timings.total(), 1e-9)
+        first = f" (first: {self.first_reject})" if self.first_reject else ""
         return (f"{self.rows} rows read, {self.subscriptions} subscriptions indexed, "
-                f"{self.rejected} rows rejected; {self.timings.line()} "
+                f"{self.rejected} rows rejected{first}; {self.timings.line()} "
                 f"({rate:,.0f} subscriptions/s; tasks used {self.parse_cpu:.1f} s CPU parsing, "
                 f"{self.load_cpu:.1f} s loading shards)")
 
@@ -105,15 +112,19 @@ def _shard_column(id_type: pa.DataType):
     return F.crc32(key)
 
 
-def _route_task(staging: str, shards: int, names: list[str], own: dict[str, pa.DataType]):
+def _route_task(staging: str, shards: int, names: list[str], own: dict[str, pa.DataType],
+                files: list[str]):
     """The route job's mapInArrow function: one input partition -> one Arrow file per shard.
 
     Files are written whole under a name of their own task attempt and renamed, so a
     retried or speculative attempt replaces its partition's output with identical rows.
-    Rows without a shard (null id) go to shard 0 to be rejected there. The input's
-    columns ``names``, then the shard, come in; those in ``own`` go out cast back to their
-    types in the files (``_file_types``).
+    Rows without a shard (null id) go to shard 0 to be rejected there. The columns
+    ``names`` come in, the input's then its file's URI and the row's index in that file,
+    and last the shard; the input's in ``own`` go out cast back to their types in the
+    files (``_file_types``), and the URI as the file's number in ``files``.
     """
+    file_number = {path: n for n, path in enumerate(files)}
+    count = len(names) - 2  # the input's columns
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -127,10 +138,18 @@ def _route_task(staging: str, shards: int, names: list[str], own: dict[str, pa.D
                 rows += batch.num_rows
                 shard = filled(batch.column(len(names)), 0).astype(np.int64)
                 order = np.argsort(shard, kind="stable")
+                uris = pc.dictionary_encode(batch.column(count))
+                try:
+                    numbers = pa.array([file_number[input_path(uri)]
+                                        for uri in uris.dictionary.to_pylist()], pa.int32())
+                except KeyError as exc:
+                    raise PbtreeError(f"Spark read rows of {exc.args[0]}, not among the input "
+                                      f"files it listed") from None
                 batch = pa.RecordBatch.from_arrays(
-                    [column.cast(own[name]) if name in own else column
-                     for name, column in zip(names, batch.columns[:-1], strict=True)],
-                    names=names)
+                    [*(column.cast(own[name]) if name in own else column
+                       for name, column in zip(names[:count], batch.columns[:count],
+                                               strict=True)),
+                     numbers.take(uris.indices), batch.column(count + 1)], names=names)
                 batch = batch.take(pa.array(order))
                 bounds = np.searchsorted(shard[order], np.arange(shards + 1))
                 for number in np.flatnonzero(np.diff(bounds)).tolist():
@@ -166,8 +185,9 @@ def _routed(staging: str, shard: int) -> pa.Table | None:
 
 
 def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: int,
-                shards: int, estimates: bytes | None):
-    """The build job's mapInArrow function: a shard number -> that shard's environment."""
+                shards: int, estimates: bytes | None, reason: str):
+    """The build job's mapInArrow function: a shard number -> that shard's environment;
+    ``reason`` names the column of its rejected rows saying why."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -176,7 +196,7 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards,
-                                       tmp, estimates)
+                                       tmp, estimates, reason)
                 if summary is not None:
                     yield summary
 
@@ -184,12 +204,13 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
 
 
 def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
-                 node_bytes: int, shards: int, tmp: str, estimates: bytes | None
-                 ) -> pa.RecordBatch | None:
-    """Parse and load one shard. Its environment and rejects file are written under names
-    of this task attempt (``tmp``) and renamed into place, so an attempt retried, or run
-    twice by speculative execution, never leaves a half-written one: the first complete
-    copy stays, and later ones (identical) are dropped."""
+                 node_bytes: int, shards: int, tmp: str, estimates: bytes | None,
+                 reason: str) -> pa.RecordBatch | None:
+    """Parse and load one shard, whose rows' last two columns are their file's number and
+    row. Its environment and rejects file are written under names of this task attempt
+    (``tmp``) and renamed into place, so an attempt retried, or run twice by speculative
+    execution, never leaves a half-written one: the first complete copy stays, and later
+    ones (identical) are dropped."""
     start = time.process_time()
     table = _routed(staging, shard)
     if table is None:
@@ -197,7 +218,7 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
     subs, rejects = layouts.subscriptions(layout, table)
     parsed = time.process_time()
     if rejects and rejects_dir is not None:
-        _write_rejects(rejects_dir, table, rejects, shard, tmp)
+        _write_rejects(rejects_dir, table, rejects, shard, tmp, reason)
     if rejects_dir is not None or not rejects:
         path = shard_dir(staging, shard)
         mine = os.path.join(staging, f".{os.path.basename(path)}{tmp}")
@@ -210,28 +231,71 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
             if not os.path.isdir(path):
                 raise
             shutil.rmtree(mine, ignore_errors=True)
-    first = f"row with id {rejects[0][1]!r}: {rejects[0][2]}" if rejects else None
     return pa.RecordBatch.from_pylist([{
         "shard": shard, "rows": table.num_rows, "subscriptions": subs.subscriptions(),
-        "predicates": subs.predicates(), "rejected": len(rejects),
-        "first_reject": first, "parse_cpu": parsed - start,
-        "load_cpu": time.process_time() - parsed}], schema=SUMMARY)
+        "predicates": subs.predicates(), "rejected": len(rejects), **_first(table, rejects),
+        "parse_cpu": parsed - start, "load_cpu": time.process_time() - parsed}],
+        schema=SUMMARY)
 
 
-def _write_rejects(directory: str, table: pa.Table, rejects: list, part: int,
-                   tmp: str) -> None:
-    rows = pa.array([row for row, _, _ in rejects], pa.int64())
-    bad = table.take(rows).append_column(REASON, pa.array([r for _, _, r in rejects],
-                                                           pa.string()))
-    write_part(bad, directory, f"part-{part:05d}.parquet", tmp)
+def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
+    """The summary's fields of the rejected row to name, as ``pbtree subscribe --file``
+    picks it: the first in input order, one with a reason of its own before one refused
+    for another row of its id."""
+    if not rejects:
+        return {}
+    files, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+    row, sub_id, why = min(rejects, key=lambda r: (r[2].startswith("another row"),
+                                                   files[r[0]], rows[r[0]]))
+    return {"first_derived": why.startswith("another row"), "first_file": int(files[row]),
+            "first_row": int(rows[row]), "first_reject": f"subscription {sub_id!r}: {why}"}
 
 
-def _file_types(df) -> dict[str, pa.DataType]:
+def _write_rejects(directory: str, table: pa.Table, rejects: list[layouts.Reject],
+                   shard: int, tmp: str, reason: str) -> None:
+    """A shard's rejected rows, with why, as a hidden Arrow file in the rejects directory
+    for ``_merge_rejects``, written whole under this attempt's name (``tmp``) and renamed."""
+    bad = table.take(pa.array([row for row, _, _ in rejects], pa.int64()))
+    bad = bad.append_column(reason, pa.array([why for _, _, why in rejects], pa.string()))
+    path = os.path.join(directory, f".shard-{shard:05d}.arrow")
+    with pa.ipc.new_file(path + tmp, bad.schema) as out:
+        out.write_table(bad)
+    os.replace(path + tmp, path)
+
+
+def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
+    """Merge the shards' rejected rows into one Parquet file in input order (file by
+    path, then row), each row's file number as its path; a file of schema ``empty`` when
+    no row was rejected. The hidden files of the shards, and of attempts that died
+    half-way, are removed."""
+    hidden = sorted(name for name in os.listdir(directory) if name.startswith("."))
+    tables = [pa.ipc.open_file(pa.memory_map(os.path.join(directory, name))).read_all()
+              for name in hidden if name.endswith(".arrow")]
+    out = os.path.join(directory, "part-00000.parquet")
+    if not tables:
+        pq.write_table(empty.empty_table(), out)
+    else:
+        table = pa.concat_tables(tables)
+        at = table.num_columns - 3  # the file's number; then the row, the reason
+        order = np.lexsort((table.column(at + 1).to_numpy(), table.column(at).to_numpy()))
+        paths = pa.array(files, pa.string())
+        writer = None
+        for start in range(0, len(order), REJECTS_CHUNK):
+            chunk = table.take(pa.array(order[start:start + REJECTS_CHUNK]))
+            chunk = chunk.set_column(at, chunk.field(at).with_type(pa.string()),
+                                     paths.take(chunk.column(at)))
+            writer = writer or pq.ParquetWriter(out, chunk.schema)
+            writer.write_table(chunk)
+        writer.close()
+    for name in hidden:
+        os.remove(os.path.join(directory, name))
+
+
+def _file_types(files: list[str]) -> dict[str, pa.DataType]:
     """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0)
-    and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in its
-    first file (by path). Layouts are checked, and rows parsed and rejected, in the file's
-    types, as ``pbtree subscribe --file`` does."""
-    files = sorted(map(input_path, df.inputFiles()))
+    and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in the
+    first of the input ``files``. Layouts are checked, and rows parsed and rejected, in
+    the file's types, as ``pbtree subscribe --file`` does."""
     if not files:
         return {}
     return {f.name: f.type for f in pq.read_schema(files[0])
@@ -247,6 +311,7 @@ def check(opts: BuildOptions) -> None:
 
 def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResult:
     """Build the index ``opts.output`` from ``opts.input`` on ``spark``; see module doc."""
+    from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
     timings = timings or Timings()
@@ -256,7 +321,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         with timings.stage("read"):
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, opts.input)
-            own = _file_types(df)
+            files = sorted(map(input_path, df.inputFiles()))  # in input order
+            own = _file_types(files)
             schema = pa.schema([f.with_type(own.get(f.name, f.type))
                                 for f in to_arrow_schema(df.schema)])
             try:
@@ -267,20 +333,27 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         check_layout(shards, opts.node_bytes)
         result = BuildResult(layout, shards, timings=timings)
         shard = (_shard_column(schema.field("id").type) % shards).cast("int")
-        rows = safe_columns(df.withColumn(SHARD, shard))
-        route = _route_task(index.path, shards, df.columns, own)
+        file_col, row_col, reason_col = (unused(name, df.columns)
+                                         for name in (FILE, ROW, REASON))
+        rows = safe_columns(df.select(
+            "*", F.col("_metadata.file_path").alias(file_col),
+            F.col("_metadata.row_index").alias(row_col),
+            shard.alias(unused(SHARD, df.columns))))
+        route = _route_task(index.path, shards, [*df.columns, file_col, row_col], own, files)
         with timings.stage("route"), timings.watch(spark, "route"), task_errors():
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,
-                           opts.node_bytes, shards, opts.estimates)
+                           opts.node_bytes, shards, opts.estimates, reason_col)
         numbers = spark.range(0, shards, 1, shards)
         with timings.stage("parse+build"), timings.watch(spark, "build"), task_errors():
             summaries = numbers.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()
         with timings.stage("finish"):
             _finish(result, sum(row.rows for row in routed), summaries, index.path, opts,
-                    shards)
+                    shards, files)
             if rejects:
-                close_rejects(rejects.path, pa.schema([*schema, pa.field(REASON, pa.string())]))
+                _merge_rejects(rejects.path, files, pa.schema(
+                    [*schema, pa.field(file_col, pa.string()), pa.field(row_col, pa.int64()),
+                     pa.field(reason_col, pa.string())]))
             commit_with(index, rejects)
         return result
     except BaseException:
@@ -291,8 +364,9 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
 
 
 def _finish(result: BuildResult, routed: int, summaries: list, staging: str,
-            opts: BuildOptions, shards: int) -> None:
-    """Check the task summaries against the rows routed, add empty shards, write the manifest."""
+            opts: BuildOptions, shards: int, files: list[str]) -> None:
+    """Check the task summaries against the rows routed, name the first rejected row (in
+    ``files``), add empty shards, write the manifest."""
     for row in summaries:
         result.rows += row.rows
         result.subscriptions += row.subscriptions
@@ -303,11 +377,15 @@ def _finish(result: BuildResult, routed: int, summaries: list, staging: str,
     if result.rows != routed:
         raise PbtreeError(f"{routed} input rows were routed to shards, but the shards read "
                           f"{result.rows}")
+    if result.rejected:
+        _, number, row, why = min((s.first_derived, s.first_file, s.first_row, s.first_reject)
+                                  for s in summaries if s.rejected)
+        result.first_reject = f"{files[number]} row {row}: {why}"
     if result.rejected and not opts.rejects:
-        first = min((row.shard, row.first_reject) for row in summaries if row.rejected)[1]
         raise BadRowsError(
-            f"{result.rejected} of {result.rows} input rows cannot be indexed; first: {first} "
-            f"(--rejects PATH indexes the rest and writes these rows there)")
+            f"{result.rejected} of {result.rows} input rows cannot be indexed; first: "
+            f"{result.first_reject} (--rejects PATH indexes the rest and writes these rows "
+            f"there)")
     shutil.rmtree(os.path.join(staging, ROWS), ignore_errors=True)
     for name in os.listdir(staging):  # shards of task attempts that died half-way
         if name.startswith(".shard-"):

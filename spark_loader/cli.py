@@ -42,8 +42,9 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                                                   "default parallelism)")
     build.add_argument("--node-bytes", type=int, default=config.NODE_BYTES,
                        help=f"list node size in bytes (default {config.NODE_BYTES})")
-    build.add_argument("--rejects", metavar="PATH", help="write bad rows, with a reason "
-                       "column, to Parquet at PATH and index the rest (default: fail)")
+    build.add_argument("--rejects", metavar="PATH", help="write bad rows to Parquet at PATH "
+                       "in input order, adding columns file, row (from 0) and reason, and "
+                       "index the rest (default: fail)")
     build.add_argument("--force", action="store_true", help="replace an existing INDEX "
                        "(and rejects PATH)")
     build.add_argument("--sample-events", metavar="FILE",

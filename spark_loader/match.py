@@ -27,6 +27,7 @@ from spark_loader.session import (
     read_parquet,
     safe_columns,
     task_errors,
+    unused,
 )
 from spark_loader.timings import Timings
 
@@ -134,13 +135,6 @@ def _nanosecond_columns(df) -> dict[str, pa.DataType]:
     return {f.name: f.type for f in pq.read_schema(files[0]) if holds_nanos(f.type)}
 
 
-def _unused(name: str, columns: list[str]) -> str:
-    """``name``, with underscores added until no column of the events has it."""
-    while name in columns:
-        name += "_"
-    return name
-
-
 def _rows(directory: str) -> int:
     """Rows in the Parquet parts of a job's output directory."""
     return sum(pq.read_metadata(f).num_rows
@@ -186,7 +180,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")
-            row = _unused(ROW_NUMBER, df.columns)  # an event attribute may bear the name
+            row = unused(ROW_NUMBER, df.columns)  # an event attribute may bear the name
             if event_id is None:
                 df, event_id = _with_row_numbers(spark, df, row), row
         event_type = df.schema[event_id].dataType

@@ -16,7 +16,6 @@ from contextlib import contextmanager, nullcontext
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pbtree.errors import PbtreeError
 from pbtree.outputs import hidden_dir, sweep
@@ -86,8 +85,6 @@ _LAUNCHED: dict[str, subprocess.Popen] = {}
 #: without it Spark refuses a Parquet file with a nanosecond timestamp column; with it, it
 #: reads them as integers (nanoseconds since the epoch)
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
-#: the column of a rejects file saying why its row was rejected
-REASON = "reason"
 _TASK_ERROR = re.compile(r"^(?:pbtree|spark_loader|storage)\.[\w.]*?(\w+Error): (.*)$", re.M)
 
 
@@ -458,20 +455,8 @@ def safe_columns(df):
     return df.select([col.alias(f"c{n}") for n, col in enumerate(quoted)])
 
 
-def write_part(table: pa.Table, directory: str, name: str, tmp: str) -> None:
-    """Write ``table`` to Parquet file ``name`` in ``directory`` under a hidden name of this
-    task attempt (``tmp``), then rename it: readers of the directory skip hidden files, and a
-    retried or speculative attempt replaces the part whole, never leaving half of one."""
-    hidden = os.path.join(directory, f".{name}{tmp}")
-    pq.write_table(table, hidden)
-    os.replace(hidden, os.path.join(directory, name))
-
-
-def close_rejects(directory: str, schema: pa.Schema) -> None:
-    """Finish a rejects directory after its job: drop the hidden parts of attempts that died
-    half-way, and write an empty table of ``schema`` when no row was rejected."""
-    for name in os.listdir(directory):
-        if name.startswith("."):
-            os.remove(os.path.join(directory, name))
-    if not os.listdir(directory):
-        pq.write_table(schema.empty_table(), os.path.join(directory, "part-00000.parquet"))
+def unused(name: str, columns: list[str]) -> str:
+    """``name``, with underscores added until none of ``columns`` has it."""
+    while name in columns:
+        name += "_"
+    return name

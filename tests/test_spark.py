@@ -208,8 +208,9 @@ def test_bad_rows_fail_the_build_naming_them(spark, tmp_path):
     _bad_expression_input(tmp_path / "subs.parquet")
     with pytest.raises(build.BadRowsError) as caught:
         _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2)
-    message = str(caught.value)
-    assert "6 of 9 input rows" in message and "row with id" in message
+    assert str(caught.value).startswith(
+        f"6 of 9 input rows cannot be indexed; first: {tmp_path / 'subs.parquet'} row 1: "
+        f"subscription None: null id (--rejects PATH")
     assert not os.path.exists(tmp_path / "ix")
     assert [p for p in os.listdir(tmp_path) if p != "subs.parquet"] == []
 
@@ -219,11 +220,11 @@ def test_rejects_keep_every_bad_row_unchanged(spark, tmp_path):
     result = _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2,
                     rejects=str(tmp_path / "rejects"))
     assert (result.rows, result.subscriptions, result.rejected) == (9, 3, 6)
-    rejects = pq.read_table(tmp_path / "rejects").sort_by("note")
-    assert rejects.column_names == ["id", "expr", "note", "reason"]
-    assert rejects.column("note").to_pylist() == [1, 2, 4, 5, 6, 7]
-    assert rejects.drop_columns(["reason"]).equals(
-        table.take([1, 2, 4, 5, 6, 7]))
+    rejects = pq.read_table(tmp_path / "rejects")
+    assert rejects.column_names == ["id", "expr", "note", "file", "row", "reason"]
+    assert rejects.column("row").to_pylist() == [1, 2, 4, 5, 6, 7]
+    assert rejects.select(["id", "expr", "note"]).equals(table.take([1, 2, 4, 5, 6, 7]))
+    assert set(rejects.column("file").to_pylist()) == {str(tmp_path / "subs.parquet")}
     reasons = rejects.column("reason").to_pylist()
     assert reasons[0] == "null id"
     assert reasons[1].startswith("duplicate id") and reasons[2].startswith("duplicate id")
@@ -233,12 +234,65 @@ def test_rejects_keep_every_bad_row_unchanged(spark, tmp_path):
         assert sorted(ix) == ["ok1", "ok2", "ok3"]
 
 
+def test_rejects_name_their_file_and_row_in_input_order(spark, tmp_path):
+    """Spark splits a file of several row groups over partitions and packs small files
+    into one; each rejected row still names its file and its row in it (from 0, as
+    ``pbtree subscribe --file`` does), the first of them is the one the error names, and
+    the rejects file lists them in input order. An input column ``row`` stays as it is."""
+    src = tmp_path / "in"
+    src.mkdir()
+    bad = {"big.parquet": {5, 1201, 1202, 2999}, "a.parquet": {0, 3}, "z.parquet": {2}}
+    for name, rows in {"big.parquet": 3000, "a.parquet": 4, "z.parquet": 3}.items():
+        pq.write_table(pa.table({"id": [f"{name}:{n}" for n in range(rows)],
+                                 "expr": ["a >" if n in bad[name] else f"a = {n}"
+                                          for n in range(rows)],
+                                 "row": [-n for n in range(rows)]}),
+                       src / name, row_group_size=250)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "8192")
+    spark.conf.set("spark.sql.files.openCostInBytes", "1")
+    try:
+        from pyspark.sql import functions as F
+
+        parts = spark.read.parquet(str(src)).select(
+            F.col("_metadata.file_path").alias("f"), F.spark_partition_id().alias("p"))
+        spread = {(r.f.rsplit("/", 1)[1], r.p) for r in parts.distinct().collect()}
+        assert len({p for f, p in spread if f == "big.parquet"}) > 1  # split
+        assert {p for f, p in spread if f == "a.parquet"} & {p for f, p in spread
+                                                           if f == "z.parquet"}  # packed
+        with pytest.raises(build.BadRowsError) as caught:
+            _build(spark, src, tmp_path / "ix", shards=3)
+        result = _build(spark, src, tmp_path / "ix", shards=3, rejects=str(tmp_path / "rej"))
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+    rejects = pq.read_table(tmp_path / "rej")
+    assert rejects.column_names == ["id", "expr", "row", "file", "row_", "reason"]
+    located = [(os.path.basename(f), n) for f, n in zip(
+        *rejects.select(["file", "row_"]).to_pydict().values(), strict=True)]
+    assert located == sorted((f, n) for f, rows in bad.items() for n in rows)
+    for reject in rejects.to_pylist():
+        assert reject["id"] == f"{os.path.basename(reject['file'])}:{reject['row_']}"
+        assert reject["row"] == -reject["row_"]
+    assert (result.rows, result.rejected) == (3007, 7)
+    first = f"{src / 'a.parquet'} row 0: subscription 'a.parquet:0': at position 3: expected " \
+            f"a value after 'a >', found end of expression"
+    assert f"first: {first} (--rejects" in str(caught.value)
+    assert f"7 rows rejected (first: {first});" in result.summary()
+    pbtree_cli.main(["create", str(tmp_path / "api"), "-q"])
+    assert pbtree_cli.main(["subscribe", str(tmp_path / "api"), "--file",
+                            str(src / "a.parquet")]) == 1  # which names it the same way
+
+
 def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
     table = pa.table({"id": [1, 1, 2, 3, 3, None],
                       "attr": ["a", "b", "a", None, "a", "a"],
                       "op": ["<", "like", "=", "=", ">", "="],
                       "value": [1, 2, 3, 4, 5, 6]})
     pq.write_table(table, tmp_path / "p.parquet")
+    with pytest.raises(build.BadRowsError) as caught:
+        _build(spark, tmp_path / "p.parquet", tmp_path / "ix")
+    assert f"first: {tmp_path / 'p.parquet'} row 1: subscription 1: predicate 1 ('b', " \
+           f"'like', 2): unknown operator 'like'" in str(caught.value)  # not row 0, a good one
     result = _build(spark, tmp_path / "p.parquet", tmp_path / "ix",
                     rejects=str(tmp_path / "rej"))
     assert (result.rows, result.subscriptions, result.rejected) == (6, 1, 5)
@@ -314,7 +368,7 @@ def test_nanosecond_timestamps_in_the_predicate_layout_are_seconds(spark, tmp_pa
     pq.write_table(table.slice(0, 2), tmp_path / "ok.parquet")
     _build(spark, tmp_path / "all.parquet", tmp_path / "ix", shards=2,
            rejects=str(tmp_path / "rej"))
-    assert pq.read_table(tmp_path / "rej").drop_columns(["reason"]).equals(table.slice(2))
+    assert pq.read_table(tmp_path / "rej").select(table.column_names).equals(table.slice(2))
     pbtree_cli.main(["create", str(tmp_path / "api"), "-q"])
     assert pbtree_cli.main(["subscribe", str(tmp_path / "api"), "--file",
                             str(tmp_path / "ok.parquet"), "-q"]) == 0
@@ -347,7 +401,7 @@ def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkey
     place, the rejects of that build are taken back and the old ones restored."""
     table = _bad_expression_input(tmp_path / "subs.parquet")
     _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", rejects=str(tmp_path / "rej"))
-    before = pq.read_table(tmp_path / "rej").sort_by("note")
+    before = pq.read_table(tmp_path / "rej")
     pq.write_table(table.slice(0, 3), tmp_path / "fewer.parquet")
 
     swap = Staging.swap
@@ -361,7 +415,7 @@ def test_a_failed_index_commit_puts_the_old_rejects_back(spark, tmp_path, monkey
     with pytest.raises(OSError, match="renamed into place"):
         _build(spark, tmp_path / "fewer.parquet", tmp_path / "ix", force=True,
                rejects=str(tmp_path / "rej"))
-    assert pq.read_table(tmp_path / "rej").sort_by("note").equals(before)
+    assert pq.read_table(tmp_path / "rej").equals(before)
     assert sorted(os.listdir(tmp_path)) == ["fewer.parquet", "ix", "rej", "subs.parquet"]
     with pbtree.open(tmp_path / "ix") as ix:
         assert sorted(ix) == ["ok1", "ok2", "ok3"]
@@ -408,7 +462,8 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
     rows = build._rows_dir(str(staging), 0)
     os.makedirs(rows)
     os.makedirs(rejects)
-    table = pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a >", "a > 1"]})
+    table = pa.table({"id": [1, 2, 3], "expr": ["a = 1", "a >", "a > 1"],
+                      "file": pa.array([0, 0, 0], pa.int32()), "row": [0, 1, 2]})
     with pa.ipc.new_file(os.path.join(rows, "part-00000.arrow"), table.schema) as out:
         out.write_table(table)
     half = staging / ".shard-0000.0.tmp"
@@ -417,14 +472,17 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
     placed = None
     for attempt in range(2):
         summary = build._build_shard(0, "expression", str(staging), str(rejects), 4096, 1,
-                                     f".{attempt}.tmp", None)
+                                     f".{attempt}.tmp", None, "reason")
         assert summary.column("subscriptions").to_pylist() == [2]
         assert sorted(os.listdir(staging)) == sorted([build.ROWS, "shard-0000"])
-        assert os.listdir(rejects) == ["part-00000.parquet"]
+        assert os.listdir(rejects) == [".shard-00000.arrow"]
         inode = (staging / "shard-0000").stat().st_ino
         assert placed in (None, inode)  # the second attempt kept the first one's shard
         placed = inode
-    assert pq.read_table(rejects).column("id").to_pylist() == [2]
+    build._merge_rejects(str(rejects), ["f.parquet"], pa.schema([]))
+    assert pq.read_table(rejects).to_pylist() == [
+        {"id": 2, "expr": "a >", "file": "f.parquet", "row": 1,
+         "reason": "at position 3: expected a value after 'a >', found end of expression"}]
     pbtree.manifest.write_manifest(str(staging), pbtree.manifest.new_manifest(1, 4096))
     with pbtree.open(staging) as ix:
         assert ix.match({"a": 2}) == [3] and ix.verify()["ok"]

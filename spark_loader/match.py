@@ -23,6 +23,7 @@ from spark_loader.session import (
     NANOS_AS_LONG,
     InputError,
     holds_nanos,
+    input_path,
     is_list,
     read_parquet,
     safe_columns,
@@ -132,7 +133,7 @@ def _nanosecond_columns(df) -> dict[str, pa.DataType]:
     files = df.inputFiles()
     if not files:
         return {}
-    return {f.name: f.type for f in pq.read_schema(files[0]) if holds_nanos(f.type)}
+    return {f.name: f.type for f in pq.read_schema(input_path(files[0])) if holds_nanos(f.type)}
 
 
 def _rows(directory: str) -> int:

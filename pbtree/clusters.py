@@ -211,19 +211,27 @@ class StoredSamples(Mapping):
         """Read the records not read yet in ``txn`` (the write running)."""
         self.txn = txn
 
+    def get(self, attr: str, default: object = None) -> object:
+        """The (count, families) of ``attr``, else ``default``: what estimating calls for
+        each predicate, without ``Mapping``'s KeyError round trip."""
+        found = self._read.get(attr, self)  # self: not read yet
+        if found is self:
+            found = self._read[attr] = self._load(attr)
+        return default if found is None else found
+
     def __getitem__(self, attr: str) -> tuple[int, dict[int, Sample]]:
-        if attr not in self._read:
-            raw = self.txn.get(name_bytes(attr), db=self.db)
-            try:
-                self._read[attr] = None if raw is None else \
-                    _attr_of(msgpack.unpackb(raw, strict_map_key=False))
-            except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
-                raise CorruptIndexError(f"the stored selectivity estimates of attribute "
-                                        f"{attr!r} are damaged ({exc})") from None
-        found = self._read[attr]
+        found = self.get(attr)
         if found is None:
             raise KeyError(attr)
         return found
+
+    def _load(self, attr: str) -> tuple[int, dict[int, Sample]] | None:
+        raw = self.txn.get(name_bytes(attr), db=self.db)
+        try:
+            return None if raw is None else _attr_of(msgpack.unpackb(raw, strict_map_key=False))
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException) as exc:
+            raise CorruptIndexError(f"the stored selectivity estimates of attribute "
+                                    f"{attr!r} are damaged ({exc})") from None
 
     def __iter__(self) -> Iterator[str]:
         for key in self.txn.cursor(db=self.db).iternext(values=False):

@@ -68,6 +68,9 @@ UNREAD = object()
 #: older versions this one upgrades on opening for writes (``pbtree upgrade``); a version 9
 #: shard's subscriptions keep the bounds its rewriting of between and prefix split
 UPGRADES = (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+#: older versions read-only opens read as they are: what they store differently, only
+#: writes use (version 14: the estimates)
+READ_AS_THEY_ARE = (14,)
 #: the version that brought each database a shard of an older one lacks
 ADDED = {"staged": 6, "dead": 7, strids.DB: 8, "kinds": 9, clusters.DB: 9, PREDS: 9,
          clusters.SAMPLES: 15}
@@ -106,7 +109,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
                 f"{path}: shard format version {version} is older than this pbtree "
                 f"(reads versions {', '.join(map(str, (*UPGRADES, VERSION)))}); rebuild the "
                 f"index with this pbtree")
-        if readonly and version != VERSION:
+        if readonly and version != VERSION and version not in READ_AS_THEY_ARE:
             self.env.close()
             raise FormatVersionError(
                 f"{path}: shard format version {version} is older than this pbtree reads "
@@ -114,13 +117,14 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         one_record = clusters.SAMPLES in self.env.missing  # the estimates, before version 15
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
-            self.env.add_missing()
+            if not readonly:  # a reader of an older version reads none of them
+                self.env.add_missing()
         elif self.env.missing:
             self.env.close()
             raise CorruptIndexError(f"{path}: databases of the shard are missing: "
                                     f"{', '.join(self.env.missing)}")
         #: the format version this open upgraded the shard from, if it did
-        self.upgraded_from = version if version != VERSION else None
+        self.upgraded_from = version if version != VERSION and not readonly else None
         self._attr_ids: dict[bytes, int] = {}  # committed attribute ids, as found
         self._named: dict[bytes, int] = {}  # attribute ids a write's fold gave or found
         self._lock = threading.Lock()
@@ -138,7 +142,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         #: ``UNREAD`` until a write needs them (``estimates_in``): a matcher never does
         self.estimates: clusters.Estimates | None | object = UNREAD
         self._estimates_read: bytes | None = None  # the ESTIMATES record they were read by
-        if version != VERSION:  # older readers must not see what is new
+        if version != VERSION and not readonly:  # older readers must not see what is new
             def upgrade(txn) -> None:
                 raw = read_encoded(txn, meta, ESTIMATES)
                 if one_record and raw is not None:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracle import oracle_match
 from strategies import random_array_event, random_event, random_subscription
-from upgrades import stamped, upgraded
+from upgrades import stamped
 
 import pbtree
 from pbtree import bulk, clusters, config
@@ -273,18 +273,26 @@ def _repeated(estimates: clusters.Estimates) -> bytes:
 
 
 def test_a_version_14_shard_keeps_its_estimates(tmp_path):
-    """Version 14 kept the estimates in one meta record: opening such a shard for writes
-    stores them a record per attribute, the same estimates."""
+    """Version 14 kept the estimates in one meta record, which matching never reads: such
+    a shard is matched read-only as it is, and opening it for writes stores them a record
+    per attribute, the same estimates."""
     path = tmp_path / "ix"
-    expected = clusters.Estimates.of_events(_sampled(path))
+    sample = _sampled(path)
+    expected = clusters.Estimates.of_events(sample)
+    with pbtree.open(path, readonly=True) as ix:
+        answers = [ix.match(event) for event in sample]
 
     def one_record(env, txn) -> None:
         txn.put(b"estimates", _repeated(expected), db=env.open_db(b"meta", txn=txn))
         txn.drop(env.open_db(b"samples", txn=txn), delete=True)
 
     stamped(path, 14, one_record)
-    with upgraded(path, 14) as ix:
+    with pbtree.open(path, readonly=True) as ix:
+        assert [ix.match(event) for event in sample] == answers and ix.verify()["ok"]
+        assert ix.shards[0].upgraded_from is None
+    with pbtree.open(path) as ix:
         shard = ix.shards[0]
+        assert shard.upgraded_from == 14
         with shard.read() as txn:
             stored = shard.estimates_in(txn)
             assert isinstance(stored.attrs, clusters.StoredSamples) and len(stored.attrs) == 30

@@ -74,8 +74,9 @@ _CAUSES = (
     re.compile(r"(java\.lang\.OutOfMemoryError[^\n]*)"),
     re.compile(r"Caused by: ([^\n]+)"),
 )
-#: seconds a lost connection to the JVM waits for the JVM to be seen to have exited
-EXIT_WAIT = 5
+#: seconds a lost connection to the JVM waits for the JVM to be seen to have exited (a
+#: killed JVM's memory is freed before it is: seconds on a loaded machine)
+EXIT_WAIT = 30
 #: the JVM's standard output and error, in the scratch directory
 JVM_LOG = "jvm.log"
 #: the gateway process ``start`` launched (until SparkContext holds it)

@@ -2,6 +2,7 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
 
 from pbtree import config
 
@@ -10,6 +11,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 # Multi-process stress tests and fuzzers live in stress_test_*.py and fuzz_*.py; collect
 # them with the default suite (files named on the command line are collected anyway).
 EXTRA_TEST_FILES = ("stress_test_", "fuzz_")
+
+# No example has a deadline: a loaded machine may pause any of them for longer than 200 ms.
+settings.register_profile("pbtree", deadline=None)
+settings.load_profile("pbtree")
 
 
 def pytest_collect_file(file_path, parent):

@@ -105,6 +105,7 @@ with pbtree.open(sys.argv[1], map_size={size}, fold_at=10**6) as ix:
 """
 
 
+@pytest.mark.usefixtures("kept_snapshots")
 @pytest.mark.parametrize("first", ["len", "get", "contains", "iter", "stats", "subscribe"])
 def test_map_grown_by_another_process_under_a_pinned_snapshot(first, tmp_path):
     """A process that has matched (so holds a pinned snapshot) sees another process grow the
@@ -119,6 +120,7 @@ def test_map_grown_by_another_process_under_a_pinned_snapshot(first, tmp_path):
         size = map_sizes(ix)[0]
         subprocess.run([sys.executable, "-c", GROW_ELSEWHERE.format(size=SMALL_MAP),
                         str(path)], check=True)
+        assert ix.shards[0]._snapshot is not None  # still pinned, however long that took
         model.update({n: parse(f"s = '{'x' * 400}{n}'") for n in range(10, 3000)})
         if first == "len":
             assert len(ix) == len(model)

@@ -259,5 +259,6 @@ def test_a_snapshot_with_no_commit_after_it_is_kept(tmp_path):
         assert ix.match({"a": 1}) == [1]
         shard = ix.shards[0]
         pinned = shard._snapshot
+        assert not idle.due(0, 0, 100 * config.IDLE_SECONDS)  # no commit followed it
         assert not shard.release_idle(time.monotonic() + 100 * config.IDLE_SECONDS)
         assert shard._snapshot is pinned

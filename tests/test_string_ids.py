@@ -119,6 +119,7 @@ def test_few_string_ids_among_many_integer_ones_are_all_held_apart(tmp_path):
         ix.verify()
 
 
+@pytest.mark.usefixtures("kept_snapshots")
 def test_other_process_writes_renew_the_table(tmp_path):
     """A reader's table follows writes another process commits (no notes of the chunks they
     wrote, so the changed chunks are told by their records), new chunks included."""
@@ -132,6 +133,7 @@ def test_other_process_writes_renew_the_table(tmp_path):
                 "    ix.unsubscribe_many([f'a{n}' for n in range(0, 2000, 3)])\n"
                 "    ix.subscribe_many([(f'b{n}', [('a', '<', 1)]) for n in range(1500)])\n")
         subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+        assert reader.shards[0]._snapshot is not None  # renewed, not read anew
         want = sorted([f"a{n}" for n in range(2000) if n % 3] + [f"b{n}" for n in range(1500)])
         assert reader.match({"a": 0}) == want
 

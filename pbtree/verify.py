@@ -488,6 +488,10 @@ class _Checker:
             count, families = samples[attr]
             if count < 1 or not families:
                 self.fail(f"the estimates of attribute {attr!r} hold no sample")
+            for family, sample in families.items():
+                if not sample.sound():
+                    self.fail(f"the estimates of attribute {attr!r}, family {family}: the "
+                              f"payloads are not sorted and distinct, each counted")
 
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs

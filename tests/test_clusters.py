@@ -24,6 +24,7 @@ from pbtree.expr import parse
 from pbtree.ids import encode_id
 from pbtree.shard import UNREAD
 from pbtree.values import searched
+from storage.keys import const_payload
 from storage.records import decode_rows, encode_rows, rows_key
 
 ATTRS = ["a", "b", "c", "d"]
@@ -313,6 +314,24 @@ def test_a_damaged_sample_is_named_and_the_write_changes_nothing(tmp_path):
         with pytest.raises(CorruptIndexError, match="estimates of attribute 'a3' are damaged"):
             ix.subscribe(1000, "a3 = 1 and a7 > 2")
         assert 1000 not in ix and ix.match(sample[0]) == before
+
+
+def test_verify_names_a_sample_out_of_order(tmp_path):
+    """A sample record that decodes but whose payloads are out of order misleads only the
+    choice of access predicates: writes go on, and ``verify`` names it."""
+    _sampled(tmp_path / "ix")
+    env = lmdb.open(str(tmp_path / "ix" / "shard-0000"), max_dbs=32)
+    with env.begin(write=True) as txn:
+        keys = [const_payload(v)[1] for v in (3, 1, 2)]
+        txn.put(b"a7", msgpack.packb([40, {const_payload(1)[0]: [40, keys, [10, 10, 20]]}]),
+                db=env.open_db(b"samples", txn=txn))
+    env.close()
+    with pbtree.open(tmp_path / "ix") as ix:
+        ix.subscribe(1000, "a3 = 1 and a7 > 2")
+        assert ix.match({"a3": 1, "a7": 3}) == [1000]
+        with pytest.raises(CorruptIndexError, match="attribute 'a7', family .*: the payloads "
+                                                    "are not sorted"):
+            ix.verify()
 
 
 def test_a_check_row_longer_than_a_byte_counts(tmp_path):

@@ -182,7 +182,7 @@ class Sample:
 
     def counts(self) -> list[int]:
         """How many of the sample each payload of ``keys`` is."""
-        return [end - start for start, end in zip([0, *self.ends[:-1]], self.ends, strict=True)]
+        return [end - start for start, end in pairwise([0, *self.ends])]
 
 
 def _attr_record(count: int, families: Mapping[int, Sample]) -> list:
@@ -246,6 +246,19 @@ class StoredSamples(Mapping):
 
     def __len__(self) -> int:
         return self.txn.stat(self.db)["entries"]
+
+
+def is_header(raw: bytes) -> bool:
+    """Whether a meta record ESTIMATES is the header of estimates kept in ``samples``
+    (``[n, token]``, ``store_estimates``), not the estimates themselves in one record, as
+    format 14 and older kept them."""
+    if len(raw) > 32:
+        return False
+    try:
+        found = msgpack.unpackb(raw)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return False
+    return isinstance(found, list) and len(found) == 2 and isinstance(found[1], bytes)
 
 
 def store_estimates(txn: lmdb.Transaction, dbs: Mapping, estimates: Estimates | None) -> None:

@@ -114,7 +114,6 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             raise FormatVersionError(
                 f"{path}: shard format version {version} is older than this pbtree reads "
                 f"(version {VERSION}); open it for writing once, or run pbtree upgrade")
-        one_record = clusters.SAMPLES in self.env.missing  # the estimates, before version 15
         if self.env.missing and all(ADDED.get(name, 0) > version
                                     for name in self.env.missing):  # databases added since
             if not readonly:  # a reader of an older version reads none of them
@@ -143,16 +142,29 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self.estimates: clusters.Estimates | None | object = UNREAD
         self._estimates_read: bytes | None = None  # the ESTIMATES record they were read by
         if version != VERSION and not readonly:  # older readers must not see what is new
-            def upgrade(txn) -> None:
-                raw = read_encoded(txn, meta, ESTIMATES)
-                if one_record and raw is not None:
-                    clusters.store_estimates(txn, self.dbs,
-                                             clusters.Estimates.decode_repeated(raw))
-                if version < 14:  # what 14 stores differently from 15 is the estimates only
-                    self._rewrite(txn)
-                write_version(txn, meta, VERSION)
-            self.env.write(upgrade)
+            try:
+                self.env.write(self._upgrade)
+            except BaseException as exc:
+                self.env.close()
+                self._locate(exc)
+                raise
         idle.watch(self)
+
+    def _upgrade(self, txn) -> None:
+        """Store the shard in this version, in one transaction: the version is read again
+        in it (another process may have upgraded the shard since this one opened it), and
+        the estimates' layout told by their record (an upgrade that failed may have left
+        the databases added since, but never half its changes)."""
+        meta = self.dbs["meta"]
+        version = read_header(txn, meta)[1]
+        if version == VERSION:
+            return
+        raw = read_encoded(txn, meta, ESTIMATES)
+        if raw is not None and not clusters.is_header(raw):  # one record until version 15
+            clusters.store_estimates(txn, self.dbs, clusters.Estimates.decode_repeated(raw))
+        if version < 14:  # what 14 stores differently from 15 is the estimates only
+            self._rewrite(txn)
+        write_version(txn, meta, VERSION)
 
     def _rewrite(self, txn) -> None:
         """Store every subscription anew as this version does (a shard of an older version

@@ -37,6 +37,7 @@ from storage.meta import (
     read_counter,
     read_encoded,
     read_folded,
+    read_header,
     read_merged,
 )
 from storage.overflow import CHUNK_KEY, NEXT_SET, SET_ID, Reader, capacity, inline_max
@@ -474,9 +475,13 @@ class _Checker:
         """The estimates' meta record and every sample record decode; no sample without
         the meta record."""
         raw = read_encoded(self.txn, self.dbs["meta"], ESTIMATES)
-        if clusters.SAMPLES not in self.dbs:  # a version 14 shard opened read-only
-            if raw is not None:
-                clusters.Estimates.decode_repeated(raw)
+        if raw is not None and not clusters.is_header(raw):  # version 14, opened read-only
+            if read_header(self.txn, self.dbs["meta"])[1] > 14:
+                self.fail("the estimates record holds the estimates themselves, as version "
+                          "14 kept them, in a shard of a later version")
+            clusters.Estimates.decode_repeated(raw)
+            return
+        if clusters.SAMPLES not in self.dbs:  # made by an upgrade since this read-only open
             return
         if raw is None:
             if self.txn.stat(self.dbs[clusters.SAMPLES])["entries"]:

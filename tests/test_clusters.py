@@ -6,6 +6,8 @@ from __future__ import annotations
 import bisect
 import multiprocessing
 import random
+import subprocess
+import sys
 
 import lmdb
 import msgpack
@@ -24,7 +26,9 @@ from pbtree.expr import parse
 from pbtree.ids import encode_id
 from pbtree.shard import UNREAD
 from pbtree.values import searched
+from storage.env import Environment
 from storage.keys import const_payload
+from storage.meta import read_header
 from storage.records import decode_rows, encode_rows, rows_key
 
 ATTRS = ["a", "b", "c", "d"]
@@ -273,6 +277,66 @@ def _repeated(estimates: clusters.Estimates) -> bytes:
         for attr, (count, families) in estimates.attrs.items()}])
 
 
+def _as_version_14(path, record: bytes) -> None:
+    """Turn a shard back into version 14: its estimates one meta ``record``, no ``samples``."""
+    def one_record(env, txn) -> None:
+        txn.put(b"estimates", record, db=env.open_db(b"meta", txn=txn))
+        txn.drop(env.open_db(b"samples", txn=txn), delete=True)
+
+    stamped(path, 14, one_record)
+
+
+def _version(path) -> int:
+    with pbtree.open(path, readonly=True) as ix, ix.shards[0].read() as txn:
+        return read_header(txn, ix.shards[0].dbs["meta"])[1]
+
+
+def test_an_upgrade_interrupted_or_made_by_another_process_meanwhile(tmp_path, monkeypatch):
+    """An upgrade from version 14 stopped half-way changes nothing but the databases it
+    adds, and the next open does it whole; one that finds the shard upgraded by another
+    process since this one read its version does nothing; a damaged record of version 14
+    is named with the shard, and the shard stays as it was."""
+    path = tmp_path / "ix"
+    expected = clusters.Estimates.of_events(_sampled(path))
+    _as_version_14(path, _repeated(expected))
+
+    def interrupted(*args) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(clusters, "store_estimates", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            pbtree.open(path)
+    assert _version(path) == 14
+    with pbtree.open(path) as ix:
+        assert ix.shards[0].upgraded_from == 14
+        with ix.shards[0].read() as txn:
+            assert ix.shards[0].estimates_in(txn).estimate(PREDS[0]) == \
+                expected.estimate(PREDS[0])
+        assert ix.verify()["ok"]
+
+    _as_version_14(path, _repeated(expected))
+    adding = Environment.add_missing
+
+    def upgraded_meanwhile(self) -> None:
+        subprocess.run([sys.executable, "-c", "import pbtree, sys; pbtree.open(sys.argv[1])",
+                        str(path)], check=True)
+        adding(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Environment, "add_missing", upgraded_meanwhile)
+        with pbtree.open(path) as ix:
+            ix.subscribe(1000, "a3 = 1 and a7 > 2")
+            assert ix.match({"a3": 1, "a7": 3}) == [1000] and ix.verify()["ok"]
+
+    _as_version_14(path, _repeated(expected)[:-2])
+    for _ in range(2):
+        with pytest.raises(CorruptIndexError, match="shard-0000: the stored selectivity "
+                                                    "estimates are damaged"):
+            pbtree.open(path)
+        assert _version(path) == 14
+
+
 def test_a_version_14_shard_keeps_its_estimates(tmp_path):
     """Version 14 kept the estimates in one meta record, which matching never reads: such
     a shard is matched read-only as it is, and opening it for writes stores them a record
@@ -283,14 +347,14 @@ def test_a_version_14_shard_keeps_its_estimates(tmp_path):
     with pbtree.open(path, readonly=True) as ix:
         answers = [ix.match(event) for event in sample]
 
-    def one_record(env, txn) -> None:
-        txn.put(b"estimates", _repeated(expected), db=env.open_db(b"meta", txn=txn))
-        txn.drop(env.open_db(b"samples", txn=txn), delete=True)
-
-    stamped(path, 14, one_record)
+    _as_version_14(path, _repeated(expected))
     with pbtree.open(path, readonly=True) as ix:
         assert [ix.match(event) for event in sample] == answers and ix.verify()["ok"]
         assert ix.shards[0].upgraded_from is None
+        subprocess.run([sys.executable, "-c", "import pbtree, sys; pbtree.open(sys.argv[1])",
+                        str(path)], check=True)  # upgraded under the reader
+        assert [ix.match(event) for event in sample] == answers and ix.verify()["ok"]
+    _as_version_14(path, _repeated(expected))
     with pbtree.open(path) as ix:
         shard = ix.shards[0]
         assert shard.upgraded_from == 14

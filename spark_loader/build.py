@@ -31,6 +31,7 @@ from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifes
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
     NANOS_AS_LONG,
+    first_file_fields,
     holds_nanos,
     input_path,
     read_parquet,
@@ -296,9 +297,7 @@ def _file_types(files: list[str]) -> dict[str, pa.DataType]:
     and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in the
     first of the input ``files``. Layouts are checked, and rows parsed and rejected, in
     the file's types, as ``pbtree subscribe --file`` does."""
-    if not files:
-        return {}
-    return {f.name: f.type for f in pq.read_schema(files[0])
+    return {f.name: f.type for f in first_file_fields(files)
             if f.type == pa.uint64() or holds_nanos(f.type)}
 
 

@@ -22,8 +22,8 @@ from pbtree.outputs import Staging, check_outputs
 from spark_loader.session import (
     NANOS_AS_LONG,
     InputError,
+    first_file_fields,
     holds_nanos,
-    input_path,
     is_list,
     read_parquet,
     safe_columns,
@@ -130,10 +130,7 @@ def _nanosecond_columns(df) -> dict[str, pa.DataType]:
     """The columns of ``df`` that hold nanosecond timestamps in its first input file, alone
     or inside structs and lists, with their types there: Spark has no type for them and
     reads them as the integer count (``NANOS_AS_LONG``)."""
-    files = df.inputFiles()
-    if not files:
-        return {}
-    return {f.name: f.type for f in pq.read_schema(input_path(files[0])) if holds_nanos(f.type)}
+    return {f.name: f.type for f in first_file_fields(df.inputFiles()) if holds_nanos(f.type)}
 
 
 def _rows(directory: str) -> int:

@@ -16,6 +16,7 @@ from contextlib import contextmanager, nullcontext
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pbtree.errors import PbtreeError
 from pbtree.outputs import hidden_dir, sweep
@@ -403,6 +404,17 @@ def input_path(uri: str) -> str:
     pyarrow opens and people read; a URI of another scheme as it is."""
     parsed = urlparse(uri)
     return unquote(parsed.path) if parsed.scheme == "file" else uri
+
+
+def first_file_fields(files: list[str]) -> list[pa.Field]:
+    """The columns of the first of the input ``files`` (local paths, or URIs as Spark gives
+    them) as its Parquet schema types them, where Spark reads some as another type; none
+    when there is no file, or it is not local (``s3a://``: pyarrow would need that file
+    system's client, so Spark's types stand)."""
+    path = input_path(files[0]) if files else ""
+    if not path or "://" in path:
+        return []
+    return list(pq.read_schema(path))
 
 
 def holds_nanos(kind: pa.DataType) -> bool:

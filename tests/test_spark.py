@@ -755,3 +755,14 @@ def test_a_build_input_of_no_layout_is_named(spark, tmp_path):
                        match=f"^{tmp_path / 'odd.parquet'}: input columns \\['x'\\] fit neither"):
         _build(spark, tmp_path / "odd.parquet", tmp_path / "ix")
     assert not os.path.exists(tmp_path / "ix")
+
+
+def test_the_first_input_file_is_read_only_where_pyarrow_can(tmp_path):
+    """The types Spark reads differently come from the first input file when it is local
+    (a path or a file: URI); a file on another file system, or none, leaves Spark's."""
+    pq.write_table(pa.table({"id": pa.array([1], pa.uint64())}), tmp_path / "a b.parquet")
+    uri = (tmp_path / "a b.parquet").as_uri()
+    assert [f.type for f in session.first_file_fields([uri])] == [pa.uint64()]
+    assert session.first_file_fields([str(tmp_path / "a b.parquet")])[0].name == "id"
+    assert session.first_file_fields(["s3a://bucket/subs.parquet"]) == []
+    assert session.first_file_fields([]) == []

@@ -351,7 +351,7 @@ class Estimates:
 
     def encode(self) -> bytes:
         """All of these estimates in one value (``decode``), as a Spark build hands them to
-        its shards; a shard keeps them with ``store``."""
+        its shards; a shard keeps them with ``store_estimates``."""
         return msgpack.packb([self.n, {attr: _attr_record(*found)
                                        for attr, found in self.attrs.items()}])
 
@@ -369,7 +369,7 @@ class Estimates:
     def decode_repeated(cls, raw: bytes) -> Estimates:
         """The estimates of a shard of format version 14 or older, one meta record holding
         each sample with its repeats, read one family at a time (a wide schema's holds
-        millions of payloads): for the upgrade that stores them as ``store`` does."""
+        millions of payloads): for the upgrade that stores them by ``store_estimates``."""
         try:
             unpacker = msgpack.Unpacker(io.BytesIO(raw), strict_map_key=False)
             if unpacker.read_array_header() != 2:
@@ -394,7 +394,7 @@ class Estimates:
 
     @classmethod
     def stored(cls, header: bytes, samples: lmdb._Database) -> Estimates:
-        """A shard's estimates (``store``), given its ESTIMATES meta record: each
+        """A shard's estimates (``store_estimates``), given its ESTIMATES meta record: each
         attribute's sample is read from ``samples`` at its first use (``StoredSamples``)."""
         try:
             n, _ = msgpack.unpackb(header)

@@ -131,9 +131,16 @@ def datetime64_seconds(value: np.datetime64) -> int | float | None:
 
 
 def epoch_seconds(value: datetime.date) -> int | float:
-    """Seconds since the Unix epoch: a datetime's as a float (a naive one taken as UTC), a
-    date's midnight UTC as an int."""
+    """Seconds since the Unix epoch: a datetime's as a float (a naive one taken as UTC; a
+    pandas Timestamp's to its nanosecond, as numpy's datetime64), a date's midnight UTC as
+    an int; ValueError for pandas' NaT."""
     if isinstance(value, datetime.datetime):
+        nanos = getattr(value, "asm8", None)  # a pandas Timestamp: to the nanosecond
+        if isinstance(nanos, np.datetime64):
+            seconds = datetime64_seconds(nanos)
+            if seconds is None:
+                raise ValueError("NaT is no point in time")
+            return seconds
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.UTC)
         return value.timestamp()

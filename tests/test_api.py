@@ -211,6 +211,23 @@ def test_numpy_times_and_zero_dimensional_arrays_are_the_values_they_hold(index)
         index.subscribe(311, [("t", ">", np.datetime64("NaT"))])
 
 
+def test_a_pandas_timestamp_counts_its_nanoseconds_as_numpy_does(index):
+    """A pandas Timestamp (what pyarrow gives for a nanosecond column) is seconds since the
+    epoch to its nanosecond, as the same time as a numpy datetime64 is, in a subscription
+    and in an event alike; NaT is refused."""
+    import pandas as pd
+
+    index.subscribe(320, [("t", "<", pd.Timestamp(5, unit="ns"))])
+    index.subscribe(321, [("t", ">=", pd.Timestamp("1969-12-31 23:59:58.499999999"))])
+    assert index.get(320) == "t < 5e-09" and index.get(321) == "t >= -1.500000001"
+    for moment, want in ((0, [320, 321]), (pd.Timestamp(4, unit="ns"), [320, 321]),
+                         (np.datetime64(5, "ns"), [321]), (pd.Timestamp(5, unit="ns"), [321]),
+                         (-1.6, [320])):
+        assert index.match({"t": moment}) == want, moment
+    with pytest.raises(pbtree.ExpressionError, match="NaT is no point in time"):
+        index.subscribe(322, [("t", ">", pd.NaT)])
+
+
 def test_ids_given_as_one_string_or_items_that_are_no_pairs_are_refused(index):
     """A string where ids are expected is one value, not one id per character; an item of
     a batch must be an (id, expression) pair. Nothing changes."""

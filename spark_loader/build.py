@@ -30,6 +30,7 @@ from pbtree.errors import PbtreeError
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
+    METADATA,
     NANOS_AS_LONG,
     first_file_fields,
     holds_nanos,
@@ -335,8 +336,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         file_col, row_col, reason_col = (unused(name, df.columns)
                                          for name in (FILE, ROW, REASON))
         rows = safe_columns(df.select(
-            "*", F.col("_metadata.file_path").alias(file_col),
-            F.col("_metadata.row_index").alias(row_col),
+            "*", F.col(f"{METADATA}.file_path").alias(file_col),
+            F.col(f"{METADATA}.row_index").alias(row_col),
             shard.alias(unused(SHARD, df.columns))))
         route = _route_task(index.path, shards, [*df.columns, file_col, row_col], own, files)
         with timings.stage("route"), timings.watch(spark, "route"), task_errors():

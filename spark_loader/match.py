@@ -20,6 +20,7 @@ from pbtree.layouts import subscription_id_type
 from pbtree.manifest import MANIFEST
 from pbtree.outputs import Staging, check_outputs
 from spark_loader.session import (
+    METADATA,
     NANOS_AS_LONG,
     InputError,
     first_file_fields,
@@ -144,7 +145,7 @@ def _with_row_numbers(spark, df, row: str):
     column ``row``."""
     from pyspark.sql import functions as F
 
-    path, index = F.col("_metadata.file_path"), F.col("_metadata.row_index")
+    path, index = F.col(f"{METADATA}.file_path"), F.col(f"{METADATA}.row_index")
     counts = sorted((row[0], row[1]) for row in df.groupBy(path).count().collect())
     offsets, total = [], 0
     for name, count in counts:

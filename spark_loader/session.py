@@ -78,6 +78,8 @@ _CAUSES = (
 #: seconds a lost connection to the JVM waits for the JVM to be seen to have exited (a
 #: killed JVM's memory is freed before it is: seconds on a loaded machine)
 EXIT_WAIT = 30
+#: Spark's hidden column of each row's file and place in it
+METADATA = "_metadata"
 #: the JVM's standard output and error, in the scratch directory
 JVM_LOG = "jvm.log"
 #: the gateway process ``start`` launched (until SparkContext holds it)
@@ -438,11 +440,16 @@ def read_parquet(spark, path: str):
     from pyspark.errors.exceptions.captured import CapturedException
 
     try:
-        return spark.read.parquet(path)
+        df = spark.read.parquet(path)
     except CapturedException as exc:  # AnalysisException; ArithmeticException for a type
         # Spark cannot hold (a decimal of more than 38 digits); worded while the JVM lives
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{path}: cannot read the input as Parquet ({message})") from None
+    hiding = [column for column in df.columns if column.lower() == METADATA]
+    if hiding:
+        raise InputError(f"{path}: column {hiding[0]!r} hides Spark's {METADATA} column, by "
+                         f"which pbtree locates each row in its file; rename it")
+    return df
 
 
 @contextmanager
@@ -469,7 +476,9 @@ def safe_columns(df):
 
 
 def unused(name: str, columns: list[str]) -> str:
-    """``name``, with underscores added until none of ``columns`` has it."""
-    while name in columns:
+    """``name``, with underscores added until none of ``columns`` has it, in any case:
+    Spark tells column names apart regardless of case."""
+    taken = {column.lower() for column in columns}
+    while name.lower() in taken:
         name += "_"
     return name

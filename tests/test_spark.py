@@ -283,6 +283,26 @@ def test_rejects_name_their_file_and_row_in_input_order(spark, tmp_path):
                             str(src / "a.parquet")]) == 1  # which names it the same way
 
 
+def test_columns_named_as_the_added_ones_in_another_case_or_as_metadata(spark, tmp_path):
+    """Spark tells column names apart regardless of case: an input's ``File`` and
+    ``REASON`` make the rejects' own columns ``file_`` and ``reason_``; an input column
+    ``_metadata``, which would hide Spark's, is named and nothing is written."""
+    pq.write_table(pa.table({"id": ["a", "b"], "expr": ["x = 1", "x >"], "File": ["f", "g"],
+                             "REASON": ["r", "s"]}), tmp_path / "in.parquet")
+    result = _build(spark, tmp_path / "in.parquet", tmp_path / "ix",
+                    rejects=str(tmp_path / "rej"))
+    assert (result.subscriptions, result.rejected) == (1, 1)
+    rejects = pq.read_table(tmp_path / "rej")
+    assert rejects.column_names == ["id", "expr", "File", "REASON", "file_", "row", "reason_"]
+    assert rejects.select(["File", "REASON", "row"]).to_pylist() == [
+        {"File": "g", "REASON": "s", "row": 1}]
+    pq.write_table(pa.table({"id": ["a"], "expr": ["x = 1"], "_Metadata": [1]}),
+                   tmp_path / "m.parquet")
+    with pytest.raises(session.InputError, match="column '_Metadata' hides Spark's _metadata"):
+        _build(spark, tmp_path / "m.parquet", tmp_path / "ix2")
+    assert not (tmp_path / "ix2").exists()
+
+
 def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
     table = pa.table({"id": [1, 1, 2, 3, 3, None],
                       "attr": ["a", "b", "a", None, "a", "a"],

@@ -119,6 +119,15 @@ def test_file_errors_name_the_line(index: Path, tmp_path: Path) -> None:
     assert f"{bad}:1: subscription id 1 already exists" in err
     err = run("subscribe", index, "-f", tmp_path / "nope.jsonl", status=1).stderr
     assert "No such file or directory" in err
+    parts = tmp_path / "rejects.parquet"  # as Spark writes it: part files in a directory
+    parts.mkdir()
+    (parts / "_SUCCESS").write_text("")
+    pq.write_table(pa.table({"id": [20], "expr": ["a = 1"]}), parts / "part-00000.parquet")
+    err = run("subscribe", index, "-f", parts, status=1).stderr
+    assert err == f"pbtree subscribe: error: {parts}: is a directory; give a file: " \
+                  f"{parts / 'part-00000.parquet'}\n"
+    assert run("match", index, parts, status=1).stderr.endswith(
+        f"{parts}: is a directory; give a file: {parts / 'part-00000.parquet'}\n")
 
 
 def test_subscribe_parquet_and_stdin(tmp_path: Path) -> None:

@@ -144,6 +144,8 @@ class Source:
         if self.stdin and sys.stdin is None:
             raise CliError("standard input is closed: give a file")
         self.stream: tuple[int, bytes] | None = None  # a pipe given by name: (fd, its head)
+        if not self.stdin and os.path.isdir(self.name):
+            raise CliError(_directory(self.name))
         if not self.stdin and not os.path.isfile(self.name):
             fd = os.open(self.name, os.O_RDONLY)  # read once: a second open would lose input
             self.stream = fd, _head(fd, 4)
@@ -450,6 +452,16 @@ def output_error(path: str, exc: OSError, hidden: str | None = None) -> CliError
     if hidden is not None:
         reason = reason.replace(hidden, path)
     return CliError(f"{path}: cannot write the results ({reason})")
+
+
+def _directory(path: str) -> str:
+    """Why a directory is no input, and its Parquet files to give instead (Spark writes a
+    job's output, ``--rejects`` too, as part files in a directory)."""
+    parts = sorted(name for name in os.listdir(path)
+                   if is_parquet_path(name) and not name.startswith((".", "_")))
+    shown = ", ".join(os.path.join(path, name) for name in parts[:3])
+    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+    return f"{path}: is a directory; give a file" + (f": {shown}{more}" if parts else "")
 
 
 def check_output(path: str) -> bool:

@@ -40,6 +40,9 @@ class LayoutError(PbtreeError):
     """The input's columns fit neither layout, or a column has a type the layout refuses."""
 
 
+#: how the reason of a row rejected for an id another row has too begins
+REPEATED = "duplicate id"
+
 def detect(schema: pa.Schema) -> str:
     """The layout of an input, from its column names and types."""
     names = set(schema.names)
@@ -121,7 +124,7 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
             rejects.append((row, sub_id, str(exc)))
             continue
         if copies[row] > 1:
-            rejects.append((row, sub_id, f"duplicate id: {copies[row]} rows have id {sub_id!r}"))
+            rejects.append((row, sub_id, f"{REPEATED}: {copies[row]} rows have id {sub_id!r}"))
         else:
             rejects.append((row, sub_id, "null expression"))
     rows = np.flatnonzero(encoded & (copies == 1) & valid)

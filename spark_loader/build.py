@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pbtree import bulk, config, layouts
 from pbtree.arrowparse import filled
 from pbtree.clusters import Estimates
-from pbtree.errors import PbtreeError
+from pbtree.errors import PbtreeError, shown
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
@@ -187,9 +187,10 @@ def _routed(staging: str, shard: int) -> pa.Table | None:
 
 
 def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: int,
-                shards: int, estimates: bytes | None, reason: str):
+                shards: int, estimates: bytes | None, reason: str, files: list[str]):
     """The build job's mapInArrow function: a shard number -> that shard's environment;
-    ``reason`` names the column of its rejected rows saying why."""
+    ``reason`` names the column of its rejected rows saying why, and ``files`` the input
+    files their numbers stand for."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -198,7 +199,7 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
         for batch in batches:
             for shard in batch.column(0).to_pylist():
                 summary = _build_shard(shard, layout, staging, rejects_dir, node_bytes, shards,
-                                       tmp, estimates, reason)
+                                       tmp, estimates, reason, files)
                 if summary is not None:
                     yield summary
 
@@ -207,7 +208,7 @@ def _shard_task(layout: str, staging: str, rejects_dir: str | None, node_bytes: 
 
 def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
                  node_bytes: int, shards: int, tmp: str, estimates: bytes | None,
-                 reason: str) -> pa.RecordBatch | None:
+                 reason: str, files: list[str]) -> pa.RecordBatch | None:
     """Parse and load one shard, whose rows' last two columns are their file's number and
     row. Its environment and rejects file are written under names of this task attempt
     (``tmp``) and renamed into place, so an attempt retried, or run twice by speculative
@@ -218,6 +219,7 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
     if table is None:
         return None
     subs, rejects = layouts.subscriptions(layout, table)
+    rejects = _repeated_where(table, rejects, files)
     parsed = time.process_time()
     if rejects and rejects_dir is not None:
         _write_rejects(rejects_dir, table, rejects, shard, tmp, reason)
@@ -238,6 +240,22 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
         "predicates": subs.predicates(), "rejected": len(rejects), **_first(table, rejects),
         "parse_cpu": parsed - start, "load_cpu": time.process_time() - parsed}],
         schema=SUMMARY)
+
+
+def _repeated_where(table: pa.Table, rejects: list[layouts.Reject], files: list[str]
+                    ) -> list[layouts.Reject]:
+    """``rejects`` with the reason of a row whose id other rows have too naming where it is,
+    in ``pbtree subscribe --file``'s words: the first two rows of the id in input order
+    (all rows of an id are in one shard)."""
+    places: dict[object, list[tuple[int, int]]] = {}
+    numbers, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+    for row, sub_id, why in rejects:
+        if why.startswith(layouts.REPEATED):
+            places.setdefault(sub_id, []).append((int(numbers[row]), int(rows[row])))
+    where = {sub_id: " and ".join(f"{files[f]} row {r}" for f, r in sorted(found)[:2])
+             for sub_id, found in places.items()}
+    return [(row, sub_id, f"id {shown(sub_id)} is repeated in the input ({where[sub_id]})"
+             if why.startswith(layouts.REPEATED) else why) for row, sub_id, why in rejects]
 
 
 def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
@@ -343,7 +361,7 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
         with timings.stage("route"), timings.watch(spark, "route"), task_errors():
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,
-                           opts.node_bytes, shards, opts.estimates, reason_col)
+                           opts.node_bytes, shards, opts.estimates, reason_col, files)
         numbers = spark.range(0, shards, 1, shards)
         with timings.stage("parse+build"), timings.watch(spark, "build"), task_errors():
             summaries = numbers.mapInArrow(task, from_arrow_schema(SUMMARY)).collect()

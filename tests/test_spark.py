@@ -227,7 +227,9 @@ def test_rejects_keep_every_bad_row_unchanged(spark, tmp_path):
     assert set(rejects.column("file").to_pylist()) == {str(tmp_path / "subs.parquet")}
     reasons = rejects.column("reason").to_pylist()
     assert reasons[0] == "null id"
-    assert reasons[1].startswith("duplicate id") and reasons[2].startswith("duplicate id")
+    src = tmp_path / "subs.parquet"
+    assert reasons[1] == reasons[2] == f"id 'dup' is repeated in the input ({src} row 2 and " \
+                                       f"{src} row 4)"
     assert "longer than" in reasons[4] and reasons[5] == "null expression"
     with pbtree.open(tmp_path / "ix") as ix:
         ix.verify()
@@ -492,7 +494,7 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
     placed = None
     for attempt in range(2):
         summary = build._build_shard(0, "expression", str(staging), str(rejects), 4096, 1,
-                                     f".{attempt}.tmp", None, "reason")
+                                     f".{attempt}.tmp", None, "reason", ["f.parquet"])
         assert summary.column("subscriptions").to_pylist() == [2]
         assert sorted(os.listdir(staging)) == sorted([build.ROWS, "shard-0000"])
         assert os.listdir(rejects) == [".shard-00000.arrow"]

@@ -268,7 +268,8 @@ def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
     row, sub_id, why = min(rejects, key=lambda r: (r[2].startswith("another row"),
                                                    files[r[0]], rows[r[0]]))
     return {"first_derived": why.startswith("another row"), "first_file": int(files[row]),
-            "first_row": int(rows[row]), "first_reject": f"subscription {sub_id!r}: {why}"}
+            "first_row": int(rows[row]),
+            "first_reject": why if sub_id is None else f"subscription {sub_id!r}: {why}"}
 
 
 def _write_rejects(directory: str, table: pa.Table, rejects: list[layouts.Reject],

@@ -210,7 +210,7 @@ def test_bad_rows_fail_the_build_naming_them(spark, tmp_path):
         _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2)
     assert str(caught.value).startswith(
         f"6 of 9 input rows cannot be indexed; first: {tmp_path / 'subs.parquet'} row 1: "
-        f"subscription None: null id (--rejects PATH")
+        f"null id (--rejects PATH")
     assert not os.path.exists(tmp_path / "ix")
     assert [p for p in os.listdir(tmp_path) if p != "subs.parquet"] == []
 

@@ -42,6 +42,8 @@ class LayoutError(PbtreeError):
 
 #: how the reason of a row rejected for an id another row has too begins
 REPEATED = "duplicate id"
+#: how the reason of a good row rejected with a bad row of its id begins
+ANOTHER = "another row"
 
 def detect(schema: pa.Schema) -> str:
     """The layout of an input, from its column names and types."""
@@ -258,7 +260,7 @@ def _culprits(sub_id: object, members: list[int], rows: list[tuple], whole: str
     if not reasons:
         return [(r, sub_id, whole) for r in members]
     first = reasons[min(reasons)]
-    return [(r, sub_id, reasons.get(r, f"another row of id {sub_id!r} is bad: {first}"))
+    return [(r, sub_id, reasons.get(r, f"{ANOTHER} of id {sub_id!r} is bad: {first}"))
             for r in members]
 
 

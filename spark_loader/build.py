@@ -219,7 +219,7 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
     if table is None:
         return None
     subs, rejects = layouts.subscriptions(layout, table)
-    rejects = _repeated_where(table, rejects, files)
+    rejects = _located(table, rejects, files)
     parsed = time.process_time()
     if rejects and rejects_dir is not None:
         _write_rejects(rejects_dir, table, rejects, shard, tmp, reason)
@@ -242,20 +242,40 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
         schema=SUMMARY)
 
 
-def _repeated_where(table: pa.Table, rejects: list[layouts.Reject], files: list[str]
-                    ) -> list[layouts.Reject]:
-    """``rejects`` with the reason of a row whose id other rows have too naming where it is,
-    in ``pbtree subscribe --file``'s words: the first two rows of the id in input order
-    (all rows of an id are in one shard)."""
-    places: dict[object, list[tuple[int, int]]] = {}
+def _located(table: pa.Table, rejects: list[layouts.Reject], files: list[str]
+             ) -> list[layouts.Reject]:
+    """``rejects`` with each reason that points at other rows naming where they are (all
+    rows of an id are in one shard), in input order: a repeated id's first two rows, in
+    ``pbtree subscribe --file``'s words; the first bad row of a subscription whose other
+    rows are refused with it, with its reason."""
     numbers, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+
+    def place(row: int) -> str:
+        return f"{files[int(numbers[row])]} row {int(rows[row])}"
+
+    def order(row: int) -> tuple[int, int]:
+        return int(numbers[row]), int(rows[row])
+
+    repeated: dict[object, list[int]] = {}
+    bad: dict[object, list[int]] = {}
+    reasons = {}
     for row, sub_id, why in rejects:
         if why.startswith(layouts.REPEATED):
-            places.setdefault(sub_id, []).append((int(numbers[row]), int(rows[row])))
-    where = {sub_id: " and ".join(f"{files[f]} row {r}" for f, r in sorted(found)[:2])
-             for sub_id, found in places.items()}
-    return [(row, sub_id, f"id {shown(sub_id)} is repeated in the input ({where[sub_id]})"
-             if why.startswith(layouts.REPEATED) else why) for row, sub_id, why in rejects]
+            repeated.setdefault(sub_id, []).append(row)
+        elif not why.startswith(layouts.ANOTHER):
+            bad.setdefault(sub_id, []).append(row)
+            reasons[row] = why
+    located = []
+    for row, sub_id, why in rejects:
+        if why.startswith(layouts.REPEATED):
+            where = " and ".join(map(place, sorted(repeated[sub_id], key=order)[:2]))
+            why = f"id {shown(sub_id)} is repeated in the input ({where})"
+        elif why.startswith(layouts.ANOTHER) and sub_id in bad:
+            first = min(bad[sub_id], key=order)
+            why = f"{layouts.ANOTHER} of id {shown(sub_id)} is bad ({place(first)}): " \
+                  f"{reasons[first]}"
+        located.append((row, sub_id, why))
+    return located
 
 
 def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
@@ -265,9 +285,9 @@ def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
     if not rejects:
         return {}
     files, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
-    row, sub_id, why = min(rejects, key=lambda r: (r[2].startswith("another row"),
+    row, sub_id, why = min(rejects, key=lambda r: (r[2].startswith(layouts.ANOTHER),
                                                    files[r[0]], rows[r[0]]))
-    return {"first_derived": why.startswith("another row"), "first_file": int(files[row]),
+    return {"first_derived": why.startswith(layouts.ANOTHER), "first_file": int(files[row]),
             "first_row": int(rows[row]),
             "first_reject": why if sub_id is None else f"subscription {sub_id!r}: {why}"}
 

@@ -320,8 +320,11 @@ def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
     assert (result.rows, result.subscriptions, result.rejected) == (6, 1, 5)
     reasons = dict(zip(*[pq.read_table(tmp_path / "rej").sort_by("value").column(c).to_pylist()
                          for c in ("value", "reason")], strict=True))
-    assert "unknown operator" in reasons[2] and "another row" in reasons[1]
-    assert reasons[4] == "null attribute" and "another row" in reasons[5]
+    src = tmp_path / "p.parquet"
+    assert "unknown operator" in reasons[2] and reasons[1] == \
+        f"another row of id 1 is bad ({src} row 1): {reasons[2]}"
+    assert reasons[4] == "null attribute" and reasons[5] == \
+        f"another row of id 3 is bad ({src} row 3): null attribute"
     assert reasons[6] == "null id"
     with pbtree.open(tmp_path / "ix") as ix:
         assert list(ix) == [2]

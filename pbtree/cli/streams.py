@@ -257,14 +257,14 @@ class Source:
     def predicate_subscriptions(self) -> list[tuple[str, Any, list]]:
         """All subscriptions of a predicate-layout file (an id's rows may be anywhere)."""
         from pbtree.expr import Disjunction
-        from pbtree.layouts import GROUP, predicates
+        from pbtree.layouts import ANOTHER, GROUP, predicates
 
         columns = ["id", "attr", "op", "value"]
         table = self.file.read(columns=columns + [GROUP] * (GROUP in
                                                            self.file.schema_arrow.names))
         subs, rejects = predicates(table)
         if rejects:
-            row, sub_id, reason = min(rejects, key=lambda r: (r[2].startswith("another row"), r))
+            row, sub_id, reason = min(rejects, key=lambda r: (r[2].startswith(ANOTHER), r))
             raise CliError(f"{self.where(row)}: subscription {sub_id!r}: {reason}")
         self.total = len(subs)
         # the tuple form subscribe takes: a subscription of several groups as their 'or'

@@ -38,6 +38,7 @@ from spark_loader.session import (
     read_parquet,
     safe_columns,
     task_errors,
+    typed_alike,
     unused,
 )
 from spark_loader.timings import Timings
@@ -379,7 +380,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
             F.col(f"{METADATA}.row_index").alias(row_col),
             shard.alias(unused(SHARD, df.columns))))
         route = _route_task(index.path, shards, [*df.columns, file_col, row_col], own, files)
-        with timings.stage("route"), timings.watch(spark, "route"), task_errors():
+        with timings.stage("route"), timings.watch(spark, "route"), task_errors(), \
+                typed_alike(files):
             routed = rows.mapInArrow(route, from_arrow_schema(ROUTED)).collect()
         task = _shard_task(layout, index.path, rejects.path if rejects else None,
                            opts.node_bytes, shards, opts.estimates, reason_col, files)

@@ -419,6 +419,25 @@ def first_file_fields(files: list[str]) -> list[pa.Field]:
     return list(pq.read_schema(path))
 
 
+@contextmanager
+def typed_alike(files: list[str]) -> Iterator[None]:
+    """A job reading ``files``: when it fails and two of them type a column differently
+    (Spark reads all by one schema and fails on the other type, naming neither), an
+    InputError naming both files, the column and its types instead."""
+    try:
+        yield
+    except Exception:
+        first: dict[str, tuple[str, pa.DataType]] = {}
+        for path in files:
+            for field in first_file_fields([path]):
+                seen = first.setdefault(field.name, (path, field.type))
+                if seen[1] != field.type:
+                    raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
+                                     f"{field.type} in {path}: Spark reads the files of one "
+                                     f"input by one schema; give them one type") from None
+        raise
+
+
 def holds_nanos(kind: pa.DataType) -> bool:
     """Whether values of Arrow type ``kind`` hold nanosecond timestamps, alone or inside
     structs and lists: Spark has no type for them and reads them as integers."""

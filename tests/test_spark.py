@@ -305,6 +305,22 @@ def test_columns_named_as_the_added_ones_in_another_case_or_as_metadata(spark, t
     assert not (tmp_path / "ix2").exists()
 
 
+def test_files_that_type_a_column_differently_are_named(spark, tmp_path):
+    """Spark reads the files of one input by one schema and fails on a file that types a
+    column otherwise, naming neither; the error names both, the column and the types,
+    and nothing is written."""
+    src = tmp_path / "in"
+    src.mkdir()
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64()), "expr": ["a = 1", "a = 2"]}),
+                   src / "g1.parquet")
+    pq.write_table(pa.table({"id": pa.array([3], pa.uint64()), "expr": ["a = 3"]}),
+                   src / "g2.parquet")
+    with pytest.raises(session.InputError, match=f"column 'id' is int64 in {src / 'g1.parquet'} "
+                                                 f"and uint64 in {src / 'g2.parquet'}"):
+        _build(spark, src, tmp_path / "ix")
+    assert not (tmp_path / "ix").exists()
+
+
 def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):
     table = pa.table({"id": [1, 1, 2, 3, 3, None],
                       "attr": ["a", "b", "a", None, "a", "a"],

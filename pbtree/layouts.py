@@ -45,6 +45,7 @@ REPEATED = "duplicate id"
 #: how the reason of a good row rejected with a bad row of its id begins
 ANOTHER = "another row"
 
+
 def detect(schema: pa.Schema) -> str:
     """The layout of an input, from its column names and types."""
     names = set(schema.names)

@@ -243,13 +243,19 @@ def _build_shard(shard: int, layout: str, staging: str, rejects_dir: str | None,
         schema=SUMMARY)
 
 
+def _places(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of a shard's table, its file's number and its row in that file (the last
+    two columns)."""
+    return tuple(table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+
+
 def _located(table: pa.Table, rejects: list[layouts.Reject], files: list[str]
              ) -> list[layouts.Reject]:
     """``rejects`` with each reason that points at other rows naming where they are (all
     rows of an id are in one shard), in input order: a repeated id's first two rows, in
     ``pbtree subscribe --file``'s words; the first bad row of a subscription whose other
     rows are refused with it, with its reason."""
-    numbers, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+    numbers, rows = _places(table)
 
     def place(row: int) -> str:
         return f"{files[int(numbers[row])]} row {int(rows[row])}"
@@ -285,7 +291,7 @@ def _first(table: pa.Table, rejects: list[layouts.Reject]) -> dict:
     for another row of its id."""
     if not rejects:
         return {}
-    files, rows = (table.column(table.num_columns - k).to_numpy() for k in (2, 1))
+    files, rows = _places(table)
     row, sub_id, why = min(rejects, key=lambda r: (r[2].startswith(layouts.ANOTHER),
                                                    files[r[0]], rows[r[0]]))
     return {"first_derived": why.startswith(layouts.ANOTHER), "first_file": int(files[row]),

@@ -29,6 +29,7 @@ from spark_loader.session import (
     read_parquet,
     safe_columns,
     task_errors,
+    typed_alike,
     unused,
 )
 from spark_loader.timings import Timings
@@ -190,7 +191,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
                            nanos, row)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
-                task_errors():
+                task_errors(), typed_alike(df.inputFiles()):
             safe_columns(df).mapInArrow(task, schema).write.parquet(out)
         with result.timings.stage("finish"):
             for name in os.listdir(out):

@@ -408,15 +408,18 @@ def input_path(uri: str) -> str:
     return unquote(parsed.path) if parsed.scheme == "file" else uri
 
 
+def file_fields(file: str) -> list[pa.Field]:
+    """The columns of an input file (a local path, or a URI as Spark gives it) as its
+    Parquet schema types them, where Spark reads some as another type; none when it is not
+    local (``s3a://``: pyarrow would need that file system's client, so Spark's types
+    stand)."""
+    path = input_path(file)
+    return [] if "://" in path else list(pq.read_schema(path))
+
+
 def first_file_fields(files: list[str]) -> list[pa.Field]:
-    """The columns of the first of the input ``files`` (local paths, or URIs as Spark gives
-    them) as its Parquet schema types them, where Spark reads some as another type; none
-    when there is no file, or it is not local (``s3a://``: pyarrow would need that file
-    system's client, so Spark's types stand)."""
-    path = input_path(files[0]) if files else ""
-    if not path or "://" in path:
-        return []
-    return list(pq.read_schema(path))
+    """``file_fields`` of the first of the input ``files``; none when there is none."""
+    return file_fields(files[0]) if files else []
 
 
 @contextmanager
@@ -428,8 +431,8 @@ def typed_alike(files: list[str]) -> Iterator[None]:
         yield
     except Exception:
         first: dict[str, tuple[str, pa.DataType]] = {}
-        for path in files:
-            for field in first_file_fields([path]):
+        for path in sorted(map(input_path, files)):  # in input order
+            for field in file_fields(path):
                 seen = first.setdefault(field.name, (path, field.type))
                 if seen[1] != field.type:
                     raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "

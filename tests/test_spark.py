@@ -319,6 +319,11 @@ def test_files_that_type_a_column_differently_are_named(spark, tmp_path):
                                                  f"and uint64 in {src / 'g2.parquet'}"):
         _build(spark, src, tmp_path / "ix")
     assert not (tmp_path / "ix").exists()
+    bulk.build(tmp_path / "events-ix", [(1, "id > 0")])  # the same files as events
+    with pytest.raises(session.InputError, match=f"column 'id' is int64 in {src / 'g1.parquet'} "
+                                                 f"and uint64 in {src / 'g2.parquet'}"):
+        match.run(spark, str(tmp_path / "events-ix"), str(src), str(tmp_path / "m"))
+    assert not (tmp_path / "m").exists()
 
 
 def test_predicate_layout_rejects_whole_subscriptions(spark, tmp_path):

@@ -313,9 +313,10 @@ def _write_rejects(directory: str, table: pa.Table, rejects: list[layouts.Reject
 
 def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
     """Merge the shards' rejected rows into one Parquet file in input order (file by
-    path, then row), each row's file number as its path; a file of schema ``empty`` when
-    no row was rejected. The hidden files of the shards, and of attempts that died
-    half-way, are removed."""
+    path, then row), each row's file number as its path, each input column in the type
+    ``empty`` gives it (``_as_input``); a file of schema ``empty`` when no row was
+    rejected. The hidden files of the shards, and of attempts that died half-way, are
+    removed."""
     hidden = sorted(name for name in os.listdir(directory) if name.startswith("."))
     tables = [pa.ipc.open_file(pa.memory_map(os.path.join(directory, name))).read_all()
               for name in hidden if name.endswith(".arrow")]
@@ -332,6 +333,7 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
             chunk = table.take(pa.array(order[start:start + REJECTS_CHUNK]))
             chunk = chunk.set_column(at, chunk.field(at).with_type(pa.string()),
                                      paths.take(chunk.column(at)))
+            chunk = _as_input(chunk, empty)
             writer = writer or pq.ParquetWriter(out, chunk.schema)
             writer.write_table(chunk)
         writer.close()
@@ -339,13 +341,28 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
         os.remove(os.path.join(directory, name))
 
 
-def _file_types(files: list[str]) -> dict[str, pa.DataType]:
+def _as_input(chunk: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``chunk`` with each column in its type in ``schema`` (the first input file's) where
+    its values cast back safely: Spark reads unsigned integers wider, large strings and
+    dictionaries as strings. A column another input file types otherwise keeps Spark's."""
+    for i, got in enumerate(chunk.schema):
+        want = schema.field(i).type
+        if got.type != want:
+            try:
+                column = chunk.column(i).cast(want)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+            chunk = chunk.set_column(i, got.with_type(want), column)
+    return chunk
+
+
+def _file_types(first: dict[str, pa.DataType]) -> dict[str, pa.DataType]:
     """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0)
     and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in the
-    first of the input ``files``. Layouts are checked, and rows parsed and rejected, in
+    first input file (``first``). Layouts are checked, and rows parsed and rejected, in
     the file's types, as ``pbtree subscribe --file`` does."""
-    return {f.name: f.type for f in first_file_fields(files)
-            if f.type == pa.uint64() or holds_nanos(f.type)}
+    return {name: kind for name, kind in first.items()
+            if kind == pa.uint64() or holds_nanos(kind)}
 
 
 def check(opts: BuildOptions) -> None:
@@ -368,7 +385,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, opts.input)
             files = sorted(map(input_path, df.inputFiles()))  # in input order
-            own = _file_types(files)
+            first = {f.name: f.type for f in first_file_fields(files)}
+            own = _file_types(first)
             schema = pa.schema([f.with_type(own.get(f.name, f.type))
                                 for f in to_arrow_schema(df.schema)])
             try:
@@ -399,7 +417,8 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
                     shards, files)
             if rejects:
                 _merge_rejects(rejects.path, files, pa.schema(
-                    [*schema, pa.field(file_col, pa.string()), pa.field(row_col, pa.int64()),
+                    [*(f.with_type(first.get(f.name, f.type)) for f in schema),
+                     pa.field(file_col, pa.string()), pa.field(row_col, pa.int64()),
                      pa.field(reason_col, pa.string())]))
             commit_with(index, rejects)
         return result

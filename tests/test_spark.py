@@ -236,6 +236,35 @@ def test_rejects_keep_every_bad_row_unchanged(spark, tmp_path):
         assert sorted(ix) == ["ok1", "ok2", "ok3"]
 
 
+def test_rejects_keep_the_input_column_types(spark, tmp_path):
+    """Spark reads unsigned integers wider, large strings and dictionaries as strings; the
+    rejects file gives the rows back in the input's own types."""
+    table = pa.table({
+        "id": pa.array([1, 2, 3], pa.int32()),
+        "expr": pa.array(["a > 1", "a >>> 2", "b = 'x'"], pa.large_string()),
+        "prio": pa.array([1, 200, 3], pa.uint8()),
+        "owner": pa.array([7, 4_000_000_000, 9], pa.uint32()),
+        "score": pa.array([0.5, 1.5, 2.5], pa.float32()),
+        "tag": pa.array(["p", "q", "r"]).dictionary_encode(),
+    })
+    pq.write_table(table, tmp_path / "subs.parquet")
+    result = _build(spark, tmp_path / "subs.parquet", tmp_path / "ix", shards=2,
+                    rejects=str(tmp_path / "rejects"))
+    assert result.rejected == 1
+    rejects = pq.read_table(tmp_path / "rejects")
+    given = rejects.select(table.column_names)
+    assert given.schema == table.schema
+    assert given.to_pylist() == table.take([1]).to_pylist()
+
+
+def test_a_rejects_column_that_cannot_take_the_input_type_keeps_sparks():
+    spark_read = pa.table({"n": pa.array([300, 1], pa.int16()), "s": pa.array(["x", "y"])})
+    first_file = pa.schema([("n", pa.uint8()), ("s", pa.large_string())])
+    kept = build._as_input(spark_read, first_file)
+    assert kept.schema == pa.schema([("n", pa.int16()), ("s", pa.large_string())])
+    assert kept.to_pylist() == spark_read.to_pylist()
+
+
 def test_rejects_name_their_file_and_row_in_input_order(spark, tmp_path):
     """Spark splits a file of several row groups over partitions and packs small files
     into one; each rejected row still names its file and its row in it (from 0, as

@@ -347,8 +347,12 @@ def test_match_parquet_output_int_ids(tmp_path: Path) -> None:
 def test_bad_events(index: Path, tmp_path: Path) -> None:
     events = tmp_path / "e.jsonl"
     events.write_text('{"price": 42, "brand": "acme"}\n[1, 2]\n{"price": NaN}\n{"price":\n')
-    err = run("match", index, events, status=1).stderr
-    assert err.startswith(f"pbtree match: error: {events}:2: an event is a mapping")
+    failed = run("match", index, events, status=1)
+    assert failed.stderr.startswith(f"pbtree match: error: {events}:2: an event is a mapping")
+    assert failed.stderr.rstrip().endswith("(1 event before it answered)")
+    assert lines(failed.stdout) == [{"event": 1, "matches": [1]}]  # answered, not dropped
+    run("match", index, events, "-o", tmp_path / "m.jsonl", status=1)
+    assert not (tmp_path / "m.jsonl").exists()  # a file appears only whole
     out = run("match", index, events, "--skip-bad")
     # NaN is a value no predicate compares: absent, the event matched
     assert lines(out.stdout) == [{"event": 1, "matches": [1]}, {"event": 3, "matches": []}]

@@ -482,9 +482,11 @@ def _inline_events(texts: Sequence[str]) -> Iterator[Record]:
 
 
 def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
-                 numbers: list[int], skip: bool, args: argparse.Namespace) -> list:
-    """match_many (count_many with --count) on a batch; a bad event fails the command or,
-    with --skip-bad, gets None."""
+                 numbers: list[int], skip: bool, args: argparse.Namespace
+                 ) -> tuple[list, str | None]:
+    """match_many (count_many with --count) on a batch: the results, a bad event's None
+    with --skip-bad; without it, the results of the events before the first bad one and
+    why it is bad."""
     match = index.count_many if args.count else index.match_many
     found = iter(match([e for e in events if not isinstance(e, Bad)], return_errors=True))
     results: list = []
@@ -492,11 +494,11 @@ def _match_batch(index: pbtree.Index, events: list, where: Callable[[int], str],
         result = EventError(event.message) if isinstance(event, Bad) else next(found)
         if isinstance(result, EventError):
             if not skip:
-                raise CliError(f"{where(n)}: {result}")
+                return results, f"{where(n)}: {result}"
             note(args, f"skipped {where(n)}: {result}")
             result = None
         results.append(result)
-    return results
+    return results, None
 
 
 def cmd_match(args: argparse.Namespace) -> int:
@@ -517,18 +519,24 @@ def cmd_match(args: argparse.Namespace) -> int:
                 numbers = [n for n, _ in batch]
                 events = [e for _, e in batch]
                 reopened = index.reopened
-                results = _match_batch(index, events, where, numbers, args.skip_bad, args)
+                results, bad = _match_batch(index, events, where, numbers, args.skip_bad,
+                                            args)
                 if index.reopened != reopened:
                     note(args, f"{args.index} was replaced: matching against the new index "
                                f"from {where(numbers[0])}")
-                kept = [(n, e, r) for n, e, r in zip(numbers, events, results, strict=True)
-                        if r is not None]
+                done = len(results)  # all, or those before a bad event
+                kept = [(n, e, r) for n, e, r in zip(numbers[:done], events[:done], results,
+                                                      strict=True) if r is not None]
                 skipped += len(results) - len(kept)
                 labels = [_label(e, n, args.event_id) for n, e, _ in kept]
                 out.write(labels, [r for _, _, r in kept], args.count)
                 seen += len(kept)
                 matched += sum(r if args.count else len(r) for _, _, r in kept)
                 bar.update(seen, source.done if source else None)
+                if bad is not None:  # a file is left unwritten, but standard output has them
+                    answered = "" if args.output else f" ({plural(seen, 'event')} before it " \
+                                                       f"answered)"
+                    raise CliError(bad + answered)
     took = time.monotonic() - start
     extra = f"; skipped {skipped:,} bad events" if skipped else ""
     note(args, f"matched {plural(seen, 'event')} in {took:.2f} s "

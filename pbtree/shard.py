@@ -38,9 +38,12 @@ from storage.meta import (
     CONJUNCTIONS,
     ESTIMATES,
     LEVELS,
+    REWRITES,
     delete_counter,
+    read_counter,
     read_encoded,
     read_header,
+    write_counter,
     write_encoded,
     write_header,
     write_version,
@@ -181,6 +184,7 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self.env.drop(txn, "needed")  # predicate counts before version 9, now ``kinds``
         for name in (b"next_sid", b"folded", b"merged", b"next_node", CONJUNCTIONS):
             delete_counter(txn, dbs["meta"], name)
+        write_counter(txn, dbs["meta"], REWRITES, read_counter(txn, dbs["meta"], REWRITES) + 1)
         levels = clusters.NO_LEVELS  # interval levels where they pay, decided anew
         estimates = self.estimates_in(txn)
         if estimates is not None and items:  # decided as a bulk build decides them
@@ -195,6 +199,15 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone
         w.flush()
+
+    def recent_in(self, txn) -> RecentWrites:
+        """This process's recent writes (``RecentWrites``), emptied when ``txn`` sees a
+        rewrite since they were kept (another process's recluster or upgrade): their sids
+        now name other subscriptions."""
+        rewrites = read_counter(txn, self.dbs["meta"], REWRITES)
+        if rewrites != self._recent.rewrites:
+            self._recent = RecentWrites(rewrites)
+        return self._recent
 
     def levels_in(self, txn) -> clusters.Levels:
         """The interval levels of the shard as ``txn`` sees them (another process's

@@ -31,6 +31,9 @@ TREE_GEN = b"tree_gen"
 #: meta record of the number of conjunctions stored (a sid each): more than the ids when
 #: some subscription holds 'or'
 CONJUNCTIONS = b"conjunctions"
+#: meta counter of the rewrites (an upgrade or a recluster, which number the sids anew):
+#: what a process kept by sid from before one names other subscriptions after it
+REWRITES = b"rewrites"
 #: meta record of the interval levels (``pbtree.clusters.Levels``), absent when none
 LEVELS = b"levels"
 #: the largest sid: sids are u32 in every record that names one

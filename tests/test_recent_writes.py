@@ -231,6 +231,60 @@ def test_sids_another_process_took_are_read_from_their_records(tmp_path, reads):
         _check(ix, model, rng)
 
 
+RECLUSTER = """import json, sys, pbtree
+with pbtree.open(sys.argv[1]) as ix:
+    ix.unsubscribe_many(json.loads(sys.argv[2]))
+    ix.recluster()"""
+
+
+def _recluster(path, removed: list = ()) -> None:
+    """Another process removes ``removed`` and reclusters."""
+    subprocess.run([sys.executable, "-c", RECLUSTER, str(path), json.dumps(list(removed))],
+                   check=True)
+
+
+def test_a_writer_drops_what_it_kept_when_another_process_reclusters(tmp_path):
+    """A recluster numbers the sids anew: a writer that kept postings by sid from before
+    another process's recluster must not fold or match them under the new numbers."""
+    rng = random.Random(8)
+    path = tmp_path / "index"
+    with pbtree.create(path, fold_at=10**6) as ix:
+        first, second = _batch(rng, range(300)), _batch(rng, range(300, 600))
+        ix.subscribe_many(first)
+        ix.subscribe_many(second)
+        ix.unsubscribe_many(range(300))
+        _recluster(path)
+        third = _batch(rng, range(600, 900))
+        ix.subscribe_many(third)
+        model = {n: parse(text) for n, text in second + third}
+        _check(ix, model, rng, 40)
+        ix.compact()
+        ix.verify()
+        _check(ix, model, rng, 40)
+
+
+def test_a_reader_reads_pending_anew_when_another_process_reclustered(tmp_path):
+    """A reader keeps the pending postings it read, by sid, to extend them. Another process
+    removes the pending subscriptions, reclusters (the sids start again where they were
+    folded before) and subscribes others: the same pending sids, other subscriptions."""
+    path = tmp_path / "index"
+    kept = [(n, f"a = {n % 7}") for n in range(50)]  # one predicate: no entry takes a sid
+    gone = [(n, f"b = {n % 5}") for n in range(50, 80)]
+    new = [(n, f"s = 'x{n % 3}'") for n in range(80, 110)]
+    with pbtree.create(path) as ix:
+        ix.subscribe_many(kept)
+        ix.compact()
+    with pbtree.open(path, readonly=True) as reader:
+        assert reader.match({"b": 1}) == []
+        _other_process(path, gone)
+        assert reader.match({"b": 1}) == [n for n, _ in gone if n % 5 == 1]
+        _recluster(path, [n for n, _ in gone])
+        _other_process(path, new)
+        model = {n: parse(text) for n, text in kept + new}
+        for event in ({"b": 1}, {"s": "x1", "a": 3}, {"a": 2, "b": 3}):
+            assert reader.match(event) == oracle_match(model, event)
+
+
 def test_recent_writes_keep_the_newest_postings_and_take_only_whole_ranges():
     """A range is taken only when every sid in it is kept, holding the postings its lists
     give; a write given again replaces what it gave before; the oldest go while the newer

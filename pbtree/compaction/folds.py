@@ -46,12 +46,13 @@ class ShardFolds:
         ones' postings from them, now; returns how many subscriptions moved."""
         def apply(txn) -> int:
             w = self._writer(txn)
-            folded = self._fold(w, txn, self._recent, True) if w.next_sid > w.merged else 0
+            recent = self.recent_in(txn)
+            folded = self._fold(w, txn, recent, True) if w.next_sid > w.merged else 0
             self._purge(w)  # when no merge did
             w.flush()
             return folded
 
-        return self._write(apply, self._recent.clear)
+        return self._write(apply, lambda: self._recent.clear())
 
     def _fold(self, w: Writer, txn, recent: RecentWrites, merge: bool) -> int:
         """Fold the postings of every pending subscription into a staged run, joined with

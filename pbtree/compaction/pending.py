@@ -28,7 +28,7 @@ from pbtree.compaction.postings import (
 from pbtree.read.version import Value
 from storage.leaf import EQ, INEQ, LT
 from storage.lists import FIXED_WIDTH
-from storage.meta import read_counter, read_folded
+from storage.meta import REWRITES, read_counter, read_folded
 from storage.packed import KINDS
 
 
@@ -266,17 +266,21 @@ class RecentWrites:
     """The posted predicates of the subscriptions this process committed since its last
     fold, by sid: a fold or a read of pending sids takes their postings from here rather
     than decoding their records again. A committed sid is never given again and its
-    record never changes, so what is kept stays true (a removed subscription's postings
-    are left out by the fold, and reach no event when pending). A write's own are kept
-    once it has committed (a fold in the same write takes them through ``plus``); older
-    writes are dropped while the newer keep ``config.RECENT_KEPT`` subscriptions, so a
-    fold of up to that many finds all it needs, whatever size the batches."""
+    record never changes but for a rewrite (a recluster or an upgrade, which numbers sids
+    anew: ``rewrites`` is the shard's REWRITES counter they were kept under, and
+    ``Shard.recent_in`` drops them when it moved), so what is kept stays true (a removed
+    subscription's postings are left out by the fold, and reach no event when pending). A
+    write's own are kept once it has committed (a fold in the same write takes them
+    through ``plus``); older writes are dropped while the newer keep
+    ``config.RECENT_KEPT`` subscriptions, so a fold of up to that many finds all it needs,
+    whatever size the batches."""
 
-    __slots__ = ("chunks", "kept")
+    __slots__ = ("chunks", "kept", "rewrites")
 
-    def __init__(self) -> None:
+    def __init__(self, rewrites: int = 0) -> None:
         self.chunks: list[tuple[int, int, list]] = []  # (first sid, sids, predicate lists)
         self.kept = 0
+        self.rewrites = rewrites
 
     def add(self, first: int, count: int, posted: list) -> None:
         """Keep the posted predicates (``subs.posted``) of the committed sids ``first ..
@@ -291,7 +295,7 @@ class RecentWrites:
     def plus(self, first: int, count: int, posted: list) -> RecentWrites:
         """What this keeps and, besides, a write's own sids (``add``), for its fold to
         take before the write commits."""
-        out = RecentWrites()
+        out = RecentWrites(self.rewrites)
         out.chunks, out.kept = list(self.chunks), self.kept
         out.add(first, count, posted)
         return out
@@ -339,21 +343,24 @@ class Pending:
     only a few to search and each posting is copied a few times.
     """
 
-    __slots__ = ("folded", "next", "runs")
+    __slots__ = ("folded", "next", "runs", "rewrites")
 
-    def __init__(self, folded: int) -> None:
+    def __init__(self, folded: int, rewrites: int) -> None:
         self.folded = self.next = folded
         self.runs: list[PendingRun] = []
+        self.rewrites = rewrites  # the shard's REWRITES counter: a rewrite numbers sids anew
 
     @classmethod
     def of(cls, old: Pending | None, txn: lmdb.Transaction, dbs: dict,
            recent: RecentWrites) -> Pending:
         """The pending postings of ``txn``: ``old`` extended by the sids subscribed since,
-        or read afresh when a fold has happened in between."""
+        or read afresh when a fold or a rewrite (by any process) has happened in between."""
         meta = dbs["meta"]
         next_sid = read_counter(txn, meta, b"next_sid")
         folded = read_folded(txn, meta, next_sid)
-        pending = old if old is not None and old.folded == folded else cls(folded)
+        rewrites = read_counter(txn, meta, REWRITES)
+        pending = old if old is not None and (old.folded, old.rewrites) == (folded, rewrites) \
+            else cls(folded, rewrites)
         if pending.next < next_sid:
             pending.extend(txn, dbs, next_sid, recent)
         return pending

@@ -78,7 +78,7 @@ class ShardReads:
         pages = TreePages(txn, self.dbs)
         attr_id = partial(self._attr, pages)
         return Version((Search(pages, Reader(txn, self.dbs), cache, attr_id),
-                        *cache.sources_of(txn, self.dbs, self._recent, attr_id)))
+                        *cache.sources_of(txn, self.dbs, self.recent_in(txn), attr_id)))
 
     def match_sids(self, txn, cache: Snapshot, event: list[Value]) -> np.ndarray:
         """Sids of the subscriptions that a prepared event satisfies: every source of the

@@ -54,6 +54,7 @@ class ShardWrites:
         def apply(txn) -> int:
             nonlocal mine, folded
             w = self._writer(txn)
+            recent = self.recent_in(txn)  # before ``committed`` adds to it
             folded = False
             old_sids = w.records.found_ids(idkeys)
             if old_sids:
@@ -66,7 +67,7 @@ class ShardWrites:
                 self._purge(w, due=True)
             mine = self._insert(w, txn, sub_ids, idkeys, lists)
             if self.fold_due(w.next_sid - w.folded):
-                self._fold(w, txn, self._recent.plus(*mine), False)
+                self._fold(w, txn, recent.plus(*mine), False)
                 folded = True
             w.flush()
             return len(items)

@@ -179,6 +179,33 @@ def test_a_stop_in_a_long_file_leaves_whole_batches(empty: Path, tmp_path: Path)
     assert _count(empty) == 60_000
 
 
+def test_a_stop_while_removing_a_file_leaves_whole_batches(empty: Path, tmp_path: Path
+                                                           ) -> None:
+    """Ctrl-C, many times, while batches of a file are removed from three shards: each
+    batch is removed from every shard or from none, the message says how many were, and
+    a rerun with --missing-ok removes the rest."""
+    subs = jsonl(tmp_path / "subs.jsonl", _subs(list(range(60_000))))
+    run("subscribe", empty, "--file", subs)
+    proc = subprocess.Popen([PBTREE, "unsubscribe", str(empty), "--file", str(subs),
+                             "--batch", "3000"], stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if proc.poll() is not None or _count(empty) < 60_000:
+            break
+        time.sleep(0.05)
+    while proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert proc.returncode == 130, err
+    removed = 60_000 - _count(empty)
+    assert removed % 3000 == 0 and removed < 60_000
+    assert err.strip().splitlines()[-1] == (
+        f"pbtree: interrupted: {removed:,} subscriptions removed, every batch whole; rerun "
+        f"with --missing-ok to remove the rest")
+    run("unsubscribe", empty, "--file", subs, "--missing-ok")
+    assert _count(empty) == 0
+
+
 def test_a_signal_inside_a_batch_waits_for_its_end() -> None:
     """A stop waits for the batch; the ones after it are ignored, during and after the
     block (the command is winding down to say what it saved); with no stop, the handlers

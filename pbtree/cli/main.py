@@ -410,6 +410,17 @@ def _resumable(written: Saved) -> Iterator[None]:
 
 
 @contextmanager
+def _removed_whole(removed: Callable[[], int]) -> Iterator[None]:
+    """A stopped unsubscribe says what it removed; removing again is harmless."""
+    try:
+        yield
+    except Interrupted as stop:
+        raise Interrupted(stop.signum, f"{plural(removed(), 'subscription')} removed, every "
+                                       f"batch whole; rerun with --missing-ok to remove the "
+                                       f"rest") from None
+
+
+@contextmanager
 def _stopped_after(done: Callable[[], int], what: str) -> Iterator[None]:
     """A bad record that stops a command names what earlier batches had already
     committed: ``done()`` subscriptions ``what`` (saved, removed), none included."""
@@ -447,17 +458,18 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     removed = asked = 0
     missing: list = []
     seen: set = set()  # an id given again, in a later batch, is not missing
-    with pbtree.open(args.index) as index:
+    with pbtree.open(args.index) as index, Stops() as stops:
         total = source.total if source else None
         with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
-              _stopped_after(lambda: removed, "removed")):
+              _stopped_after(lambda: removed, "removed"),
+              _removed_whole(lambda: removed)):
             for ids in _unsubscribe_ids(args, source):
                 unique = [i for i in dict.fromkeys(ids) if i not in seen]
                 seen.update(unique)
                 if len(missing) < 10:  # enough to name in the error
                     missing += index.missing(unique)
-                count = index.unsubscribe_many(unique)
-                removed += count
+                with stops.batch():  # one transaction per shard: a stop waits for all
+                    removed += index.unsubscribe_many(unique)
                 asked += len(unique)
                 bar.update(asked, source.done if source else None)
     if removed < asked and not args.missing_ok:

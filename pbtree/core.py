@@ -79,7 +79,10 @@ def _first_duplicate(items: list, stored: set[bytes]) -> None:
     earlier in the batch."""
     seen: set[bytes] = set()
     for sub_id, idkey, _ in items:
-        if idkey in seen or idkey in stored:
+        if idkey in seen:
+            raise DuplicateIdError(f"subscription id {sub_id!r} is given twice in the batch "
+                                   f"(replace=True keeps the last)")
+        if idkey in stored:
             raise DuplicateIdError(f"subscription id {sub_id!r} already exists")
         seen.add(idkey)
 

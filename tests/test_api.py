@@ -62,7 +62,7 @@ def test_duplicate_id_and_replace(index):
         index.subscribe(1, "price > 0")
     with pytest.raises(pbtree.DuplicateIdError):
         index.subscribe_many([(50, "a = 1"), (3, "a = 2")])
-    with pytest.raises(pbtree.DuplicateIdError):
+    with pytest.raises(pbtree.DuplicateIdError, match="51 is given twice in the batch"):
         index.subscribe_many([(51, "a = 1"), (51, "a = 2")])
     assert snapshot(index) == before
     index.subscribe(1, "price > 1000", replace=True)

@@ -334,6 +334,20 @@ def test_match_sources_and_outputs(index: Path, tmp_path: Path) -> None:
                      {"event": 2, "matches": ["3"]}, {"event": 3, "matches": []}]
 
 
+def test_event_id_names_a_nested_field_and_a_missing_one_is_noted(index: Path,
+                                                                   tmp_path: Path) -> None:
+    events = jsonl(tmp_path / "e.jsonl", [{"order": {"no": "A-1"}, "price": 42,
+                                           "brand": "acme"}, {"price": 500}])
+    out = run("match", index, events, "--event-id", "order.no")
+    assert [line["event"] for line in lines(out.stdout)] == ["A-1", 2]
+    assert "--event-id" not in out.stderr
+    out = run("match", index, events, "--event-id", "ordr")
+    assert [line["event"] for line in lines(out.stdout)] == [1, 2]
+    assert f"--event-id ordr: no event of the batch from {events}:1 has that field" \
+        in out.stderr
+    assert "--event-id" not in run("match", index, events).stderr  # the default: no note
+
+
 def test_match_parquet_output_int_ids(tmp_path: Path) -> None:
     path = tmp_path / "i.pbt"
     run("create", path)

@@ -522,6 +522,7 @@ def cmd_match(args: argparse.Namespace) -> int:
     records = _inline_events(args.event) if source is None else source.records()
     where = source.where if source else (lambda n: f"--event {n}")
     seen = matched = skipped = 0
+    unlabelled_noted = False  # that no event of a batch had the --event-id field
     start = time.monotonic()
     with pbtree.open(args.index, readonly=True) as index:
         total = source.total if source else None
@@ -540,7 +541,16 @@ def cmd_match(args: argparse.Namespace) -> int:
                 kept = [(n, e, r) for n, e, r in zip(numbers[:done], events[:done], results,
                                                       strict=True) if r is not None]
                 skipped += len(results) - len(kept)
-                labels = [_label(e, n, args.event_id) for n, e, _ in kept]
+                found = [_label(e, "id" if args.event_id is None else args.event_id)
+                         for _, e, _ in kept]
+                labels = [n if label is None else label
+                          for label, (n, _, _) in zip(found, kept, strict=True)]
+                if args.event_id and not unlabelled_noted and kept and \
+                        all(label is None for label in found):
+                    unlabelled_noted = True
+                    note(args, f"--event-id {args.event_id}: no event of the batch from "
+                               f"{where(kept[0][0])} has that field: they are labelled by "
+                               f"line or row number")
                 out.write(labels, [r for _, _, r in kept], args.count)
                 seen += len(kept)
                 matched += sum(r if args.count else len(r) for _, _, r in kept)
@@ -556,10 +566,17 @@ def cmd_match(args: argparse.Namespace) -> int:
     return 0
 
 
-def _label(event: dict, n: int, field: str) -> object:
-    """The event's id field when it has one, else its line (or row) number."""
-    value = event.get(field) if field else None
-    return n if value is None else value
+def _label(event: dict, field: str) -> object:
+    """The event's id field (a dotted name also nested, as attributes are), None when it
+    has none (or ``field`` is empty): it is then labelled by its line (or row) number."""
+    if not field:
+        return None
+    value = event.get(field)
+    if value is None and "." in field:
+        value = event
+        for part in field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+    return None if isinstance(value, dict) else value
 
 
 # ---------------------------------------------------------------------------------------
@@ -738,9 +755,10 @@ def build_parser() -> Parser:
     p.add_argument("-o", "--output", metavar="FILE",
                    help="write results here (.parquet for Parquet) instead of standard output")
     p.add_argument("-c", "--count", action="store_true", help="output match counts only")
-    p.add_argument("--event-id", default="id", metavar="FIELD",
-                   help="event field that labels results (default id); events without it are "
-                        "labelled by line number (JSON Lines, from 1) or row (Parquet, from 0)")
+    p.add_argument("--event-id", metavar="FIELD",
+                   help="event field that labels results (default id; a dotted name also "
+                        "nested; empty: none); events without it are labelled by line number "
+                        "(JSON Lines, from 1) or row (Parquet, from 0)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip events that cannot be matched (reported on standard error)")
     p.add_argument("--batch", type=_int_in(1), default=config.EVENT_BATCH, metavar="N",

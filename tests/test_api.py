@@ -295,3 +295,19 @@ def test_closed_index_raises(tmp_path):
     ix.close()
     with pytest.raises(pbtree.PbtreeError, match="closed"):
         ix.match({"a": 1})
+
+
+def test_a_shard_out_of_sids_says_recluster_and_saves_nothing(tmp_path, monkeypatch):
+    """Sids are never given twice until a recluster numbers them anew: a shard that has
+    given them all refuses the write whole and says so."""
+    from pbtree.write import allocator
+    monkeypatch.setattr(allocator, "MAX_SID", 9)
+    with pbtree.create(tmp_path / "ix") as index:
+        index.subscribe_many([(n, f"a = {n}") for n in range(8)])
+        index.unsubscribe_many(range(6))
+        with pytest.raises(pbtree.StorageError, match="all 2\\^32 sids .* recluster it"):
+            index.subscribe_many([(n, f"a = {n}") for n in range(10, 13)])
+        assert sorted(index) == [6, 7]
+        index.recluster()
+        index.subscribe_many([(n, f"a = {n}") for n in range(10, 13)])
+        assert index.match({"a": 11}) == [11] and len(index) == 5

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import lmdb
 
-from pbtree.errors import CorruptIndexError
+from pbtree.errors import StorageError
 from storage.meta import MAX_SID, read_counter, write_counter
 from storage.trees import TreePages
 
@@ -32,7 +32,9 @@ class Allocator:
     def new_sids(self, n: int) -> int:
         """The first of ``n`` new consecutive sids."""
         if self.next_sid + n - 1 > MAX_SID:
-            raise CorruptIndexError("shard has used all 2^32 internal subscription ids")
+            raise StorageError("the shard has given all 2^32 sids (a sid a subscription or "
+                               "predicate entry ever written; none was saved): recluster it "
+                               "to number them anew")
         first = self.next_sid
         self.next_sid += n
         return first

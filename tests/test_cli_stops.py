@@ -227,3 +227,23 @@ def test_a_signal_inside_a_batch_waits_for_its_end() -> None:
         with stops.batch():
             done.append("a batch")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_stopped_upgrade_says_to_run_it_again(empty: Path, monkeypatch, capsys) -> None:
+    """Each shard is upgraded in a transaction of its own as it is opened: a stop between
+    two leaves some upgraded, which the message says."""
+    from pbtree.cli import main as cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.pbtree, "open", stopped)
+    try:
+        assert cli.main(["upgrade", str(empty)]) == 130
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT
+                          else signal.SIG_DFL)
+    assert capsys.readouterr().err.strip() == (
+        "pbtree: interrupted: the shards upgraded before the stop stay so, the others are as "
+        "they were; run pbtree upgrade again to finish")

@@ -217,9 +217,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    with pbtree.open(args.index) as index:
-        old = sorted({s.upgraded_from for s in index.shards} - {None})
-        shards = sum(s.upgraded_from is not None for s in index.shards)
+    try:
+        with pbtree.open(args.index) as index:
+            old = sorted({s.upgraded_from for s in index.shards} - {None})
+            shards = sum(s.upgraded_from is not None for s in index.shards)
+    except KeyboardInterrupt as stop:  # each shard is upgraded in one transaction
+        raise Interrupted(getattr(stop, "signum", signal.SIGINT),
+                          "the shards upgraded before the stop stay so, the others are as "
+                          "they were; run pbtree upgrade again to finish") from None
     done = (f"upgraded {plural(shards, 'shard')} from format version "
             f"{', '.join(map(str, old))}" if old else "already in this pbtree's format")
     note(args, f"{args.index}: {done}")

@@ -227,7 +227,8 @@ class Index:
                     preds = normalize(expr, self._options.get("max_conjunctions",
                                                               config.MAX_CONJUNCTIONS))
             except (ExpressionError, IdError) as exc:
-                raise type(exc)(f"subscription {shown(sub_id)} (item {n}): {exc}") from None
+                at = f" (item {n})" if len(pairs) > 1 else ""
+                raise type(exc)(f"subscription {shown(sub_id)}{at}: {exc}") from None
             groups[shard_of(idkey, len(shards))].append((sub_id, idkey, preds))
         return groups
 

@@ -42,7 +42,9 @@ def prepare_event(event: Mapping) -> PreparedEvent:
     Unicode, longer than the limit) is ignored whatever its value.
     """
     if not isinstance(event, Mapping):
-        raise EventError(f"an event is a mapping attribute -> value, not {type(event).__name__}")
+        hint = " (its to_dict() is one)" if callable(getattr(event, "to_dict", None)) else ""
+        raise EventError(f"an event is a mapping attribute -> value, not "
+                         f"{type(event).__name__}{hint}")
     out: PreparedEvent = []
     nested, arrays = [], []
     for attr, value in event.items():

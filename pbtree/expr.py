@@ -709,7 +709,8 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         return ExpressionError(f"predicate {index} {shown(item)}: {problem}")
 
     if not isinstance(item, tuple | list) or len(item) != 3:
-        raise fail("expected an (attribute, operator, value) tuple; parse() takes a list of them")
+        raise fail("expected an (attribute, operator, value) tuple; an expression of tuples "
+                   "is a list of them")
     attr, op, value = item
     if not isinstance(attr, str):
         raise fail(f"attribute name must be a str, not {type(attr).__name__}")

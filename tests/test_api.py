@@ -311,3 +311,20 @@ def test_a_shard_out_of_sids_says_recluster_and_saves_nothing(tmp_path, monkeypa
         index.recluster()
         index.subscribe_many([(n, f"a = {n}") for n in range(10, 13)])
         assert index.match({"a": 11}) == [11] and len(index) == 5
+
+
+def test_messages_name_the_item_only_in_a_batch_and_hint_at_a_row(tmp_path):
+    class Row:  # a table row, as pandas gives one
+        def to_dict(self) -> dict:
+            return {"a": 1}
+
+    with pbtree.create(tmp_path / "ix") as index:
+        with pytest.raises(pbtree.ExpressionError, match=r"^subscription 1: at position"):
+            index.subscribe(1, "a >")
+        with pytest.raises(pbtree.ExpressionError, match=r"^subscription 2 \(item 1\): at"):
+            index.subscribe_many([(1, "a > 1"), (2, "a >")])
+        with pytest.raises(pbtree.ExpressionError, match="an expression of tuples is a list"):
+            index.subscribe(3, ("a", ">", 1))
+        with pytest.raises(pbtree.EventError, match=r"not Row \(its to_dict\(\) is one\)"):
+            index.match(Row())
+        assert len(index) == 0

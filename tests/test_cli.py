@@ -111,6 +111,9 @@ def test_file_errors_name_the_line(index: Path, tmp_path: Path) -> None:
     bad.write_text('{"id": 13 "expr": "a = 1"}\n')
     assert f"{bad}:1: not valid JSON (Expecting ',' delimiter at column 11)" in \
         run("subscribe", index, "-f", bad, status=1).stderr
+    bad.write_text('{"id": 13, "expr": "a = 1"\n')  # cut short: the line's end, not the next
+    assert f"{bad}:1: not valid JSON (Expecting ',' delimiter at column 27)" in \
+        run("subscribe", index, "-f", bad, status=1).stderr
     bad.write_text('{"id": 1.5, "expr": "a = 1"}\n')
     assert "id must be an integer or a string" in run("subscribe", index, "-f", bad,
                                                       status=1).stderr
@@ -332,6 +335,14 @@ def test_match_sources_and_outputs(index: Path, tmp_path: Path) -> None:
     table = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert table == [{"event": 1, "matches": ["1", "wish-7"]},
                      {"event": 2, "matches": ["3"]}, {"event": 3, "matches": []}]
+
+
+def test_an_id_beyond_the_integers_suggests_string_id(index: Path) -> None:
+    big = str(2**63)
+    assert "--string-id keeps it the string" in run("subscribe", index, big, "a = 1",
+                                                     status=2).stderr
+    run("subscribe", index, big, "a = 1", "--string-id")
+    assert run("get", index, big, "--string-id").stdout.strip() == "a = 1"
 
 
 def test_event_id_names_a_nested_field_and_a_missing_one_is_noted(index: Path,

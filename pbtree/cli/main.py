@@ -61,6 +61,9 @@ def plural(n: int, noun: str) -> str:
 def parse_id(text: str, string_id: bool = False) -> int | str:
     """A command-line id: an int if it is written like one (``42``, ``-7``), else the string."""
     if not string_id and _INT_RE.fullmatch(text):
+        if abs(int(text)) > 2**63 - 1:
+            raise UsageError(f"id {text} is beyond the integer ids (within ±(2^63 - 1)); "
+                             f"--string-id keeps it the string {text!r}")
         return int(text)
     return text
 

@@ -63,7 +63,9 @@ def decode_json(text: str | bytes, event: bool = False) -> Any:
             return json.loads(text, parse_int=_event_int, parse_float=_event_float)
         return json.loads(text, parse_int=_json_int, parse_float=_json_float)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{exc.msg} at column {exc.colno}") from None
+        doc = exc.doc.rstrip("\r\n")  # an error past the line's end is at its end
+        column = exc.colno if exc.pos < len(doc) else len(doc) - doc.rfind("\n")
+        raise ValueError(f"{exc.msg} at column {column}") from None
     except RecursionError:
         raise ValueError("nested too deeply") from None
 

@@ -558,3 +558,13 @@ def test_match_reads_arrays_from_parquet_list_columns_and_json(tmp_path: Path) -
         [[1, 2, 3], [3]]
     out = run("explain", path, 1, "--event", '{"price": [1, 100]}').stdout
     assert "fails  price between 50 and 60  (event: [1, 100])" in out
+
+
+def test_a_gzip_file_is_refused_saying_so(index: Path, tmp_path: Path) -> None:
+    import gzip
+
+    events = tmp_path / "e.jsonl.gz"
+    events.write_bytes(gzip.compress(b'{"price": 1}\n'))
+    err = run("match", index, events, status=1).stderr
+    assert f"{events}: gzip-compressed; decompress it, or pipe it in" in err
+    assert "gzip-compressed" in run("subscribe", index, "--file", events, status=1).stderr

@@ -105,10 +105,18 @@ def _lines(fd: int, pending: bytes = b"") -> Iterator[bytes | None]:
         yield pending
 
 
+#: the first bytes of a gzip file (RFC 1952)
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def _is_parquet(path: str) -> bool:
-    """Whether a file starts with the Parquet magic bytes."""
+    """Whether a file starts with the Parquet magic bytes; CliError for a compressed one."""
     with open(path, "rb") as src:
-        return src.read(4) == b"PAR1"
+        head = src.read(4)
+    if head[:2] == GZIP_MAGIC:
+        raise CliError(f"{path}: gzip-compressed; decompress it, or pipe it in: zcat {path} | "
+                       f"pbtree ... -")
+    return head == b"PAR1"
 
 
 def _row(batch: Any, i: int) -> dict | Bad:
@@ -151,9 +159,11 @@ class Source:
         if not self.stdin and not os.path.isfile(self.name):
             fd = os.open(self.name, os.O_RDONLY)  # read once: a second open would lose input
             self.stream = fd, _head(fd, 4)
-            if self.stream[1] == b"PAR1":
+            if self.stream[1] == b"PAR1" or self.stream[1][:2] == GZIP_MAGIC:
                 os.close(fd)
-                raise CliError(f"{self.name}: Parquet is read from a file, not a pipe")
+                raise CliError(f"{self.name}: Parquet is read from a file, not a pipe"
+                               if self.stream[1] == b"PAR1" else
+                               f"{self.name}: gzip-compressed; decompress it first")
         self.parquet = not self.stdin and self.stream is None and _is_parquet(self.name)
         self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
         self.total: int | None = None

@@ -227,6 +227,9 @@ def test_parquet_output_refuses_labels_it_cannot_keep(index: Path, tmp_path: Pat
     err = run("match", index, "-e", '{"id": 99999999999999999999}', "-o", out,
               status=1).stderr
     assert "an event label is beyond the 64-bit integers of Parquet" in err
+    mixed = jsonl(tmp_path / "mixed.jsonl", [{"id": 5, "price": 1}, {"id": "x"}])
+    err = run("match", index, mixed, "-o", out, status=1).stderr
+    assert "the event labels mix int and str; write JSON Lines instead" in err
     assert not out.exists()
 
 

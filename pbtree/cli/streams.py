@@ -396,9 +396,10 @@ class ParquetOut:
             return
         try:
             label_column = pa.array(labels)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            kinds = " and ".join(sorted({type(label).__name__ for label in labels}))
             raise CliError(f"{self.shown_as}: Parquet needs one type per column, but the event "
-                           f"labels mix types ({exc}); write JSON Lines instead") from None
+                           f"labels mix {kinds}; write JSON Lines instead") from None
         except OverflowError:
             raise CliError(f"{self.shown_as}: an event label is beyond the 64-bit integers "
                            f"of Parquet; write JSON Lines instead") from None

@@ -730,12 +730,16 @@ def _parse_tuple(index: int, item: object) -> Predicate:
         if canon_op in _SCALAR_CORE:
             return (attr, canon_op, _constant(value))
         if canon_op == "in" or canon_op == "not in":
+            if isinstance(value, np.ndarray) and value.ndim == 1:  # as events take them
+                value = list(value)
             if not isinstance(value, list | tuple | set | frozenset):
                 raise fail(f"'{canon_op}' needs a list of values, not {type(value).__name__}")
             if not value:
                 raise fail(f"'{canon_op}' needs at least one value")
             return (attr, canon_op, tuple(map(_constant, value)))
         if canon_op == "between":
+            if isinstance(value, np.ndarray) and value.shape == (2,):
+                value = list(value)
             if not isinstance(value, list | tuple) or len(value) != 2:
                 raise fail("'between' needs a (low, high) pair")
             lo, hi = _constant(value[0]), _constant(value[1])

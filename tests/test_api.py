@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import pbtree
+from pbtree import config
 
 SUBS = [
     (1, "price < 100 and brand = 'acme'"),
@@ -328,3 +329,18 @@ def test_messages_name_the_item_only_in_a_batch_and_hint_at_a_row(tmp_path):
         with pytest.raises(pbtree.EventError, match=r"not Row \(its to_dict\(\) is one\)"):
             index.match(Row())
         assert len(index) == 0
+
+
+def test_numpy_arrays_give_the_values_of_in_and_between(tmp_path):
+    """Values built with numpy (a column of a table) are taken as lists are, in one
+    subscription and in a batch large enough to be parsed together."""
+    import numpy as np
+
+    with pbtree.create(tmp_path / "ix") as index:
+        index.subscribe(1, [("cyl", "in", np.array([4, 6])),
+                            ("price", "between", np.array([1.5, 3.0]))])
+        index.subscribe_many([(n, [("cyl", "not in", np.array([n % 8, 9]))])
+                              for n in range(2, 2 + config.BATCH_AT)])
+        assert index.get(1) == "cyl in (4, 6) and price between 1.5 and 3"
+        assert index.match({"cyl": 6, "price": 2})[:2] == [1, 2]
+        assert 6 not in index.match({"cyl": 6}) and 7 in index.match({"cyl": 6})

@@ -346,7 +346,8 @@ def _as_input(chunk: pa.Table, schema: pa.Schema) -> pa.Table:
     its values cast back safely: Spark reads unsigned integers wider, large strings and
     dictionaries as strings. A column another input file types otherwise keeps Spark's."""
     for i, got in enumerate(chunk.schema):
-        want = schema.field(i).type
+        at = schema.get_field_index(got.name)
+        want = got.type if at < 0 else schema.field(at).type
         if got.type != want:
             try:
                 column = chunk.column(i).cast(want)

@@ -99,6 +99,9 @@ def shard_stats(shard) -> dict:
                 for raw in Chunks(txn, dbs[clusters.DB]).by_number().values()),
             # distinct predicates of the check rows, each stored once
             "predicate_entries": records.entry_count(),
+            # sids given since the last rewrite, live or not: each keeps a few bytes, and
+            # 2^32 are all there are, until a recluster numbers them anew
+            "sids": read_counter(txn, meta, b"next_sid"),
             "attribute_names": used,
             "leaf_items": pages.leaf_count(),
             "overflow_sidsets": over.set_count(),

@@ -344,3 +344,15 @@ def test_numpy_arrays_give_the_values_of_in_and_between(tmp_path):
         assert index.get(1) == "cyl in (4, 6) and price between 1.5 and 3"
         assert index.match({"cyl": 6, "price": 2})[:2] == [1, 2]
         assert 6 not in index.match({"cyl": 6}) and 7 in index.match({"cyl": 6})
+
+
+def test_stats_count_the_sids_given_until_a_recluster(tmp_path):
+    """Removed subscriptions keep their sids (never given again) until a recluster numbers
+    the live ones anew."""
+    with pbtree.create(tmp_path / "ix") as index:
+        index.subscribe_many([(n, f"a = {n}") for n in range(100)])
+        index.unsubscribe_many(range(90))
+        index.subscribe_many([(n, f"a = {n}") for n in range(100, 110)])
+        assert index.stats()["sids"] == 110
+        index.recluster()
+        assert index.stats()["sids"] == len(index) == 20

@@ -104,6 +104,7 @@ _STAT_ROWS = (
     ("lt_nodes", "LT list nodes"), ("lt_items", "LT list items"),
     ("ineq_nodes", "INEQ list nodes"), ("ineq_items", "INEQ list items"),
     ("overflow_sidsets", "overflow SidSets"),
+    ("sids", "sids given (live or not, until a recluster)"),
 )
 
 

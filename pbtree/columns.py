@@ -8,7 +8,7 @@ one numpy fancy-index.
 from __future__ import annotations
 
 import math
-from itertools import repeat
+from collections.abc import Iterable
 
 import lmdb
 import numpy as np
@@ -28,29 +28,35 @@ class Column:
         return chunk_key(number)
 
     def read(self, txn: lmdb.Transaction,
-             dbs: dict) -> tuple[np.ndarray, list[np.ndarray] | None]:
+             dbs: dict) -> tuple[np.ndarray, list[np.ndarray | None] | None]:
         """The whole column as one array indexed by sid (missing chunks read as zeros), and
         its chunks' ``views`` when there are any."""
         views = self.views(txn, dbs)
         if views:  # one join, one copy
-            return np.frombuffer(bytearray().join(views), self.dtype), views
+            free = bytes(self.nbytes)
+            return np.frombuffer(bytearray().join(free if v is None else v for v in views),
+                                 self.dtype), views
         records = Chunks(txn, dbs[self.db]).by_number()
         out = np.zeros(self.size * (max(records) + 1 if records else 0), self.dtype)
         for number, raw in records.items():
             out[number * self.size:(number + 1) * self.size] = np.frombuffer(raw, self.dtype)
         return out, None
 
-    def views(self, txn: lmdb.Transaction, dbs: dict) -> list[np.ndarray] | None:
-        """Every chunk as a read-only view into the map (valid while ``txn`` lasts), when
-        chunks 0 .. n-1 are all present and full (the usual case); None otherwise."""
-        values = Chunks(txn, dbs[self.db]).contiguous()
-        if values is None or set(map(len, values)) - {self.nbytes}:
+    def views(self, txn: lmdb.Transaction, dbs: dict) -> list[np.ndarray | None] | None:
+        """Every chunk up to the last as a read-only view into the map (valid while ``txn``
+        lasts), None for one not stored (its sids all free: a write deletes such a
+        chunk), when every stored chunk is full (the usual case); None otherwise."""
+        records = Chunks(txn, dbs[self.db]).by_number()
+        if any(len(value) != self.nbytes for value in records.values()):
             return None
-        return list(map(np.frombuffer, values, repeat(self.dtype)))
+        views: list[np.ndarray | None] = [None] * (max(records) + 1 if records else 0)
+        for number, value in records.items():
+            views[number] = np.frombuffer(value, self.dtype)
+        return views
 
-    def changed(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray],
+    def changed(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray | None],
                 written: set[int] | None = None
-                ) -> tuple[list[np.ndarray], list[int]] | None:
+                ) -> tuple[list[np.ndarray | None], list[int]] | None:
         """The chunks in ``txn`` as views, and the numbers of those that may differ from
         ``old`` (new ones included); None when not all full or fewer than before (then read
         the column anew). ``written``, when known, holds every chunk the commits since
@@ -69,24 +75,28 @@ class Column:
         views = self.views(txn, dbs)
         if views is None or len(views) < len(old):
             return None
-        same = np.fromiter(map(np.may_share_memory, views, old), bool, len(old))
+        same = np.fromiter((new is was if new is None or was is None else
+                            np.may_share_memory(new, was)
+                            for new, was in zip(views[:len(old)], old, strict=True)),
+                           bool, len(old))
         return views, [*np.flatnonzero(~same).tolist(), *range(len(old), len(views))]
 
-    def _written(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray],
-                 written: set[int]) -> tuple[list[np.ndarray], list[int]] | None:
-        """``changed`` given the chunks written since ``old``: a chunk no commit wrote is
-        the same record on the same pages, which ``txn`` reaches as ``old`` did."""
+    def _written(self, txn: lmdb.Transaction, dbs: dict, old: list[np.ndarray | None],
+                 written: set[int]) -> tuple[list[np.ndarray | None], list[int]] | None:
+        """``changed`` given the chunks written (or deleted) since ``old``: a chunk no
+        commit wrote is the same record on the same pages, which ``txn`` reaches as
+        ``old`` did."""
         chunks = Chunks(txn, dbs[self.db])
-        count = chunks.count()
+        count = chunks.end()
         if count < len(old):
             return None
         views = [*old, *[None] * (count - len(old))]
         numbers = sorted({n for n in written if n < len(old)} | set(range(len(old), count)))
         for number in numbers:
             raw = chunks.get(number)
-            if raw is None or len(raw) != self.nbytes:
+            if raw is not None and len(raw) != self.nbytes:
                 return None
-            views[number] = np.frombuffer(raw, self.dtype)
+            views[number] = None if raw is None else np.frombuffer(raw, self.dtype)
         return views, numbers
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
@@ -154,9 +164,15 @@ class ColumnWriter:
             chunk = self.dirty[number] = self._current(number).copy()
         return chunk
 
-    def flush(self) -> None:
+    def flush(self, free: Iterable[int] = ()) -> None:
+        """Store the chunks written, but delete those numbered in ``free`` (every sid of
+        them free): a sid is never given again, so they would stay zeros for good."""
+        free = set(free)
         for number, chunk in self.dirty.items():
-            self.chunks.put(number, chunk.tobytes())
+            if number not in free:
+                self.chunks.put(number, chunk.tobytes())
+            elif self.chunks.get(number) is not None:
+                self.chunks.delete(number)
 
 
 #: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB

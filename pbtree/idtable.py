@@ -19,10 +19,11 @@ class IdTable:
         self.span = span
 
     @classmethod
-    def of(cls, views: list[np.ndarray]) -> IdTable:
+    def of(cls, views: list[np.ndarray | None]) -> IdTable:
         """The table of the column's chunks, in order (views into the map, or parts of one
-        copy)."""
-        return cls(Span(dict(enumerate(views)), INT_IDS.dtype))
+        copy; None for a chunk of free sids, whose ids are never asked for)."""
+        return cls(Span({n: view for n, view in enumerate(views) if view is not None},
+                        INT_IDS.dtype))
 
     @classmethod
     def copied(cls, table: np.ndarray) -> IdTable:

@@ -36,6 +36,11 @@ class Chunks:
         """How many records there are."""
         return self.txn.stat(self.db)["entries"]
 
+    def end(self) -> int:
+        """One past the last record's number (0 when there is none)."""
+        cursor = self.txn.cursor(db=self.db)
+        return int.from_bytes(cursor.key(), "big") + 1 if cursor.last() else 0
+
     def numbers(self) -> list[int]:
         """The numbers of every record, ascending."""
         return [int.from_bytes(key, "big")
@@ -45,12 +50,3 @@ class Chunks:
         """Every record by number, ascending."""
         return {int.from_bytes(key, "big"): value
                 for key, value in self.txn.cursor(db=self.db)}
-
-    def contiguous(self) -> list[bytes | memoryview] | None:
-        """Every record in order when they are numbered 0 .. n-1 with none missing (a
-        column written from sid 0 on: checked by the last key alone), else None."""
-        count = self.count()
-        cursor = self.txn.cursor(db=self.db)
-        if count and (not cursor.last() or int.from_bytes(cursor.key(), "big") != count - 1):
-            return None
-        return list(cursor.iternext(keys=False, values=True)) if cursor.first() else []

@@ -142,7 +142,7 @@ class Snapshot:
             same = kinds is self.kinds and self.hit.size == kinds.size
             for number in changed:
                 part = slice(number * KINDS.size, (number + 1) * KINDS.size)
-                kinds[part] = views[number]
+                kinds[part] = 0 if views[number] is None else views[number]
                 if same:
                     self.hit[part] = kinds[part] == INTERVAL
             new.kinds, new.views[KINDS.db] = kinds, views

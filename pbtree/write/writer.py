@@ -11,11 +11,13 @@ the write, and ``flush`` writes it all back once, before the transaction commits
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import lmdb
 import numpy as np
 
 from pbtree import clusters
-from pbtree.columns import INT_IDS, KINDS, ColumnWriter
+from pbtree.columns import INT_IDS, KINDS, Column, ColumnWriter
 from pbtree.strids import DB as STRIDS
 from pbtree.strids import StringIdWriter
 from pbtree.write.allocator import Allocator
@@ -59,6 +61,15 @@ class Writer:
         self.int_ids.set(sid, 0)
         self.str_ids.clear(sid)
 
+    def _free_chunks(self, column: Column, numbers: Iterable[int]) -> list[int]:
+        """Those of the chunks ``numbers`` of ``column`` whose sids are all free (``kinds``
+        0), before the chunk of the last sid given: sids are never given again, so they
+        are deleted, not kept as zeros; the last stays, so that the column spans every sid
+        (the trees may still hold free ones until a purge)."""
+        size, last = column.size, (self.next_sid - 1) // column.size
+        return [n for n in numbers
+                if n < last and not self.kinds.values(n * size, (n + 1) * size).any()]
+
     def attr_id(self, name: bytes) -> int | None:
         """The stored id of attribute ``name``, None if it has none."""
         return self.allocator.attr_id(name)
@@ -90,9 +101,9 @@ class Writer:
         columns and the counters."""
         self.router.flush()
         self.pbtrees.flush()
-        self.kinds.flush()
+        self.kinds.flush(self._free_chunks(KINDS, self.kinds.dirty))
         self.rows.flush()
-        self.int_ids.flush()
+        self.int_ids.flush(self._free_chunks(INT_IDS, self.int_ids.dirty))
         self.str_ids.flush()
         self.allocator.flush()
         write_counter(self.txn, self.meta, b"folded", self.folded)

@@ -285,6 +285,37 @@ def test_a_reader_reads_pending_anew_when_another_process_reclustered(tmp_path):
             assert reader.match(event) == oracle_match(model, event)
 
 
+def test_a_fold_reads_pending_anew_after_a_recluster_here_or_elsewhere(tmp_path):
+    """A fold takes the pending postings the last match kept, unless a rewrite numbered
+    the sids anew since: another process's recluster with no match in between, or this
+    one's after its snapshot was released (the pending postings kept for the next)."""
+    path = tmp_path / "index"
+    kept = [(n, f"a = {n % 7}") for n in range(50)]
+    with pbtree.create(path) as ix:
+        ix.subscribe_many(kept)
+        ix.compact()
+    with pbtree.open(path, fold_at=10**6) as ix:
+        ix.subscribe_many(pending := [(n, f"b = {n % 5}") for n in range(50, 80)])
+        assert ix.match({"b": 1}) == [n for n, _ in pending if n % 5 == 1]
+        _recluster(path, range(30))  # 50 live sids, all folded: the pending sids again
+        ix.subscribe_many(new := [(n, f"s = 'x{n % 3}'") for n in range(80, 110)])
+        ix.compact()
+        model = {n: parse(text) for n, text in kept[30:] + pending + new}
+        for event in ({"s": "x1"}, {"b": 1}, {"a": 3, "b": 2}):
+            assert ix.match(event) == oracle_match(model, event)
+        ix.verify()
+    with pbtree.create(tmp_path / "own") as ix:
+        ix.subscribe_many(mine := [(n, f"b = {29 - n}") for n in range(30)])
+        assert ix.match({"b": 29}) == [0]
+        ix.subscribe(100, "c = 1")
+        ix.shards[0]._release()  # as when idle: the pending postings kept for the next
+        ix.recluster()
+        model = {n: parse(text) for n, text in [*mine, (100, "c = 1")]}
+        for event in ({"b": 29}, {"b": 0}, {"c": 1}):
+            assert ix.match(event) == oracle_match(model, event)
+        ix.verify()
+
+
 def test_recent_writes_keep_the_newest_postings_and_take_only_whole_ranges():
     """A range is taken only when every sid in it is kept, holding the postings its lists
     give; a write given again replaces what it gave before; the oldest go while the newer

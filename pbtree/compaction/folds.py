@@ -18,6 +18,7 @@ from pbtree.errors import CorruptIndexError
 from pbtree.subs import Posting, decoded
 from pbtree.write.writer import Writer
 from storage.keys import tree_prefix
+from storage.meta import REWRITES, read_counter
 
 #: a posting's kind (EQ, GT, LT, INEQ) as the last byte of its sort key in ``_remove``
 _KIND_BYTE = tuple(bytes((kind,)) for kind in range(4))
@@ -99,7 +100,8 @@ class ShardFolds:
         their keys rank among; their attributes given ids."""
         pending = self._cache.pending
         pieces, start = [], w.folded
-        if pending is not None and pending.folded == w.folded:
+        if pending is not None and pending.folded == w.folded and \
+                pending.rewrites == read_counter(txn, self.dbs["meta"], REWRITES):
             pieces, start = [run.postings for run in pending.runs], pending.next
         if start < w.next_sid:
             pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, recent))

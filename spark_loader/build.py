@@ -326,6 +326,7 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
     else:
         table = pa.concat_tables(tables)
         at = table.num_columns - 3  # the file's number; then the row, the reason
+        table = _as_input(table, pa.schema(list(empty)[:at]))
         order = np.lexsort((table.column(at + 1).to_numpy(), table.column(at).to_numpy()))
         paths = pa.array(files, pa.string())
         writer = None
@@ -333,7 +334,6 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
             chunk = table.take(pa.array(order[start:start + REJECTS_CHUNK]))
             chunk = chunk.set_column(at, chunk.field(at).with_type(pa.string()),
                                      paths.take(chunk.column(at)))
-            chunk = _as_input(chunk, empty)
             writer = writer or pq.ParquetWriter(out, chunk.schema)
             writer.write_table(chunk)
         writer.close()
@@ -341,20 +341,21 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
         os.remove(os.path.join(directory, name))
 
 
-def _as_input(chunk: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``chunk`` with each column in its type in ``schema`` (the first input file's) where
-    its values cast back safely: Spark reads unsigned integers wider, large strings and
-    dictionaries as strings. A column another input file types otherwise keeps Spark's."""
-    for i, got in enumerate(chunk.schema):
+def _as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with each column of ``schema`` (the input columns, typed as in the first
+    input file) in that type where all its values cast back safely: Spark reads unsigned
+    integers wider, large strings and dictionaries as strings. A column whose values do
+    not fit (another input file types it otherwise) keeps Spark's type."""
+    for i, got in enumerate(table.schema):
         at = schema.get_field_index(got.name)
         want = got.type if at < 0 else schema.field(at).type
         if got.type != want:
             try:
-                column = chunk.column(i).cast(want)
+                column = table.column(i).cast(want)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 continue
-            chunk = chunk.set_column(i, got.with_type(want), column)
-    return chunk
+            table = table.set_column(i, got.with_type(want), column)
+    return table
 
 
 def _file_types(first: dict[str, pa.DataType]) -> dict[str, pa.DataType]:

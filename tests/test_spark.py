@@ -257,6 +257,23 @@ def test_rejects_keep_the_input_column_types(spark, tmp_path):
     assert given.to_pylist() == table.take([1]).to_pylist()
 
 
+def test_rejects_take_one_type_per_column_across_their_chunks(tmp_path, monkeypatch):
+    """The rejects file is written some rows at a time: a column's type is chosen once, for
+    all its values (the last of which does not fit the input's type here)."""
+    monkeypatch.setattr(build, "REJECTS_CHUNK", 2)
+    rows = pa.table({"prio": pa.array([1, 2, 300], pa.int16()), "file": [0, 0, 0],
+                     "row": [0, 1, 2], "reason": ["bad"] * 3})
+    with pa.ipc.new_file(tmp_path / ".shard-00000.arrow", rows.schema) as out:
+        out.write_table(rows)
+    build._merge_rejects(str(tmp_path), ["in.parquet"], pa.schema(
+        [("prio", pa.uint8()), ("file", pa.string()), ("row", pa.int64()),
+         ("reason", pa.string())]))
+    assert os.listdir(tmp_path) == ["part-00000.parquet"]
+    merged = pq.read_table(tmp_path / "part-00000.parquet")
+    assert merged.schema.field("prio").type == pa.int16()
+    assert merged.column("prio").to_pylist() == [1, 2, 300]
+
+
 def test_a_rejects_column_that_cannot_take_the_input_type_keeps_sparks():
     spark_read = pa.table({"n": pa.array([300, 1], pa.int16()), "s": pa.array(["x", "y"])})
     first_file = pa.schema([("n", pa.uint8()), ("s", pa.large_string())])

@@ -42,7 +42,10 @@ def prepare_event(event: Mapping) -> PreparedEvent:
     Unicode, longer than the limit) is ignored whatever its value.
     """
     if not isinstance(event, Mapping):
-        hint = " (its to_dict() is one)" if callable(getattr(event, "to_dict", None)) else ""
+        hint = ""
+        if callable(getattr(event, "to_dict", None)):  # a table's row, or a table
+            hint = " (its to_dict() is one)" if getattr(event, "ndim", 1) == 1 else \
+                " (match_many(its to_dict('records')) matches its rows)"
         raise EventError(f"an event is a mapping attribute -> value, not "
                          f"{type(event).__name__}{hint}")
     out: PreparedEvent = []

@@ -319,6 +319,9 @@ def test_messages_name_the_item_only_in_a_batch_and_hint_at_a_row(tmp_path):
         def to_dict(self) -> dict:
             return {"a": 1}
 
+    class Table(Row):
+        ndim = 2
+
     with pbtree.create(tmp_path / "ix") as index:
         with pytest.raises(pbtree.ExpressionError, match=r"^subscription 1: at position"):
             index.subscribe(1, "a >")
@@ -328,6 +331,8 @@ def test_messages_name_the_item_only_in_a_batch_and_hint_at_a_row(tmp_path):
             index.subscribe(3, ("a", ">", 1))
         with pytest.raises(pbtree.EventError, match=r"not Row \(its to_dict\(\) is one\)"):
             index.match(Row())
+        with pytest.raises(pbtree.EventError, match=r"match_many\(its to_dict\('records'\)\)"):
+            index.match(Table())
         assert len(index) == 0
 
 

@@ -354,6 +354,9 @@ def test_event_id_names_a_nested_field_and_a_missing_one_is_noted(index: Path,
                                            "brand": "acme"}, {"price": 500}])
     out = run("match", index, events, "--event-id", "order.no")
     assert [line["event"] for line in lines(out.stdout)] == ["A-1", 2]
+    tied = jsonl(tmp_path / "tied.jsonl", [{"a": {"b.c": 1, "b": {"c": 2}}, "price": 42,
+                                            "brand": "acme"}])  # fewer levels win
+    assert lines(run("match", index, tied, "--event-id", "a.b.c").stdout)[0]["event"] == 1
     assert "--event-id" not in out.stderr
     out = run("match", index, events, "--event-id", "ordr")
     assert [line["event"] for line in lines(out.stdout)] == [1, 2]
@@ -569,5 +572,8 @@ def test_a_gzip_file_is_refused_saying_so(index: Path, tmp_path: Path) -> None:
     events = tmp_path / "e.jsonl.gz"
     events.write_bytes(gzip.compress(b'{"price": 1}\n'))
     err = run("match", index, events, status=1).stderr
-    assert f"{events}: gzip-compressed; decompress it, or pipe it in" in err
+    assert f"{events}: gzip-compressed; decompress it first" in err
     assert "gzip-compressed" in run("subscribe", index, "--file", events, status=1).stderr
+    proc = subprocess.run([PBTREE, "match", str(index), "-"], input=events.read_bytes(),
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 1 and b"<stdin>: gzip-compressed" in proc.stderr

@@ -40,6 +40,7 @@ from pbtree.cli.streams import (
 from pbtree.cli.subscribing import Item, Saved
 from pbtree.errors import EventError, IdError, PbtreeError, shown
 from pbtree.ids import encode_id
+from pbtree.nested import flattened
 from pbtree.normalize import normalize
 from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 
@@ -582,9 +583,7 @@ def _label(event: dict, field: str) -> object:
         return None
     value = event.get(field)
     if value is None and "." in field:
-        value = event
-        for part in field.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+        value = flattened(event).get(field)
     return None if isinstance(value, dict) else value
 
 

@@ -110,13 +110,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 
 def _is_parquet(path: str) -> bool:
-    """Whether a file starts with the Parquet magic bytes; CliError for a compressed one."""
+    """Whether a file starts with the Parquet magic bytes."""
     with open(path, "rb") as src:
-        head = src.read(4)
-    if head[:2] == GZIP_MAGIC:
-        raise CliError(f"{path}: gzip-compressed; decompress it, or pipe it in: zcat {path} | "
-                       f"pbtree ... -")
-    return head == b"PAR1"
+        return src.read(4) == b"PAR1"
 
 
 def _row(batch: Any, i: int) -> dict | Bad:
@@ -159,11 +155,9 @@ class Source:
         if not self.stdin and not os.path.isfile(self.name):
             fd = os.open(self.name, os.O_RDONLY)  # read once: a second open would lose input
             self.stream = fd, _head(fd, 4)
-            if self.stream[1] == b"PAR1" or self.stream[1][:2] == GZIP_MAGIC:
+            if self.stream[1] == b"PAR1":
                 os.close(fd)
-                raise CliError(f"{self.name}: Parquet is read from a file, not a pipe"
-                               if self.stream[1] == b"PAR1" else
-                               f"{self.name}: gzip-compressed; decompress it first")
+                raise CliError(f"{self.name}: Parquet is read from a file, not a pipe")
         self.parquet = not self.stdin and self.stream is None and _is_parquet(self.name)
         self.done = 0  # bytes (JSON Lines) or rows (Parquet) consumed so far
         self.total: int | None = None
@@ -218,6 +212,8 @@ class Source:
                 yield None
                 continue
             n += 1
+            if n == 1 and line[:2] == GZIP_MAGIC:  # a file, a pipe or standard input
+                raise CliError(f"{self.name}: gzip-compressed; decompress it first (zcat)")
             self.done += len(line)
             if not line.strip():
                 continue
@@ -396,10 +392,12 @@ class ParquetOut:
             return
         try:
             label_column = pa.array(labels)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            kinds = " and ".join(sorted({type(label).__name__ for label in labels}))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            kinds = sorted({type(label).__name__ for label in labels})
+            mixed = " and ".join(kinds) if len(kinds) > 1 else f"{kinds[0]}s of mixed types " \
+                f"({str(exc).splitlines()[0]})"
             raise CliError(f"{self.shown_as}: Parquet needs one type per column, but the event "
-                           f"labels mix {kinds}; write JSON Lines instead") from None
+                           f"labels mix {mixed}; write JSON Lines instead") from None
         except OverflowError:
             raise CliError(f"{self.shown_as}: an event label is beyond the 64-bit integers "
                            f"of Parquet; write JSON Lines instead") from None

@@ -539,11 +539,12 @@ class _Checker:
             if not np.array_equal(want, got):
                 prefix, kind, payload = place
                 extra, lacking = np.setdiff1d(got, want), np.setdiff1d(want, got)
-                wrong = [f"{extra.size} no subscription puts there (sid {extra[0]} first)"
-                         if extra.size else "",
-                         f"{lacking.size} missing (sid {lacking[0]} first)" if lacking.size else ""]
+                wrong = [f"{extra.size:,} that no subscription puts there (sid {extra[0]} "
+                         f"first)" if extra.size else "",
+                         f"{lacking.size:,} missing (sid {lacking[0]} first)"
+                         if lacking.size else ""]
                 self.fail(f"{what}{KIND_NAMES[kind]} SidSet of key {(prefix + payload).hex()} "
-                          f"holds {got.size} sids where its subscriptions put {want.size}: "
+                          f"holds sids other than its subscriptions put there: "
                           f"{'; '.join(filter(None, wrong))}")
 
     def staged_runs(self, merged: int, folded: int) -> dict[tuple, np.ndarray]:

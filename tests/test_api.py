@@ -306,7 +306,8 @@ def test_a_shard_out_of_sids_says_recluster_and_saves_nothing(tmp_path, monkeypa
     with pbtree.create(tmp_path / "ix") as index:
         index.subscribe_many([(n, f"a = {n}") for n in range(8)])
         index.unsubscribe_many(range(6))
-        with pytest.raises(pbtree.StorageError, match="all 2\\^32 sids .* recluster it"):
+        with pytest.raises(pbtree.StorageError, match="shard-0000: the shard has given all "
+                                                       "2\\^32 sids .* recluster it"):
             index.subscribe_many([(n, f"a = {n}") for n in range(10, 13)])
         assert sorted(index) == [6, 7]
         index.recluster()

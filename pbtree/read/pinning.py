@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import lmdb
 
 from pbtree import idle
-from pbtree.errors import CorruptIndexError, FormatVersionError
+from pbtree.errors import CorruptIndexError, FormatVersionError, StorageError
 from pbtree.read.snapshot import Snapshot
 
 
@@ -136,10 +136,10 @@ class SnapshotPinning:
                 raise
 
     def _locate(self, exc: BaseException) -> None:
-        """Name this shard in a CorruptIndexError or FormatVersionError raised by a module
-        that does not know which files it read (overflow sets, list nodes, subs records,
-        staged runs)."""
-        if isinstance(exc, CorruptIndexError | FormatVersionError) and \
+        """Name this shard in a CorruptIndexError, FormatVersionError or StorageError raised
+        by a module that does not know which files it read or wrote (overflow sets, list
+        nodes, subs records, staged runs, the sids given)."""
+        if isinstance(exc, CorruptIndexError | FormatVersionError | StorageError) and \
                 not str(exc).startswith(self.path):
             exc.args = (f"{self.path}: {exc}", *exc.args[1:])
 

@@ -171,8 +171,10 @@ class ColumnWriter:
         for number, chunk in self.dirty.items():
             if number not in free:
                 self.chunks.put(number, chunk.tobytes())
-            elif self.chunks.get(number) is not None:
+        for number in free:
+            if self.chunks.get(number) is not None:
                 self.chunks.delete(number)
+                self._chunk(number)  # among those written, for readers' renewals
 
 
 #: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pbtree.columns import INT_IDS
+from pbtree.errors import CorruptIndexError
 from storage.span import Span
 
 
@@ -37,8 +38,10 @@ class IdTable:
     def __getitem__(self, sids: np.ndarray) -> np.ndarray:
         """The ids of ``sids``, as int64."""
         number, at = np.divmod(sids.astype(np.int64, copy=False), INT_IDS.size)
-        return self.span.values.take(self.span.at.take(number) + at).astype(np.int64,
-                                                                           copy=False)
+        places = self.span.at.take(number)
+        if places.size and int(places.min()) < 0:  # a live sid's chunk is never deleted
+            raise CorruptIndexError("the integer ids of a subscription's sid are missing")
+        return self.span.values.take(places + at).astype(np.int64, copy=False)
 
     def changed(self, found: dict[int, np.ndarray]) -> IdTable:
         """The table of a newer snapshot begun while this one's is open, given the chunks

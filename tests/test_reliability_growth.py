@@ -289,3 +289,38 @@ def test_chunks_of_free_sids_go_and_matches_stay_right(tmp_path):
         out = subprocess.run([sys.executable, "-c", CHURN_READER, str(path)], check=True,
                              capture_output=True, text=True).stdout
         assert json.loads(out) == [oracle_match(live, {"a": a}) for a in range(5)]
+
+
+def test_the_chunk_left_behind_by_the_last_sid_goes_too(tmp_path):
+    """The chunk of the last sid given stays while it is the last; once new sids start past
+    it, a later write deletes it if its sids are all free."""
+    from storage.chunks import Chunks
+
+    with pbtree.create(tmp_path / "ix") as ix:
+        for turn in range(4):  # 2,044 sids a round: two rounds fill a kinds chunk
+            batch = [(turn * 10_000 + n, f"a = {n}") for n in range(2044)]
+            ix.subscribe_many(batch)
+            ix.unsubscribe_many([i for i, _ in batch])
+        ix.subscribe(1, "b = 1")
+        ix.unsubscribe(1)
+        shard = ix.shards[0]
+        with shard.read() as txn:
+            kinds = Chunks(txn, shard.dbs["kinds"]).numbers()
+            int_ids = Chunks(txn, shard.dbs["intids"]).numbers()
+        assert kinds == [2] and int_ids == [8]  # the last sid given, 8,176
+        ix.subscribe(2, "b = 2")
+        assert ix.match({"b": 2}) == [2] and ix.verify()["ok"]
+
+
+def test_ids_of_a_live_sid_missing_are_an_error_not_another_id(tmp_path):
+    from storage.chunks import Chunks
+
+    path = tmp_path / "ix"
+    with pbtree.create(path) as ix:
+        ix.subscribe_many([(1000 + n, "a = 1") for n in range(3000)])
+        shard = ix.shards[0]
+        with shard.env.env.begin(write=True) as txn:  # damage: a chunk of live sids gone
+            Chunks(txn, shard.dbs["intids"]).delete(0)
+    with pbtree.open(path, readonly=True) as ix, pytest.raises(pbtree.CorruptIndexError,
+                                                               match="integer ids"):
+        ix.match({"a": 1})

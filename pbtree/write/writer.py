@@ -35,6 +35,7 @@ class Writer:
         self.txn, self.meta = txn, dbs["meta"]
         pages = TreePages(txn, dbs)
         self.allocator = Allocator(txn, dbs, pages)
+        self.given_from = self.next_sid  # the sids this write gives start here
         self.folded = read_folded(txn, self.meta, self.next_sid)  # set by the shard when folding
         self.merged = read_merged(txn, self.meta, self.folded)  # ... and when merging
         self.kinds = ColumnWriter(KINDS, txn, dbs)
@@ -62,13 +63,14 @@ class Writer:
         self.str_ids.clear(sid)
 
     def _free_chunks(self, column: Column, numbers: Iterable[int]) -> list[int]:
-        """Those of the chunks ``numbers`` of ``column`` whose sids are all free (``kinds``
-        0), before the chunk of the last sid given: sids are never given again, so they
-        are deleted, not kept as zeros; the last stays, so that the column spans every sid
-        (the trees may still hold free ones until a purge)."""
+        """Those of the chunks ``numbers`` of ``column``, and of the last sid before this
+        write's (kept while it was the last), whose sids are all free (``kinds`` 0), before
+        the chunk of the last sid given: sids are never given again, so they are deleted,
+        not kept as zeros; the last stays, so that the column spans every sid (the trees
+        may still hold free ones until a purge)."""
         size, last = column.size, (self.next_sid - 1) // column.size
-        return [n for n in numbers
-                if n < last and not self.kinds.values(n * size, (n + 1) * size).any()]
+        return [n for n in {*numbers, (self.given_from - 1) // size}
+                if 0 <= n < last and not self.kinds.values(n * size, (n + 1) * size).any()]
 
     def attr_id(self, name: bytes) -> int | None:
         """The stored id of attribute ``name``, None if it has none."""

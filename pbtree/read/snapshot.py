@@ -50,7 +50,8 @@ class Snapshot:
         self.rows: Rows | None = None
         self.int_ids: IdTable | None = None
         self.str_ids: StringIdTable | None = None  # read at the first string id matched
-        self.views: dict[str, list[np.ndarray]] = {}  # column db -> its chunks, if all full
+        #: column db -> its chunks, if all full (None: one not stored, its sids all free)
+        self.views: dict[str, list[np.ndarray | None]] = {}
         self.remaps = remaps  # the environment's remap count when this snapshot began
         self.pending: Pending | None = None  # of this snapshot once ``sources``, else older
         self.sources: tuple[Source, ...] | None = None  # once ``sources_of``

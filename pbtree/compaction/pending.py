@@ -25,7 +25,7 @@ from pbtree.compaction.postings import (
     split_code,
     unsorted,
 )
-from pbtree.read.version import Value
+from pbtree.read.version import Owners, Value
 from storage.leaf import EQ, INEQ, LT
 from storage.lists import FIXED_WIDTH
 from storage.meta import REWRITES, read_counter, read_folded
@@ -92,11 +92,13 @@ class SortedPostings:
         number, rank = self.numbered()
         return self.codes[number], self.values[rank]
 
-    def search(self, queries: list[tuple[int, int, bool, bool]], out: list[np.ndarray]) -> None:
+    def search(self, queries: list[tuple[int, int, bool, bool]], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Append the sids that the event's values satisfy, as the tree walk finds them
         (``Search._walk``): each value's query as (place code of its kind 0, key, whether
         the key is stored, exact). ``exact`` False is a longer string cut to its payload,
-        which no key equals and every key up to it lies below."""
+        which no key equals and every key up to it lies below. With ``owners`` (an owner
+        per query), each sid's query's owner too."""
         base, key, equal, exact = (np.array(c, t) for c, t in zip(
             zip(*queries, strict=True), (np.int64, np.uint64, bool, bool), strict=True))
         rank = np.searchsorted(self.values, key)  # keys below the value
@@ -118,22 +120,29 @@ class SortedPostings:
         first = np.where(eq, below, np.where(lt, stop, lo))
         last = np.where(eq, stop, np.where(lt, hi, below))
         more = kind == INEQ  # its second span: the keys above
-        hits = _spans(np.concatenate((first, stop[more])), np.concatenate((last, hi[more])))
+        first, last = np.concatenate((first, stop[more])), np.concatenate((last, hi[more]))
+        hits = _spans(first, last)
         if hits.size:
             out.append(self.sids[hits])
+            if owners is not None:
+                owner = np.asarray(owners[0], np.int64)[value]
+                owners[1].append(np.repeat(np.concatenate((owner, owner[more])),
+                                           np.maximum(last - first, 0)))
 
 
 def queries_of(values: list[Value], attrs: Callable[[bytes], int | None],
-               ranks: Callable[[list[bytes]], list[tuple[int, bool]]]
-               ) -> list[tuple[int, int, bool, bool]]:
+               ranks: Callable[[list[bytes]], list[tuple[int, bool]]],
+               owners: Owners | None = None
+               ) -> tuple[list[tuple[int, int, bool, bool]], Owners | None]:
     """The queries of an event's values, as ``SortedPostings.search`` takes them, for
     postings whose place codes hold attribute numbers ``attrs`` gives (None: the attribute
     has no postings) and whose string keys are ranks ``ranks`` gives all the event's
-    strings at once (``ranks_among``)."""
-    out, texts = [], []
-    for name, family, payload, exact in values:
+    strings at once (``ranks_among``); and ``owners`` with an owner per query."""
+    out, texts, kept = [], [], []
+    for n, (name, family, payload, exact) in enumerate(values):
         attr = attrs(name)
         if attr is not None:
+            kept.append(n)
             fixed = family in FIXED_WIDTH
             if not fixed:
                 texts.append(len(out))
@@ -142,7 +151,7 @@ def queries_of(values: list[Value], attrs: Callable[[bytes], int | None],
     if texts:
         for i, (key, equal) in zip(texts, ranks([out[i][1] for i in texts]), strict=True):
             out[i] = (out[i][0], key, equal, out[i][3])
-    return out
+    return out, None if owners is None else ([owners[0][n] for n in kept], owners[1])
 
 
 def ranks_among(strings: Sequence[bytes], payloads: list[bytes]) -> list[tuple[int, bool]]:
@@ -215,7 +224,8 @@ class PendingRun:
             self.sids = self.index.sids
         return self.index
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Append the sids of this run's predicates that an event's values satisfy
         (``SortedPostings.search``)."""
         if not self.sids.size:  # names, but no postings: nothing to find
@@ -225,9 +235,10 @@ class PendingRun:
             attr = split_code(index.codes)[0]  # ascending, as the codes are
             used = attr[heads(attr)].tolist()
             self.attrs = dict(zip(map(self.names.__getitem__, used), used, strict=True))
-        found = queries_of(values, self.attrs.get, partial(ranks_among, self.strings))
+        found, owned = queries_of(values, self.attrs.get, partial(ranks_among, self.strings),
+                                  owners)
         if found:
-            index.search(found, out)
+            index.search(found, out, owned)
 
 
 
@@ -382,8 +393,9 @@ class Pending:
             newer = runs.pop()
             runs[-1].join(newer)
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """As a source (``version.Source``): append the sids of the pending predicates
         that an event's values satisfy (``PendingRun.search``), by attribute name."""
         for run in self.runs:
-            run.search(values, out)
+            run.search(values, out, owners)

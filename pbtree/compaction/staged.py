@@ -19,7 +19,7 @@ import numpy as np
 from pbtree.compaction.pending import SortedPostings, queries_of, ranked_among
 from pbtree.compaction.postings import Keys, distinct, places, ranked, split_code
 from pbtree.errors import CorruptIndexError
-from pbtree.read.version import Value
+from pbtree.read.version import Owners, Value
 from storage.chunks import Chunks
 
 #: end sid, places, distinct keys, postings, strings, bytes of a posting's place and key
@@ -113,13 +113,13 @@ class StagedRun:
             strings.ends.astype(np.uint32).tobytes(), strings.raw))
 
     def search_ids(self, by_id: list[tuple[int, int, bytes, bool]],
-                   out: list[np.ndarray]) -> None:
+                   out: list[np.ndarray], owners: Owners | None = None) -> None:
         """Append the sids of the staged postings that the event's values satisfy, each
         value given by attribute id (``SortedPostings.search``)."""
         if self.size:
-            found = queries_of(by_id, _same, self.strings.ranks)
+            found, owned = queries_of(by_id, _same, self.strings.ranks, owners)
             if found:
-                self.index.search(found, out)
+                self.index.search(found, out, owned)
 
     def places(self, alive: np.ndarray, first: int
                ) -> Iterator[tuple[int, int, int, Keys, np.ndarray]]:
@@ -140,17 +140,20 @@ class StagedRuns:
     def __init__(self, runs: list[StagedRun], attr_id: Callable[[bytes], int | None]) -> None:
         self.runs, self.attr_id = runs, attr_id
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Append the sids of every run's postings that ``values`` satisfy."""
         attr_id = self.attr_id
-        by_id = []
-        for name, family, payload, exact in values:
+        by_id, owner = [], []
+        for n, (name, family, payload, exact) in enumerate(values):
             aid = attr_id(name)
             if aid is not None:
                 by_id.append((aid, family, payload, exact))
+                if owners is not None:
+                    owner.append(owners[0][n])
         if by_id:
             for run in self.runs:
-                run.search_ids(by_id, out)
+                run.search_ids(by_id, out, None if owners is None else (owner, owners[1]))
 
 
 def staged(first: int, end: int, place: np.ndarray, keys: np.ndarray, sids: np.ndarray,

@@ -14,7 +14,7 @@ from pbtree import config
 from pbtree.errors import CorruptIndexError
 from pbtree.read.flat import FlatTree, flatten
 from pbtree.read.snapshot import FLATTENED_BEFORE, Snapshot
-from pbtree.read.version import Value
+from pbtree.read.version import Owners, Value
 from storage import packed, sidset
 from storage.keys import tree_prefix
 from storage.leaf import EQ, EQ_OVERFLOW, HAS, HEADER, INEQ, overflow_key
@@ -44,15 +44,19 @@ class Search:
         # a list walk longer than the number of nodes means a damaged, cyclic list
         self.budget = pages.node_count()
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Collect into ``out`` what each value satisfies in the tree of its attribute and
-        family (``attribute``)."""
+        family (``attribute``); with ``owners``, a value's arrays are its owner's."""
         self.out = out
         attr_id = self.attr_id
-        for name, family, payload, exact in values:
+        for n, (name, family, payload, exact) in enumerate(values):
             aid = attr_id(name)
             if aid is not None:
+                before = len(out)
                 self.attribute(tree_prefix(aid, family), payload, exact)
+                if owners is not None:
+                    owners[1].extend([owners[0][n]] * (len(out) - before))
 
     def view(self, node_id: int) -> View:
         return View(self.node(node_id), node_id)

@@ -17,7 +17,7 @@ from pbtree.errors import CorruptIndexError, PbtreeError
 from pbtree.ids import decode_id
 from pbtree.read.matcher import Search
 from pbtree.read.snapshot import Snapshot, matched
-from pbtree.read.version import Value, Version
+from pbtree.read.version import Owners, Value, Version
 from pbtree.subs import GAP, decoded, elements_name, level_name, name_bytes
 from storage.meta import CONJUNCTIONS, read_counter
 from storage.overflow import Reader
@@ -103,20 +103,24 @@ class ShardReads:
         its attribute's elements name too (interval entries: one holds for an element that
         hits it twice, ``snapshot.matched``), and the entries of ``!=`` an element looked
         up, to be cleared."""
-        out: list[np.ndarray] = []
-        ends = []
+        values: list[Value] = []
+        owner: list[int] = []  # per value searched, the event value it stands for
         for n, value in enumerate(event):
             if n >= event.first:
                 name, family, payload, exact = value
-                version.search(self._with_levels(
-                    levels, [value, (elements_name(name), family, payload, exact)]), out)
+                found = self._with_levels(
+                    levels, [value, (elements_name(name), family, payload, exact)])
             else:
-                version.search(self._with_levels(levels, [value]), out)
-            ends.append(len(out))
+                found = self._with_levels(levels, [value])
+            values += found
+            owner += [n] * len(found)
+        out: list[np.ndarray] = []
+        owners: Owners = (owner, [])  # every source asked once, its hits' owners noted
+        version.search(values, out, owners)
         if not out:
             return matched(txn, self.dbs, cache, out)
-        owner = np.repeat(np.arange(len(ends)), np.diff(ends, prepend=0))
-        segments = np.repeat(owner, [a.size for a in out])
+        segments = np.concatenate([np.full(a.size, o, np.int64) if type(o) is int else o
+                                   for a, o in zip(out, owners[1], strict=True)])
         found = Records(txn, self.dbs).entries(event.unequal)
         unequal = np.array([sid for sid, _ in found.values()], np.int64)
         return matched(txn, self.dbs, cache, out, segments, unequal)

@@ -17,12 +17,19 @@ import numpy as np
 Value = tuple[bytes, int, bytes, bool]
 
 
+#: per value searched, the number of the event value it stands for, and for each array
+#: appended to ``out`` the numbers of its sids' values (an int when one holds for all):
+#: what an event of arrays needs to tell which element hit a sid (``reads._match_values``)
+Owners = tuple[list[int], list[np.ndarray | int]]
+
+
 class Source(Protocol):
     """A store of postings that an event's values are searched in."""
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Append to ``out`` the sids of the postings that ``values`` satisfy, each name
-        resolved as this source stores it."""
+        resolved as this source stores it; with ``owners``, whose they are."""
 
 
 class Version:
@@ -34,7 +41,8 @@ class Version:
     def __init__(self, sources: tuple[Source, ...]) -> None:
         self.sources = sources
 
-    def search(self, values: list[Value], out: list[np.ndarray]) -> None:
+    def search(self, values: list[Value], out: list[np.ndarray],
+               owners: Owners | None = None) -> None:
         """Ask every source for ``values`` (``Source.search``)."""
         for source in self.sources:
-            source.search(values, out)
+            source.search(values, out, owners)

@@ -174,7 +174,8 @@ class ColumnWriter:
         for number in free:
             if self.chunks.get(number) is not None:
                 self.chunks.delete(number)
-                self._chunk(number)  # among those written, for readers' renewals
+                self.dirty.setdefault(number, np.zeros(self.column.size, self.column.dtype))
+                # ... and noted among those written (``dirty``), for readers' renewals
 
 
 #: chunks of 8,176 bytes: with its 16-byte page header a chunk fills exactly two 4 KiB

@@ -250,7 +250,6 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
 
         with self._lock:
             self._release(keep=False)
-            self._cache = Snapshot()  # kept pending postings too, with no snapshot pinned
             self._recent.clear()
             self.env.write(apply, self._release)
             self._cache = Snapshot()

@@ -62,9 +62,10 @@ def plural(n: int, noun: str) -> str:
 def parse_id(text: str, string_id: bool = False) -> int | str:
     """A command-line id: an int if it is written like one (``42``, ``-7``), else the string."""
     if not string_id and _INT_RE.fullmatch(text):
-        if abs(int(text)) > 2**63 - 1:
-            raise UsageError(f"id {text} is beyond the integer ids (within ±(2^63 - 1)); "
-                             f"--string-id keeps it the string {text!r}")
+        try:
+            encode_id(int(text))
+        except IdError as exc:
+            raise UsageError(f"{exc}; --string-id keeps it the string {text!r}") from None
         return int(text)
     return text
 
@@ -382,13 +383,18 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
     source = Source(args.file)
     written = Saved(source)
     start = time.monotonic()
+
+    def kept() -> str:
+        saved = written.records - written.skipped
+        return f"{plural(saved, 'subscription')} saved, every batch whole; {written.resume()}"
+
     with pbtree.open(args.index) as index, Stops() as stops:
         before = len(index)
         predicate = source.predicate_layout()
         todo = _subscription_batches(source, args.batch)
         with (closing(Progress("subscribe", "subscriptions", source.total, args.quiet)) as bar,
               _stopped_after(lambda: written.records - written.skipped, "saved"),
-              _resumable(written)):
+              _stopped_saying(kept)):
             for items in todo:
                 if predicate:
                     source.done = written.records + len(items)
@@ -409,25 +415,12 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _resumable(written: Saved) -> Iterator[None]:
-    """A stopped subscribe --file says what it saved and where to go on from."""
+def _stopped_saying(kept: Callable[[], str]) -> Iterator[None]:
+    """A command stopped between batches (``Stops``) says what it kept: ``kept()``."""
     try:
         yield
     except Interrupted as stop:
-        saved = written.records - written.skipped
-        raise Interrupted(stop.signum, f"{plural(saved, 'subscription')} saved, every batch "
-                                       f"whole; {written.resume()}") from None
-
-
-@contextmanager
-def _removed_whole(removed: Callable[[], int]) -> Iterator[None]:
-    """A stopped unsubscribe says what it removed; removing again is harmless."""
-    try:
-        yield
-    except Interrupted as stop:
-        raise Interrupted(stop.signum, f"{plural(removed(), 'subscription')} removed, every "
-                                       f"batch whole; rerun with --missing-ok to remove the "
-                                       f"rest") from None
+        raise Interrupted(stop.signum, kept()) from None
 
 
 @contextmanager
@@ -472,7 +465,9 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
         total = source.total if source else None
         with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
               _stopped_after(lambda: removed, "removed"),
-              _removed_whole(lambda: removed)):
+              _stopped_saying(lambda: f"{plural(removed, 'subscription')} removed, every "
+                                      f"batch whole; rerun with --missing-ok to remove the "
+                                      f"rest")):
             for ids in _unsubscribe_ids(args, source):
                 unique = [i for i in dict.fromkeys(ids) if i not in seen]
                 seen.update(unique)

@@ -100,8 +100,8 @@ class ShardFolds:
         their keys rank among; their attributes given ids."""
         pending = self._cache.pending
         pieces, start = [], w.folded
-        if pending is not None and pending.folded == w.folded and \
-                pending.rewrites == read_counter(txn, self.dbs["meta"], REWRITES):
+        if pending is not None and \
+                pending.holds(w.folded, read_counter(txn, self.dbs["meta"], REWRITES)):
             pieces, start = [run.postings for run in pending.runs], pending.next
         if start < w.next_sid:
             pieces.append(pending_postings(txn, self.dbs, start, w.next_sid, recent))

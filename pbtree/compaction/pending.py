@@ -370,7 +370,7 @@ class Pending:
         next_sid = read_counter(txn, meta, b"next_sid")
         folded = read_folded(txn, meta, next_sid)
         rewrites = read_counter(txn, meta, REWRITES)
-        pending = old if old is not None and (old.folded, old.rewrites) == (folded, rewrites) \
+        pending = old if old is not None and old.holds(folded, rewrites) \
             else cls(folded, rewrites)
         if pending.next < next_sid:
             pending.extend(txn, dbs, next_sid, recent)
@@ -392,6 +392,11 @@ class Pending:
         while len(runs) > 1 and runs[-2].size <= 2 * runs[-1].size:
             newer = runs.pop()
             runs[-1].join(newer)
+
+    def holds(self, folded: int, rewrites: int) -> bool:
+        """Whether these are the pending sids from ``folded`` under the sid numbering of
+        ``rewrites`` (a fold or a rewrite since makes them others)."""
+        return (self.folded, self.rewrites) == (folded, rewrites)
 
     def search(self, values: list[Value], out: list[np.ndarray],
                owners: Owners | None = None) -> None:

@@ -37,7 +37,15 @@ from pbtree.normalize import event_name
 from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled, name_bytes
 from pbtree.values import is_array, searched
 from storage.chunks import Chunks
-from storage.keys import BOOL, NUMBER, STRING, const_payload, decode_payload, number_keys, payload
+from storage.keys import (
+    BOOL,
+    NUMBER,
+    STRING,
+    const_payload,
+    number_from_payload,
+    number_keys,
+    payload,
+)
 from storage.meta import ESTIMATES, write_encoded
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
 from storage.span import Span
@@ -162,26 +170,25 @@ class Sample:
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
 
-    def ranks(self, family: int, values: list) -> tuple[np.ndarray, np.ndarray]:
-        """How many of the sample lie below each of ``values`` (constants of ``family``,
-        the sample's), and how many at or below it: numbers in one array search of their
-        keys (``number_keys``), the other families by bisection of their payloads."""
+    def ranks(self, family: int, keys: list) -> tuple[np.ndarray, np.ndarray]:
+        """How many of the sample lie below each of ``keys`` (of ``family``, the sample's:
+        numbers, or the payloads of the other families), and how many at or below it:
+        numbers in one array search (``number_keys``), payloads by bisection."""
         if self._search is None:
-            keys = self.keys
+            mine = self.keys
             if family == NUMBER:
-                joined = b"".join(keys)
-                if len(joined) != 8 * len(keys):
+                joined = b"".join(mine)
+                if len(joined) != 8 * len(mine):
                     raise CorruptIndexError("a sample of numbers holds a payload that is not "
                                             "8 bytes: the stored estimates are damaged")
-                keys = np.frombuffer(joined, ">u8").astype(np.uint64)
-            self._search = keys, np.array([0, *self.ends], np.int64)
-        keys, ends = self._search
+                mine = np.frombuffer(joined, ">u8").astype(np.uint64)
+            self._search = mine, np.array([0, *self.ends], np.int64)
+        mine, ends = self._search
         if family == NUMBER:
-            found = number_keys(np.array(values, np.float64))
-            return ends[keys.searchsorted(found, "left")], ends[keys.searchsorted(found, "right")]
-        found = [payload(family, value) for value in values]
-        return (ends[[bisect_left(keys, key) for key in found]],
-                ends[[bisect_right(keys, key) for key in found]])
+            found = number_keys(np.array(keys, np.float64))
+            return ends[mine.searchsorted(found, "left")], ends[mine.searchsorted(found, "right")]
+        return (ends[[bisect_left(mine, key) for key in keys]],
+                ends[[bisect_right(mine, key) for key in keys]])
 
     def at(self, place: int) -> bytes:
         """The payload at ``place`` of the sample, repeats counted."""
@@ -442,7 +449,7 @@ class Estimates:
                     continue
                 family = _family(lower[2])
                 splits, gap = self.levels.splits[attr][family], node - GAP
-                beyond = terms.add(None, attr, ">=", decode_payload(family, splits[gap])) \
+                beyond = terms.keyed(None, attr, ">=", family, _key(family, splits[gap])) \
                     if gap < len(splits) else -1  # the share from the gap's end on
                 levelled.append((n, node, beyond))
             elif op == "in":
@@ -485,28 +492,40 @@ def _family(value: object) -> int:
     return BOOL if value.__class__ is bool else STRING if isinstance(value, str) else NUMBER
 
 
+def _key(family: int, found: bytes) -> object:
+    """A payload as ``Sample.ranks`` searches for it: a number as its value, else as it
+    is (a split taken from events may be a string cut inside a character)."""
+    return number_from_payload(found) if family == NUMBER else found
+
+
 #: the ops a term's share is taken for, by their codes in ``_Terms``
 _TERM_OPS = {"=": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
 
 
 class _Terms:
     """The shares a batch of estimates adds up (``Estimates.estimates``): per term, the
-    predicate it counts for (None: read on its own), its attribute, op and constant."""
+    predicate it counts for (None: read on its own), its attribute, op and key."""
 
     def __init__(self, preds: int) -> None:
         self.preds = preds
         self.owner: list[int] = []
         self.ops: list[int] = []
-        self.values: list = []
+        self.keys: list = []
         self.groups: dict[tuple[str, int], list[int]] = {}  # (attribute, family) -> terms
 
     def add(self, owner: int | None, attr: str, op: str, value: object) -> int:
-        """A new term; its number."""
+        """A new term of a constant; its number."""
+        family = _family(value)
+        return self.keyed(owner, attr, op, family,
+                          value if family == NUMBER else payload(family, value))
+
+    def keyed(self, owner: int | None, attr: str, op: str, family: int, key: object) -> int:
+        """A new term of a key of ``family`` (``Sample.ranks``); its number."""
         term = len(self.ops)
         self.owner.append(self.preds if owner is None else owner)
         self.ops.append(_TERM_OPS[op])
-        self.values.append(value)
-        self.groups.setdefault((attr, _family(value)), []).append(term)
+        self.keys.append(key)
+        self.groups.setdefault((attr, family), []).append(term)
         return term
 
     def shares(self, estimates: Estimates) -> np.ndarray:
@@ -519,7 +538,7 @@ class _Terms:
             sample = None if fams is None else fams[1].get(family)
             if sample is None or not sample.keys:
                 continue
-            lo, hi = sample.ranks(family, [self.values[t] for t in at])
+            lo, hi = sample.ranks(family, [self.keys[t] for t in at])
             k = len(sample)
             counts = np.choose(ops[at], (np.maximum(hi - lo, 0.5), k - (hi - lo), lo, hi,
                                          k - hi, k - lo))

@@ -56,21 +56,29 @@ def detect(schema: pa.Schema) -> str:
             f"input columns {sorted(names)} fit {problem} of the layouts: expression "
             f"(id, expr) or predicate (id, attr, op, value)")
     layout = found[0]
-    id_type = schema.field("id").type
-    if not (pa.types.is_integer(id_type) or pa.types.is_string(id_type)
-            or pa.types.is_large_string(id_type)):
+    id_type = _decoded(schema.field("id").type)
+    if not (pa.types.is_integer(id_type) or _is_text(id_type)):
         raise LayoutError(f"column id has type {id_type}; ids are strings or integers")
     if layout == PREDICATE and GROUP in names:
-        kind = schema.field(GROUP).type
-        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)
-                or pa.types.is_large_string(kind)):
+        kind = _decoded(schema.field(GROUP).type)
+        if not (pa.types.is_integer(kind) or _is_text(kind)):
             raise LayoutError(f"column {GROUP} has type {kind}; groups are integers or strings")
     text = ("expr",) if layout == EXPRESSION else ("attr", "op")
     for name in text:
-        kind = schema.field(name).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        kind = _decoded(schema.field(name).type)
+        if not _is_text(kind):
             raise LayoutError(f"column {name} has type {kind}; the {layout} layout needs strings")
     return layout
+
+
+def _decoded(kind: pa.DataType) -> pa.DataType:
+    """The type of a column's values: a dictionary-encoded column's (pandas' categories)
+    is its dictionary's."""
+    return kind.value_type if pa.types.is_dictionary(kind) else kind
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
 def _idkey(sub_id: object) -> bytes:
@@ -102,7 +110,7 @@ def encoded_ids(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
         keys = pa.array(keys, pa.binary())
         return keys, _np_valid(keys)
     text = ids.cast(pa.string())
-    ok &= filled(pc.binary_length(text), 0) <= MAX_ID_BYTES
+    ok &= (filled(pc.binary_length(text), 0) <= MAX_ID_BYTES) & _holdable(text)
     return pc.binary_join_element_wise(b"s", text.cast(pa.binary()), b""), ok
 
 
@@ -119,8 +127,10 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
     valid = _np_valid(texts)
     rejects: list[Reject] = []
     bad = np.flatnonzero(~encoded | (copies > 1) | ~valid)
-    for row, sub_id in zip(bad.tolist(), id_column.take(pa.array(bad)).to_pylist(),
-                           strict=True):
+    for row, sub_id in zip(bad.tolist(), _values(id_column.take(pa.array(bad))), strict=True):
+        if isinstance(sub_id, _Unheld):
+            rejects.append((row, None, f"id: {sub_id.why}"))
+            continue
         try:
             _idkey(sub_id)
         except IdError as exc:
@@ -135,9 +145,14 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
     rest = np.delete(rows, good)
     slow: list[Sub] = []
     for row, sub_id, key, text in zip(
-            rest.tolist(), id_column.take(pa.array(rest)).to_pylist(),
-            keys.take(pa.array(rest)).to_pylist(), texts.take(pa.array(rest)).to_pylist(),
+            rest.tolist(), _values(id_column.take(pa.array(rest))),
+            keys.take(pa.array(rest)).to_pylist(), _values(texts.take(pa.array(rest))),
             strict=True):
+        if isinstance(sub_id, _Unheld) or isinstance(text, _Unheld):
+            what, unheld_one = ("id", sub_id) if isinstance(sub_id, _Unheld) else ("expr", text)
+            rejects.append((row, None if what == "id" else sub_id,
+                            f"{what}: {unheld_one.why}"))
+            continue
         try:
             slow.append((sub_id, key, normalize(text)))
         except ExpressionError as exc:
@@ -182,7 +197,17 @@ def unheld(kind: pa.DataType, exc: Exception) -> str:
         ": dates and timestamps must lie in years 1 to 9999" if "date" in str(exc) else "")
 
 
-def _values(column: pa.ChunkedArray) -> list:
+def _holdable(column: pa.Array) -> np.ndarray:
+    """Which rows of a string column Python can hold (UTF-8): all, but in a damaged
+    column, whose rows are then tried one by one."""
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return np.array([not isinstance(value, _Unheld) for value in _values(column)], bool)
+    return np.ones(len(column), bool)
+
+
+def _values(column: pa.ChunkedArray | pa.Array) -> list:
     """A column as Python values; one Python cannot hold is an ``_Unheld`` in its row."""
     try:
         return column.to_pylist()
@@ -213,17 +238,20 @@ def _predicate(attr: object, op: object, value: object) -> tuple:
 
 def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
     """Subscriptions of predicate-layout rows; a bad row rejects all rows of its id."""
-    ids = table.column("id").to_pylist()
+    ids = _values(table.column("id"))
     columns = [_values(table.column(name)) for name in ("attr", "op", "value")]
     rows = list(zip(*columns, strict=True))
     rejects: list[Reject] = []
     groups: dict[bytes, list[int]] = {}
     for row, sub_id in enumerate(ids):
+        if isinstance(sub_id, _Unheld):
+            rejects.append((row, None, f"id: {sub_id.why}"))
+            continue
         try:
             groups.setdefault(_idkey(sub_id), []).append(row)
         except IdError as exc:
             rejects.append((row, sub_id, str(exc)))
-    parts = table.column(GROUP).to_pylist() if GROUP in table.column_names else None
+    parts = _values(table.column(GROUP)) if GROUP in table.column_names else None
     subs: list[Sub] = []
     for key, members in groups.items():
         sub_id = ids[members[0]]
@@ -238,6 +266,9 @@ def predicates(table: pa.Table) -> tuple[list[Sub], list[Reject]]:
 def _expression(members: list[int], rows: list[tuple], parts: list | None) -> list:
     """The tuple form of one id's rows: a conjunction, or with several ``group`` values
     among them an 'or' of one conjunction per group (in order of first row)."""
+    for r in members if parts is not None else ():
+        if isinstance(parts[r], _Unheld):
+            raise ExpressionError(f"{GROUP}: {parts[r].why}")
     if parts is None or len({parts[r] for r in members}) < 2:
         return [_predicate(*rows[r]) for r in members]
     grouped: dict[object, list] = {}
@@ -335,6 +366,7 @@ def predicate_columns(table: pa.Table) -> tuple[Columns, list[Reject]]:
     parser refuses, takes ``predicates`` (which also words every rejection)."""
     keys, encoded = encoded_ids(table.column("id"))
     text, row_ok = _predicate_texts(table)
+    row_ok &= _holdable(text)  # bytes that are no UTF-8: ``predicates`` words them
     group = _groups(keys, encoded)
     slot = np.maximum(group, 0)  # rows without an id are slow whatever their slot says
     slow_group = np.bincount(group[encoded], weights=~row_ok[encoded],

@@ -32,9 +32,9 @@ from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
     METADATA,
     NANOS_AS_LONG,
-    first_file_fields,
-    holds_nanos,
+    input_fields,
     input_path,
+    read_as_integers,
     read_parquet,
     safe_columns,
     task_errors,
@@ -342,10 +342,10 @@ def _merge_rejects(directory: str, files: list[str], empty: pa.Schema) -> None:
 
 
 def _as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with each column of ``schema`` (the input columns, typed as in the first
-    input file) in that type where all its values cast back safely: Spark reads unsigned
-    integers wider, large strings and dictionaries as strings. A column whose values do
-    not fit (another input file types it otherwise) keeps Spark's type."""
+    """``table`` with each column of ``schema`` (the input columns, typed as in the input
+    files, ``input_fields``) in that type where all its values cast back safely: Spark
+    reads unsigned integers wider, large strings and dictionaries as strings. A column
+    whose values do not fit (another input file types it otherwise) keeps Spark's type."""
     for i, got in enumerate(table.schema):
         at = schema.get_field_index(got.name)
         want = got.type if at < 0 else schema.field(at).type
@@ -359,12 +359,12 @@ def _as_input(table: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _file_types(first: dict[str, pa.DataType]) -> dict[str, pa.DataType]:
-    """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0)
-    and nanosecond timestamps as integers (``NANOS_AS_LONG``), with their types in the
-    first input file (``first``). Layouts are checked, and rows parsed and rejected, in
-    the file's types, as ``pbtree subscribe --file`` does."""
+    """The columns Spark reads as a type other than the input's, uint64 as decimal(20, 0),
+    nanosecond timestamps and durations as integers (``read_as_integers``), with their
+    types in the input files (``first``). Layouts are checked, and rows parsed and
+    rejected, in the file's types, as ``pbtree subscribe --file`` does."""
     return {name: kind for name, kind in first.items()
-            if kind == pa.uint64() or holds_nanos(kind)}
+            if kind == pa.uint64() or read_as_integers(kind)}
 
 
 def check(opts: BuildOptions) -> None:
@@ -387,10 +387,10 @@ def run(spark, opts: BuildOptions, timings: Timings | None = None) -> BuildResul
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, opts.input)
             files = sorted(map(input_path, df.inputFiles()))  # in input order
-            first = {f.name: f.type for f in first_file_fields(files)}
+            first = {f.name: f.type for f in input_fields(files)}
             own = _file_types(first)
             schema = pa.schema([f.with_type(own.get(f.name, f.type))
-                                for f in to_arrow_schema(df.schema)])
+                                for f in to_arrow_schema(df.schema, timezone="UTC")])
             try:
                 layout = layouts.detect(schema)
             except layouts.LayoutError as exc:

@@ -16,16 +16,17 @@ import pyarrow.parquet as pq
 
 import pbtree
 from pbtree.errors import PbtreeError
-from pbtree.layouts import subscription_id_type
+from pbtree.layouts import subscription_id_type, unheld
 from pbtree.manifest import MANIFEST
 from pbtree.outputs import Staging, check_outputs
 from spark_loader.session import (
     METADATA,
     NANOS_AS_LONG,
     InputError,
-    first_file_fields,
-    holds_nanos,
+    input_fields,
+    input_path,
     is_list,
+    read_as_integers,
     read_parquet,
     safe_columns,
     task_errors,
@@ -74,31 +75,32 @@ def _open(path: str) -> pbtree.Index:
     return index
 
 
-def _seconds(value: object, kind: pa.DataType) -> object:
-    """A value Spark read from a column of the file's type ``kind`` with its nanosecond
-    timestamps as integers (``NANOS_AS_LONG``), with those as seconds since the epoch,
-    each the double nearest to it, inside structs and lists too."""
-    if value is None:
+def _as_read(value: object, kind: pa.DataType) -> object:
+    """A value Spark read as an integer (``read_as_integers``) from a column of the file's
+    type ``kind``, as the Python API reads the file: a nanosecond timestamp as seconds
+    since the epoch (the double nearest to it), a duration as no value, inside structs and
+    lists too."""
+    if value is None or pa.types.is_duration(kind):
         return None
     if pa.types.is_timestamp(kind):
         return value / 1_000_000_000 if kind.unit == "ns" else value
     if pa.types.is_struct(kind):
-        return {**value, **{f.name: _seconds(value.get(f.name), f.type) for f in kind}}
+        return {**value, **{f.name: _as_read(value.get(f.name), f.type) for f in kind}}
     if is_list(kind):
-        return [_seconds(v, kind.value_type) for v in value]
+        return [_as_read(v, kind.value_type) for v in value]
     return value
 
 
 def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.DataType,
-                events_seen, nanos: Mapping[str, pa.DataType] | None = None,
+                events_seen, integers: Mapping[str, pa.DataType] | None = None,
                 row: str = ROW_NUMBER):
     """The job's mapInArrow function: event batches -> (event id, subscription id) rows;
     ``events_seen`` is the accumulator counting the events matched. No row is a bad event:
-    a value no predicate can compare is absent (``pbtree.values``), a null too. ``nanos``
-    are the columns holding nanosecond timestamps, which Spark gives as integers, with
-    their types in the file; ``row`` is the column of row numbers the job added, if any
-    (a label the events hold is matched too)."""
-    nanos = nanos or {}
+    a value no predicate can compare is absent (``pbtree.values``), a null too. ``integers``
+    are the columns Spark gives as integers (``read_as_integers``), with their types in
+    the files; ``row`` is the column of row numbers the job added, if any (a label the
+    events hold is matched too)."""
+    integers = integers or {}
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         index = _open(index_path)
@@ -106,8 +108,9 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
             batch = batch.rename_columns(names)
             event_ids = batch.column(event_col)
             attrs = [name for name in names if name != row]
-            columns = [[_seconds(v, nanos[name]) for v in batch.column(name).to_pylist()]
-                       if name in nanos else batch.column(name).to_pylist() for name in attrs]
+            columns = [[_as_read(v, integers[name]) for v in _values(batch, name, event_ids)]
+                       if name in integers else _values(batch, name, event_ids)
+                       for name in attrs]
             events = [dict(zip(attrs, values, strict=True))
                       for values in zip(*columns, strict=True)] if attrs else \
                 [{} for _ in range(batch.num_rows)]
@@ -128,11 +131,27 @@ def _match_task(index_path: str, names: list[str], event_col: str, id_type: pa.D
     return run
 
 
-def _nanosecond_columns(df) -> dict[str, pa.DataType]:
-    """The columns of ``df`` that hold nanosecond timestamps in its first input file, alone
-    or inside structs and lists, with their types there: Spark has no type for them and
-    reads them as the integer count (``NANOS_AS_LONG``)."""
-    return {f.name: f.type for f in first_file_fields(df.inputFiles()) if holds_nanos(f.type)}
+def _values(batch: pa.RecordBatch, name: str, event_ids: pa.Array) -> list:
+    """The column ``name`` of ``batch`` as Python values; a PbtreeError naming the event
+    and the column of a value Python cannot hold (bytes that are no UTF-8, a date past
+    year 9999), as ``pbtree match`` names it."""
+    column = batch.column(name)
+    try:
+        return column.to_pylist()
+    except (OverflowError, ValueError):
+        for n, scalar in enumerate(column):
+            try:
+                scalar.as_py()
+            except (OverflowError, ValueError) as exc:
+                raise PbtreeError(f"event {event_ids[n].as_py()!r}: column {name!r}: "
+                                  f"{unheld(column.type, exc)}") from None
+        raise
+
+
+def _integer_columns(df) -> dict[str, pa.DataType]:
+    """The columns of ``df`` that Spark reads as integers (``read_as_integers``), with
+    their types in the input files."""
+    return {f.name: f.type for f in input_fields(df.inputFiles()) if read_as_integers(f.type)}
 
 
 def _rows(directory: str) -> int:
@@ -147,7 +166,8 @@ def _with_row_numbers(spark, df, row: str):
     from pyspark.sql import functions as F
 
     path, index = F.col(f"{METADATA}.file_path"), F.col(f"{METADATA}.row_index")
-    counts = sorted((row[0], row[1]) for row in df.groupBy(path).count().collect())
+    counts = sorted(((row[0], row[1]) for row in df.groupBy(path).count().collect()),
+                    key=lambda found: input_path(found[0]))  # by path, not by escaped URI
     offsets, total = [], 0
     for name, count in counts:
         offsets += [F.lit(name), F.lit(total)]
@@ -176,7 +196,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
         with result.timings.stage("read"):
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, events_path)
-            nanos = _nanosecond_columns(df)
+            integers = _integer_columns(df)
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")
@@ -188,7 +208,7 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
                   f"{SUBSCRIPTION_ID} {from_arrow_type(id_type).simpleString()}")
         seen = spark.sparkContext.accumulator(0)
         task = _match_task(os.path.abspath(index_path), df.columns, event_id, id_type, seen,
-                           nanos, row)
+                           integers, row)
         out = os.path.join(staging.path, "matches")
         with result.timings.stage("match"), result.timings.watch(spark, "match-batch"), \
                 task_errors(), typed_alike(df.inputFiles()):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -89,6 +90,9 @@ _LAUNCHED: dict[str, subprocess.Popen] = {}
 #: without it Spark refuses a Parquet file with a nanosecond timestamp column; with it, it
 #: reads them as integers (nanoseconds since the epoch)
 NANOS_AS_LONG = "spark.sql.legacy.parquet.nanosAsLong"
+#: Spark tells column names apart regardless of case unless told to; pbtree's attribute
+#: names are case-sensitive (``price`` and ``Price`` are two)
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 _TASK_ERROR = re.compile(r"^(?:pbtree|spark_loader|storage)\.[\w.]*?(\w+Error): (.*)$", re.M)
 
 
@@ -417,9 +421,15 @@ def file_fields(file: str) -> list[pa.Field]:
     return [] if "://" in path else list(pq.read_schema(path))
 
 
-def first_file_fields(files: list[str]) -> list[pa.Field]:
-    """``file_fields`` of the first of the input ``files``; none when there is none."""
-    return file_fields(files[0]) if files else []
+def input_fields(files: list[str]) -> list[pa.Field]:
+    """The columns of the input ``files`` as ``file_fields`` types them, each from the
+    first file in path order that has it (the files of one input may have different
+    columns: Spark reads them by their merged schema)."""
+    found: dict[str, pa.Field] = {}
+    for path in sorted(map(input_path, files)):
+        for column in file_fields(path):
+            found.setdefault(column.name, column)
+    return list(found.values())
 
 
 @contextmanager
@@ -430,25 +440,49 @@ def typed_alike(files: list[str]) -> Iterator[None]:
     try:
         yield
     except Exception:
-        first: dict[str, tuple[str, pa.DataType]] = {}
-        for path in sorted(map(input_path, files)):  # in input order
-            for field in file_fields(path):
-                seen = first.setdefault(field.name, (path, field.type))
-                if seen[1] != field.type:
-                    raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
-                                     f"{field.type} in {path}: Spark reads the files of one "
-                                     f"input by one schema; give them one type") from None
+        _check_typed_alike(files)
         raise
 
 
-def holds_nanos(kind: pa.DataType) -> bool:
-    """Whether values of Arrow type ``kind`` hold nanosecond timestamps, alone or inside
-    structs and lists: Spark has no type for them and reads them as integers."""
+def _check_typed_alike(files: list[str]) -> None:
+    """An InputError naming the first two of ``files`` (in input order) that type a
+    column differently, its name and its types; None when they agree."""
+    first: dict[str, tuple[str, pa.DataType]] = {}
+    for path in sorted(map(input_path, files)):
+        for field in file_fields(path):
+            seen = first.setdefault(field.name, (path, field.type))
+            if seen[1] != field.type:
+                raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
+                                 f"{field.type} in {path}: Spark reads the files of one "
+                                 f"input by one schema; give them one type") from None
+
+
+def _local_files(path: str) -> list[str]:
+    """The files a local input path names as Spark reads them: a file, a glob's matches,
+    or a directory's files, those Spark skips (named from ``_`` or ``.``) left out."""
+    local = input_path(path)
+    if "://" in local:
+        return []
+    if not os.path.isdir(local):
+        return glob.glob(local)
+    found = []
+    for top, dirs, names in os.walk(local):
+        dirs[:] = [name for name in dirs if not name.startswith(("_", "."))]
+        found += [os.path.join(top, name) for name in names if not name.startswith(("_", "."))]
+    return found
+
+
+def read_as_integers(kind: pa.DataType) -> bool:
+    """Whether values of Arrow type ``kind`` hold nanosecond timestamps or durations, alone
+    or inside structs and lists: Spark has no type for them and reads them as integers
+    (nanosecond timestamps by ``NANOS_AS_LONG``, durations as their count of units)."""
     if pa.types.is_timestamp(kind):
         return kind.unit == "ns"
+    if pa.types.is_duration(kind):
+        return True
     if pa.types.is_struct(kind):
-        return any(holds_nanos(f.type) for f in kind)
-    return is_list(kind) and holds_nanos(kind.value_type)
+        return any(read_as_integers(f.type) for f in kind)
+    return is_list(kind) and read_as_integers(kind.value_type)
 
 
 def is_list(kind: pa.DataType) -> bool:
@@ -458,14 +492,21 @@ def is_list(kind: pa.DataType) -> bool:
 
 
 def read_parquet(spark, path: str):
-    """The DataFrame of a Parquet file, directory or glob; InputError when there is none."""
+    """The DataFrame of a Parquet file, directory or glob, by the schema of all its files
+    merged (a column only some files have is null in the others' rows), its column names
+    told apart by case as pbtree's attributes are; InputError when there is none."""
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors.exceptions.captured import CapturedException
 
+    spark.conf.set(CASE_SENSITIVE, "true")
     try:
-        df = spark.read.parquet(path)
-    except CapturedException as exc:  # AnalysisException; ArithmeticException for a type
-        # Spark cannot hold (a decimal of more than 38 digits); worded while the JVM lives
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        df = spark.read.option("mergeSchema", "true").parquet(path)
+    except (CapturedException, Py4JJavaError) as exc:  # AnalysisException; an Arithmetic-
+        # Exception for a type Spark cannot hold (a decimal of more than 38 digits); a
+        # SparkException for files that type a column differently: worded while the JVM lives
+        _check_typed_alike(_local_files(path))
+        text = str(exc.java_exception if isinstance(exc, Py4JJavaError) else exc)
+        message = text.splitlines()[0] if text else type(exc).__name__
         raise InputError(f"{path}: cannot read the input as Parquet ({message})") from None
     hiding = [column for column in df.columns if column.lower() == METADATA]
     if hiding:
@@ -498,8 +539,8 @@ def safe_columns(df):
 
 
 def unused(name: str, columns: list[str]) -> str:
-    """``name``, with underscores added until none of ``columns`` has it, in any case:
-    Spark tells column names apart regardless of case."""
+    """``name``, with underscores added until none of ``columns`` has it, in any case (a
+    session that tells names apart regardless of case would confuse them)."""
     taken = {column.lower() for column in columns}
     while name.lower() in taken:
         name += "_"

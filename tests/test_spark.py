@@ -761,6 +761,99 @@ def test_match_batch_reads_events_as_the_api_does(spark, tmp_path):
     assert [sorted(ids) for ids in got] == want == [[1, 2, 3], [6]]
 
 
+def _match_batch(spark, index, events) -> list[list]:
+    """match-batch of ``events`` (a file or directory) against ``index``: per event (row
+    numbers over the files in path order), the ids it matched, sorted."""
+    out = events.parent / "matches"
+    match.run(spark, str(index), str(events), str(out))
+    rows = pq.read_table(out).to_pylist()
+    shutil.rmtree(out)
+    got: list[list] = [[] for _ in range(1 + max((r["event_id"] for r in rows), default=-1))]
+    for row in rows:
+        got[row["event_id"]].append(row["subscription_id"])
+    return [sorted(ids) for ids in got]
+
+
+def test_match_batch_reads_a_directory_as_the_api_reads_its_files(spark, tmp_path):
+    """Files of one input with different columns, names told apart by case only,
+    durations (no value, as in the API) and file names that Spark's URIs escape: every
+    event is read whole, and numbered over the files in path order."""
+    events = tmp_path / "events"
+    events.mkdir()
+    first = pa.table({"x": [1, 2]})
+    second = pa.table({"x": [1], "color": ["red"], "price": [5], "Price": [6],
+                       "wait": pa.array([1500], pa.duration("ms"))})
+    pq.write_table(first, events / "a b.parquet")  # ' ' sorts before '!', '%20' after
+    pq.write_table(second, events / "a!.parquet")
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe_many([(1, "x = 1"), (2, "color = 'red'"), (3, "price = 5"),
+                           (4, "Price = 6"), (5, "wait = 1500"), (6, "wait > 1"),
+                           (7, "x = 2")])
+        want = ix.match_many(first.to_pylist() + second.to_pylist())
+    assert _match_batch(spark, tmp_path / "ix", events) == want == [
+        [1], [7], [1, 2, 3, 4]]
+
+
+def test_match_batch_names_an_event_value_python_cannot_hold(spark, tmp_path):
+    from test_layouts import unreadable
+
+    bulk.build(tmp_path / "ix", [(1, "s = 'a'")])
+    pq.write_table(pa.table({"n": [10, 11], "s": unreadable(["a", ""], 1, b"\xff")}),
+                   tmp_path / "ev.parquet")
+    with pytest.raises(session.TaskError, match="event 11: column 's': string value Python "
+                                                "cannot hold"):
+        match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
+                  str(tmp_path / "m"), event_id="n")
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_build_reads_every_file_whole_in_its_own_types(spark, tmp_path):
+    """A ``group`` column in one file only, timestamps with a time zone, a column named as
+    another in another case, durations (refused as values, as ``subscribe --file`` refuses
+    them) and an expression Python cannot hold (rejected alone): the build stores what
+    ``subscribe --file`` of each file stores."""
+    from test_layouts import unreadable
+
+    t = datetime.datetime(2021, 1, 2, tzinfo=datetime.UTC)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    pq.write_table(pa.table({"id": [1, 1], "attr": ["a", "b"], "op": ["=", "="],
+                             "value": [1, 2]}), subs / "p0.parquet")
+    pq.write_table(pa.table({"id": [2, 2, 3], "attr": ["a", "b", "c"], "op": ["=", "=", ">"],
+                             "value": [1, 2, 3], "group": [0, 1, None],
+                             "created": pa.array([t] * 3, pa.timestamp("us", tz="UTC")),
+                             "Op": ["x"] * 3, "wait": pa.array([1] * 3, pa.duration("s"))}),
+                   subs / "p1.parquet")
+    odd = tmp_path / "odd.parquet"
+    pq.write_table(pa.table({"id": [4, 5, 6], "attr": ["ts", "w", "w"],
+                             "op": [">=", "=", "="],
+                             "value": pa.array([t, t, t], pa.timestamp("us", tz="UTC"))}), odd)
+    waits = tmp_path / "waits.parquet"
+    pq.write_table(pa.table({"id": [7], "attr": ["w"], "op": ["="],
+                             "value": pa.array([5], pa.duration("s"))}), waits)
+    texts = tmp_path / "texts.parquet"
+    pq.write_table(pa.table({"id": [8, 9], "expr": unreadable(["", "x = 9"], 0,
+                                                              b"x = '\xff'")}), texts)
+    _build(spark, subs, tmp_path / "ix", shards=2)
+    _build(spark, odd, tmp_path / "ix-odd", shards=1)
+    with pytest.raises(build.BadRowsError, match="row 0: subscription 7: .*timedelta"):
+        _build(spark, waits, tmp_path / "ix-waits", shards=1)
+    result = _build(spark, texts, tmp_path / "ix-texts", shards=1, rejects=str(tmp_path / "r"))
+    assert (result.subscriptions, result.rejected) == (1, 1)
+    assert pq.read_table(tmp_path / "r").column("reason").to_pylist() == [
+        "expr: string value Python cannot hold ('utf-8' codec can't decode byte 0xff in "
+        "position 5: invalid start byte)"]
+    pbtree_cli.main(["create", str(tmp_path / "api"), "--shards", "2", "-q"])
+    for path in (subs / "p0.parquet", subs / "p1.parquet", odd):
+        assert pbtree_cli.main(["subscribe", str(tmp_path / "api"), "--file", str(path),
+                                "-q"]) == 0
+    with pbtree.open(tmp_path / "ix") as built, pbtree.open(tmp_path / "ix-odd") as odd_ix, \
+            pbtree.open(tmp_path / "api") as api:
+        assert {i: built.get(i) for i in built} | {i: odd_ix.get(i) for i in odd_ix} == \
+            {i: api.get(i) for i in api}
+        assert built.get(2) == "a = 1 or b = 2" and odd_ix.get(4) == "ts >= 1609545600"
+
+
 def test_match_batch_names_a_column_type_spark_cannot_hold(spark, tmp_path):
     """A decimal of more than 38 digits, which Spark refuses with an ArithmeticException,
     is an InputError saying so; nothing is written."""
@@ -849,12 +942,15 @@ def test_a_build_input_of_no_layout_is_named(spark, tmp_path):
     assert not os.path.exists(tmp_path / "ix")
 
 
-def test_the_first_input_file_is_read_only_where_pyarrow_can(tmp_path):
-    """The types Spark reads differently come from the first input file when it is local
-    (a path or a file: URI); a file on another file system, or none, leaves Spark's."""
+def test_input_types_are_read_only_where_pyarrow_can(tmp_path):
+    """The types Spark reads differently come from the input files that are local (a path
+    or a file: URI), each column's from the first file in path order that has it; a file
+    on another file system, or none, leaves Spark's."""
     pq.write_table(pa.table({"id": pa.array([1], pa.uint64())}), tmp_path / "a b.parquet")
+    pq.write_table(pa.table({"id": [2], "t": pa.array([1], pa.timestamp("ns"))}),
+                   tmp_path / "c.parquet")
     uri = (tmp_path / "a b.parquet").as_uri()
-    assert [f.type for f in session.first_file_fields([uri])] == [pa.uint64()]
-    assert session.first_file_fields([str(tmp_path / "a b.parquet")])[0].name == "id"
-    assert session.first_file_fields(["s3a://bucket/subs.parquet"]) == []
-    assert session.first_file_fields([]) == []
+    assert [(f.name, f.type) for f in session.input_fields([str(tmp_path / "c.parquet"), uri])
+            ] == [("id", pa.uint64()), ("t", pa.timestamp("ns"))]
+    assert session.input_fields(["s3a://bucket/subs.parquet"]) == []
+    assert session.input_fields([]) == []

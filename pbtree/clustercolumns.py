@@ -46,18 +46,23 @@ class Scores:
                  for a, o, c in zip(self.attr.tolist(), op.tolist(), const.tolist(),
                                     strict=True)]
         interval = np.flatnonzero(np.isin(op, INTERVAL_OPS))
-        self.flat = self.levelled = clusters.estimated(
-            preds, None if estimates is None else estimates.with_levels(clusters.NO_LEVELS))
+        self.flat = self.levelled = self._estimated(
+            preds, clusters.estimate if estimates is None
+            else estimates.with_levels(clusters.NO_LEVELS).estimate)
         self.node = np.full(len(preds), -1, dtype=np.int64)
         self.levels = clusters.NO_LEVELS
         if estimates is not None and interval.size:
             self.levels = estimates.levels_of(cols.attrs)
             inside = [preds[i] for i in interval.tolist()]
             self.levelled = self.flat.copy()
-            self.levelled[interval] = clusters.estimated(
-                inside, estimates.with_levels(self.levels))
+            self.levelled[interval] = self._estimated(
+                inside, estimates.with_levels(self.levels).estimate)
             self.node[interval] = [-1 if n is None else n
                                    for n in map(self.levels.node, inside)]
+
+    @staticmethod
+    def _estimated(preds: list, estimate) -> np.ndarray:
+        return np.array([estimate(pred) for pred in preds], dtype=np.float64)
 
     def _triples(self, cols: Columns, at: np.ndarray | slice = slice(None)) -> np.ndarray:
         return (cols.attr[at] * len(OPS_STORED) + cols.op[at]) * self.size + cols.const[at]

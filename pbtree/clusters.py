@@ -37,15 +37,7 @@ from pbtree.normalize import event_name
 from pbtree.subs import GAP, INTERVALS, OWN_ENTRY, bounds, levelled, name_bytes
 from pbtree.values import is_array, searched
 from storage.chunks import Chunks
-from storage.keys import (
-    BOOL,
-    NUMBER,
-    STRING,
-    const_payload,
-    number_from_payload,
-    number_keys,
-    payload,
-)
+from storage.keys import const_payload
 from storage.meta import ESTIMATES, write_encoded
 from storage.records import ROW_CHUNK, decode_rows, encode_rows, key_of
 from storage.span import Span
@@ -155,11 +147,10 @@ class Sample:
     its distinct payloads and how many of the sample lie up to each (``ends``): a wide
     schema's estimates would otherwise take a Python object per repeat, hundreds of MB."""
 
-    __slots__ = ("total", "keys", "ends", "_search")
+    __slots__ = ("total", "keys", "ends")
 
     def __init__(self, total: int, keys: list[bytes], ends: list[int]) -> None:
         self.total, self.keys, self.ends = total, keys, ends
-        self._search: tuple | None = None  # the keys as ``ranks`` searches them, and ends
 
     @classmethod
     def listed(cls, total: int, sample: Sequence[bytes]) -> Sample:
@@ -170,25 +161,15 @@ class Sample:
     def __len__(self) -> int:
         return self.ends[-1] if self.ends else 0
 
-    def ranks(self, family: int, keys: list) -> tuple[np.ndarray, np.ndarray]:
-        """How many of the sample lie below each of ``keys`` (of ``family``, the sample's:
-        numbers, or the payloads of the other families), and how many at or below it:
-        numbers in one array search (``number_keys``), payloads by bisection."""
-        if self._search is None:
-            mine = self.keys
-            if family == NUMBER:
-                joined = b"".join(mine)
-                if len(joined) != 8 * len(mine):
-                    raise CorruptIndexError("a sample of numbers holds a payload that is not "
-                                            "8 bytes: the stored estimates are damaged")
-                mine = np.frombuffer(joined, ">u8").astype(np.uint64)
-            self._search = mine, np.array([0, *self.ends], np.int64)
-        mine, ends = self._search
-        if family == NUMBER:
-            found = number_keys(np.array(keys, np.float64))
-            return ends[mine.searchsorted(found, "left")], ends[mine.searchsorted(found, "right")]
-        return (ends[[bisect_left(mine, key) for key in keys]],
-                ends[[bisect_right(mine, key) for key in keys]])
+    def below(self, payload: bytes) -> int:
+        """How many of the sample lie below ``payload``."""
+        at = bisect_left(self.keys, payload)
+        return self.ends[at - 1] if at else 0
+
+    def upto(self, payload: bytes) -> int:
+        """How many of the sample lie at or below ``payload``."""
+        at = bisect_right(self.keys, payload)
+        return self.ends[at - 1] if at else 0
 
     def at(self, place: int) -> bytes:
         """The payload at ``place`` of the sample, repeats counted."""
@@ -303,6 +284,7 @@ class Estimates:
         self.n, self.attrs = max(n, 1), attrs
         #: the interval levels the intervals estimated post in (``with_levels``)
         self.levels = NO_LEVELS if levels is None else levels
+        self._known: dict[tuple, float] = {}  # estimates made, by predicate
 
     @classmethod
     def of(cls, n: int, values: Iterable[tuple[str, object, int]]) -> Estimates:
@@ -421,58 +403,44 @@ class Estimates:
             raise CorruptIndexError(f"the stored selectivity estimates are damaged ({exc})") \
                 from None
 
-    def estimates(self, preds: Sequence[Sequence]) -> np.ndarray:
-        """Per core predicate, the share of the samples it holds for; the static
-        ``estimate`` breaks ties and stands in, scaled down, where the samples lack the
-        attribute. An ``in`` sums its values' shares. An interval at a split of its
-        attribute's levels posts exactly where it holds, so the share inside it counts;
-        one in a gap posts its lower bound there, so the share from it to the gap's end
-        does; one without a node posts its lower bound, so that does.
-
-        Each share is a term (``_Terms``), and every sample is searched once for all of its
-        terms: the estimates of a batch of writes take a few array passes, not a
-        search per predicate."""
-        statics = np.array([estimate(pred) for pred in preds], np.float64)
-        terms = _Terms(len(preds))
-        levelled = []  # (predicate, node, its term past the lower bound, or -1)
-        node_of = self.levels.node if self.levels else None
-        for n, pred in enumerate(preds):
-            attr, op, value = pred
+    def estimate(self, pred: Sequence) -> float:
+        """The share of the samples a core predicate holds for; the static ``estimate``
+        breaks ties and stands in, scaled down, where the samples lack the attribute. An
+        interval at a split of its attribute's levels posts exactly where it holds, so the
+        share inside it counts; one in a gap posts its lower bound there, so the share from
+        it to the gap's end does; one without a node posts its lower bound, so that does."""
+        attr, op, value = pred
+        # each value with its class: 1, 1.0 and True are equal keys, not equal predicates
+        key = (attr, op, tuple((v.__class__, v) for v in value)
+               if op in ("in", "between") else (value.__class__, value))
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= config.KNOWN_MOST:
+                self._known.clear()
             if op in INTERVALS:
-                lower, upper = bounds(pred)
-                terms.add(n, *lower)
-                node = None if node_of is None else node_of(pred)
-                if node is None:
-                    continue
-                if node < GAP:  # the share up to its upper bound, added below
-                    levelled.append((n, node, terms.add(None, *upper)))
-                    continue
-                family = _family(lower[2])
-                splits, gap = self.levels.splits[attr][family], node - GAP
-                beyond = terms.keyed(None, attr, ">=", family, _key(family, splits[gap])) \
-                    if gap < len(splits) else -1  # the share from the gap's end on
-                levelled.append((n, node, beyond))
-            elif op == "in":
-                for item in value:
-                    terms.add(n, attr, "=", item)
+                known = self._interval(pred)
             else:
-                terms.add(n, attr, op, value)
-        shares = terms.shares(self)
-        known = np.array([self.attrs.get(pred[0]) is not None for pred in preds], bool)
-        found = np.where(known, terms.summed(shares) + statics * TIE, statics / (2 * self.n))
-        for n, node, term in levelled:
-            below, share = float(found[n]), float(shares[term]) if term >= 0 else 0.0
-            if node >= GAP:
-                found[n] = max(below - share, 0.0)
-                continue
-            lower, upper = bounds(preds[n])
-            above = share + estimate(upper) * TIE if known[n] else \
-                estimate(upper) / (2 * self.n)
-            fams = self.attrs.get(lower[0], (0, {}))[1]
-            family = _family(lower[2])
-            holding = fams[family].total / self.n if family in fams else 0.0
-            found[n] = max(below + above - holding, 0.0) + float(statics[n]) * TIE
-        return found
+                known = self._estimate(attr, op, value, estimate(pred))
+            self._known[key] = known
+        return known
+
+    def _interval(self, pred: Sequence) -> float:
+        lower, upper = bounds(pred)
+        below = self._estimate(*lower, estimate(lower))
+        node = self.levels.node(pred)
+        if node is None:
+            return below
+        family = const_payload(lower[2])[0]
+        fams = self.attrs.get(pred[0], (0, {}))[1]
+        if node >= GAP:  # its lower bound, up to the split that ends the gap
+            splits = self.levels.splits[pred[0]][family]
+            gap = node - GAP
+            beyond = self._payload_share(fams, family, ">=", splits[gap]) \
+                if gap < len(splits) else 0.0
+            return max(below - beyond, 0.0)
+        above = self._estimate(*upper, estimate(upper))
+        holding = fams[family].total / self.n if family in fams else 0.0
+        return max(below + above - holding, 0.0) + estimate(lower) * TIE
 
     def levels_of(self, attrs: Iterable[str]) -> Levels:
         """The interval levels of ``attrs``: per family, at most LEVEL_SPLITS of the sampled
@@ -487,67 +455,33 @@ class Estimates:
                     found.setdefault(attr, {})[family] = picked
         return Levels(found)
 
-def _family(value: object) -> int:
-    """The family of a constant already checked (``storage.keys.family_of``)."""
-    return BOOL if value.__class__ is bool else STRING if isinstance(value, str) else NUMBER
+    def _estimate(self, attr: str, op: str, value: object, static: float) -> float:
+        found = self.attrs.get(attr)
+        if found is None:
+            return static / (2 * self.n)
+        if op == "in":
+            return sum(self._share(found[1], "=", v) for v in value) + static * TIE
+        return self._share(found[1], op, value) + static * TIE
+
+    def _share(self, fams: dict[int, Sample], op: str, value: object) -> float:
+        family, payload = const_payload(value)
+        return self._payload_share(fams, family, op, payload)
+
+    def _payload_share(self, fams: dict[int, Sample], family: int, op: str,
+                       payload: bytes) -> float:
+        sample = fams.get(family)
+        if sample is None or not sample.keys:
+            return 0.0
+        k, share = len(sample), sample.total / self.n
+        lo, hi = sample.below(payload), sample.upto(payload)
+        if op == "=":
+            return max(hi - lo, 0.5) / k * share
+        if op == "!=":
+            return (k - (hi - lo)) / k * share
+        below = {"<": lo, "<=": hi, ">": k - hi, ">=": k - lo}[op]
+        return below / k * share
 
 
-def _key(family: int, found: bytes) -> object:
-    """A payload as ``Sample.ranks`` searches for it: a number as its value, else as it
-    is (a split taken from events may be a string cut inside a character)."""
-    return number_from_payload(found) if family == NUMBER else found
-
-
-#: the ops a term's share is taken for, by their codes in ``_Terms``
-_TERM_OPS = {"=": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
-
-
-class _Terms:
-    """The shares a batch of estimates adds up (``Estimates.estimates``): per term, the
-    predicate it counts for (None: read on its own), its attribute, op and key."""
-
-    def __init__(self, preds: int) -> None:
-        self.preds = preds
-        self.owner: list[int] = []
-        self.ops: list[int] = []
-        self.keys: list = []
-        self.groups: dict[tuple[str, int], list[int]] = {}  # (attribute, family) -> terms
-
-    def add(self, owner: int | None, attr: str, op: str, value: object) -> int:
-        """A new term of a constant; its number."""
-        family = _family(value)
-        return self.keyed(owner, attr, op, family,
-                          value if family == NUMBER else payload(family, value))
-
-    def keyed(self, owner: int | None, attr: str, op: str, family: int, key: object) -> int:
-        """A new term of a key of ``family`` (``Sample.ranks``); its number."""
-        term = len(self.ops)
-        self.owner.append(self.preds if owner is None else owner)
-        self.ops.append(_TERM_OPS[op])
-        self.keys.append(key)
-        self.groups.setdefault((attr, family), []).append(term)
-        return term
-
-    def shares(self, estimates: Estimates) -> np.ndarray:
-        """Per term, the share of the samples its op and constant hold for (0 where they
-        lack its attribute or family): each sample searched once for all its terms."""
-        found = np.zeros(len(self.ops))
-        ops = np.array(self.ops, np.int64)
-        for (attr, family), at in self.groups.items():
-            fams = estimates.attrs.get(attr)
-            sample = None if fams is None else fams[1].get(family)
-            if sample is None or not sample.keys:
-                continue
-            lo, hi = sample.ranks(family, [self.keys[t] for t in at])
-            k = len(sample)
-            counts = np.choose(ops[at], (np.maximum(hi - lo, 0.5), k - (hi - lo), lo, hi,
-                                         k - hi, k - lo))
-            found[at] = counts / k * (sample.total / estimates.n)
-        return found
-
-    def summed(self, shares: np.ndarray) -> np.ndarray:
-        """Per predicate, the shares of its terms added in order."""
-        return np.bincount(self.owner, shares, self.preds + 1)[:-1]
 
 
 def worth_levels(estimates: Estimates, gains: Mapping[str, float]) -> Levels:
@@ -589,26 +523,13 @@ def recorded(preds: list, levels: Levels) -> list:
     return preds if node is None else [levelled(first, node), *preds[1:]]
 
 
-def estimated(preds: Sequence[Sequence], estimates: Estimates | None) -> np.ndarray:
-    """Per core predicate, its estimate by ``estimates`` (``Estimates.estimates``), or by
-    the static rule (``estimate``) for None."""
-    if estimates is not None:
-        return estimates.estimates(preds)
-    return np.array([estimate(pred) for pred in preds], np.float64)
-
-
-def ordered(conjs: Sequence[Sequence], estimates: Estimates | None = None) -> list[list]:
-    """Each conjunction's predicates, the least likely to hold first: the first is its
+def ordered(preds: Sequence, estimates: Estimates | None = None) -> list:
+    """A subscription's predicates, the least likely to hold first: the first is its
     access predicate, the rest its check row in order (ties keep their given order; an
-    interval by its lower bound, which it posts as an access predicate); all estimated
-    at once."""
-    scores = estimated([pred for conj in conjs for pred in conj], estimates).tolist()
-    found, at = [], 0
-    for conj in conjs:
-        mine = scores[at:at + len(conj)]
-        found.append([conj[i] for i in sorted(range(len(conj)), key=mine.__getitem__)])
-        at += len(conj)
-    return found
+    interval by its lower bound, which it posts as an access predicate)."""
+    if len(preds) == 1:
+        return list(preds)
+    return sorted(preds, key=estimate if estimates is None else estimates.estimate)
 
 
 def checked(preds: Sequence) -> Sequence:

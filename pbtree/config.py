@@ -70,6 +70,8 @@ EQ_SHARE = 0.01
 RANGE_SHARE = 0.3
 #: payloads an estimate samples per attribute and family: shares in steps of ~1/1000
 SAMPLE_KEYS = 1024
+#: estimates kept made, at most: writes meet the same predicates often
+KNOWN_MOST = 1 << 16
 #: candidates an event's value must bring fewer for its attribute's interval levels to pay
 #: one more tree search (``clusters.worth_levels``): on 1M ``ranges`` levels this rule
 #: gave 200-350 a search matched no faster; on ``products`` (2,600-4,400) 1.61x faster

@@ -193,9 +193,8 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         write_encoded(txn, dbs["meta"], LEVELS, levels.encode() if levels else None)
         w = Writer(txn, dbs, self.node_bytes)
         if items:  # those of one access predicate on consecutive sids: candidates in runs
-            firsts = clusters.ordered([conjunctions(item[2])[0] for item in items], estimates)
-            keys = [clusters.predicate_key(preds[0]) for preds in firsts]
-            items = [items[n] for n in sorted(range(len(items)), key=keys.__getitem__)]
+            items.sort(key=lambda item: clusters.predicate_key(
+                clusters.ordered(conjunctions(item[2])[0], estimates)[0]))
             self._insert(w, txn, *zip(*items, strict=True))
             self._fold(w, txn, RecentWrites(), True)
         w.pbtrees.changed = True  # whatever a reader had flattened is gone

@@ -87,13 +87,13 @@ class ShardWrites:
         (``pbtree.clusters``), the entries not stored yet given sids before them. Returns
         (first new sid, new sids, the predicates each posts, ``subs.posted``), as
         ``RecentWrites`` takes them."""
-        owners, conjs = [], []
+        owners, ordered = [], []
         levels = self.levels_in(txn)
+        chooser = self.chooser(levels, txn)
         for n, preds in enumerate(lists):
             for conj in conjunctions(preds):
                 owners.append(n)
-                conjs.append(conj)
-        ordered = clusters.ordered(conjs, self.chooser(levels, txn))
+                ordered.append(clusters.ordered(conj, chooser))
         pack = clusters.pack
         packed = [list(map(pack, preds)) for preds in ordered]  # for keys and records alike
         recorded = [clusters.recorded(preds, levels) for preds in ordered]

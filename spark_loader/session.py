@@ -421,14 +421,21 @@ def file_fields(file: str) -> list[pa.Field]:
     return [] if "://" in path else list(pq.read_schema(path))
 
 
+def _by_file(files: list[str]) -> Iterator[tuple[str, pa.Field]]:
+    """Each column of each of the input ``files`` (``file_fields``) with its file's path,
+    the files in input (path) order."""
+    for path in sorted(map(input_path, files)):
+        for column in file_fields(path):
+            yield path, column
+
+
 def input_fields(files: list[str]) -> list[pa.Field]:
     """The columns of the input ``files`` as ``file_fields`` types them, each from the
     first file in path order that has it (the files of one input may have different
     columns: Spark reads them by their merged schema)."""
     found: dict[str, pa.Field] = {}
-    for path in sorted(map(input_path, files)):
-        for column in file_fields(path):
-            found.setdefault(column.name, column)
+    for _, column in _by_file(files):
+        found.setdefault(column.name, column)
     return list(found.values())
 
 
@@ -448,13 +455,12 @@ def _check_typed_alike(files: list[str]) -> None:
     """An InputError naming the first two of ``files`` (in input order) that type a
     column differently, its name and its types; None when they agree."""
     first: dict[str, tuple[str, pa.DataType]] = {}
-    for path in sorted(map(input_path, files)):
-        for field in file_fields(path):
-            seen = first.setdefault(field.name, (path, field.type))
-            if seen[1] != field.type:
-                raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
-                                 f"{field.type} in {path}: Spark reads the files of one "
-                                 f"input by one schema; give them one type") from None
+    for path, field in _by_file(files):
+        seen = first.setdefault(field.name, (path, field.type))
+        if seen[1] != field.type:
+            raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
+                             f"{field.type} in {path}: Spark reads the files of one input "
+                             f"by one schema; give them one type") from None
 
 
 def _local_files(path: str) -> list[str]:

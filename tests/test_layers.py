@@ -31,6 +31,9 @@ lazy imports included, has no cycle.
 from __future__ import annotations
 
 import ast
+import re
+import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -255,6 +258,47 @@ def cycles(found: list[Import]) -> list[list[Import]]:
 
 
 FOUND, UNFOLLOWED = imports()
+
+
+def third_party(root: Path = ROOT) -> list[tuple[str, str, int]]:
+    """(module, top-level package, line) of every import at module level, outside the
+    standard library and these packages, in the storage, library and cli layers: what
+    ``import pbtree`` and the ``pbtree`` command load whatever extras are installed."""
+    found = []
+    for module, path in modules(root).items():
+        if layer(module) not in ("storage", "library", "cli"):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node, lazy in _walk(tree):
+            if lazy or not isinstance(node, ast.Import | ast.ImportFrom) or \
+                    getattr(node, "level", 0):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                else [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in PACKAGES \
+                        and top != "__future__":
+                    found.append((module, top, node.lineno))
+    return found
+
+
+def declared(root: Path = ROOT) -> set[str]:
+    """The distributions pyproject.toml's ``dependencies`` name (installed with pbtree
+    whatever extras are asked for)."""
+    with open(root / "pyproject.toml", "rb") as src:
+        wanted = tomllib.load(src)["project"]["dependencies"]
+    return {re.split(r"[<>=!~\[ ;]", item, maxsplit=1)[0].lower() for item in wanted}
+
+
+def test_the_library_loads_only_its_declared_dependencies():
+    """``pip install pbtree`` without extras must give a library and a command that import:
+    every package they import at module level is a dependency, not an extra's (the Spark
+    commands load pyspark inside the functions that run them)."""
+    missing = [f"{module}:{line} imports {top}" for module, top, line in third_party()
+               if top.lower() not in declared()]
+    assert not missing, "not in pyproject.toml's dependencies:\n" + "\n".join(missing)
+    assert {top for _, top, _ in third_party()} >= {"lmdb", "numpy", "msgpack"}
 
 
 def test_the_modules_are_found():

@@ -12,6 +12,7 @@ from storage.errors import (
     PbtreeError,
     ReadOnlyError,
     StorageError,
+    plural,
     shown,
 )
 
@@ -19,7 +20,7 @@ __all__ = [
     "SHOWN", "CorruptIndexError", "DuplicateIdError", "EventError", "ExpressionError",
     "FormatVersionError", "IdError", "IndexExistsError", "IndexReplacedWarning",
     "LocklessReadWarning", "NotAnIndexError", "PbtreeError", "ReadOnlyError", "StorageError",
-    "UnknownIdError", "shown",
+    "UnknownIdError", "plural", "shown",
 ]
 
 

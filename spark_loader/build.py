@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from pbtree import bulk, config, layouts
 from pbtree.arrowparse import filled
 from pbtree.clusters import Estimates
-from pbtree.errors import PbtreeError, shown
+from pbtree.errors import PbtreeError, plural, shown
 from pbtree.manifest import check_layout, new_manifest, shard_dir, write_manifest
 from pbtree.outputs import check_outputs, commit_with, stage_outputs
 from spark_loader.session import (
@@ -94,10 +94,10 @@ class BuildResult:
     def summary(self) -> str:
         rate = self.subscriptions / max(self.timings.total(), 1e-9)
         first = f" (first: {self.first_reject})" if self.first_reject else ""
-        return (f"{self.rows} rows read, {self.subscriptions} subscriptions indexed, "
-                f"{self.rejected} rows rejected{first}; {self.timings.line()} "
-                f"({rate:,.0f} subscriptions/s; tasks used {self.parse_cpu:.1f} s CPU parsing, "
-                f"{self.load_cpu:.1f} s loading shards)")
+        return (f"{plural(self.rows, 'row')} read, {plural(self.subscriptions, 'subscription')} "
+                f"indexed, {plural(self.rejected, 'row')} rejected{first}; "
+                f"{self.timings.line()} ({rate:,.0f} subscriptions/s; tasks used "
+                f"{self.parse_cpu:.1f} s CPU parsing, {self.load_cpu:.1f} s loading shards)")
 
 
 def _shard_column(id_type: pa.DataType):

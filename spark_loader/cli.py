@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pbtree import config
 from pbtree.cli.common import common_options, note
-from pbtree.errors import PbtreeError
+from pbtree.errors import PbtreeError, plural
 
 _SPARK_HELP = "Spark master URL (default: embedded local[*])"
 _CONF_HELP = "Spark setting key=value (repeatable), e.g. spark.driver.memory=8g"
@@ -51,7 +51,7 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
                        help="choose access predicates by these events, JSON Lines or Parquet "
                             "(the first 10,000; default: by the subscriptions' constants)")
     _spark_options(build)
-    build.set_defaults(func=build_command)
+    build.set_defaults(func=build_command, command=build.prog)
 
     match = subparsers.add_parser(
         "match-batch", help="match a Parquet file of events against an index with Spark",
@@ -66,10 +66,11 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
     match.add_argument("-o", "--output", required=True, metavar="MATCHES",
                        help="Parquet directory to write")
     match.add_argument("--event-id", metavar="COLUMN",
-                       help="column holding the event id (default: the row number)")
+                       help="column holding the event id (default: id if there is one, else "
+                            "the row number)")
     match.add_argument("--force", action="store_true", help="replace an existing MATCHES")
     _spark_options(match)
-    match.set_defaults(func=match_command)
+    match.set_defaults(func=match_command, command=match.prog)
 
 
 def _quiet_logging(args: argparse.Namespace) -> None:
@@ -100,7 +101,7 @@ def build_command(args: argparse.Namespace) -> int:
     with session.scratch_beside(args.output) as scratch, \
             session.running(args.master, conf, "pbtree build", timings, scratch) as spark:
         result = build.run(spark, opts, timings)
-    note(args, f"pbtree build: {result.layout} layout, {result.shards} shards: "
+    note(args, f"pbtree build: {result.layout} layout, {plural(result.shards, 'shard')}: "
                    f"{result.summary()}")
     return 0
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import pbtree
-from pbtree.errors import PbtreeError
+from pbtree.errors import PbtreeError, plural
 from pbtree.layouts import subscription_id_type, unheld
 from pbtree.manifest import MANIFEST
 from pbtree.outputs import Staging, check_outputs
@@ -51,8 +51,8 @@ class MatchResult:
 
     def summary(self) -> str:
         rate = self.events / max(self.timings.total(), 1e-9)
-        return (f"{self.events} events matched, {self.matches} matches written; "
-                f"{self.timings.line()} ({rate:,.0f} events/s)")
+        return (f"{plural(self.events, 'event')} matched, {plural(self.matches, 'match')} "
+                f"written; {self.timings.line()} ({rate:,.0f} events/s)")
 
 
 def _open(path: str) -> pbtree.Index:
@@ -184,7 +184,10 @@ def check(index_path: str, events_path: str, output: str, force: bool) -> None:
 
 def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
         force: bool = False, timings: Timings | None = None) -> MatchResult:
-    """Write the matches of every event in ``events_path`` to Parquet at ``output``."""
+    """Write the matches of every event in ``events_path`` to Parquet at ``output``, each
+    labelled by the event's ``event_id`` column: by default ``id`` where the events have
+    one, as ``pbtree match`` labels them, else the event's row over the files in path
+    order."""
     from pyspark.sql.pandas.types import from_arrow_type
 
     check(index_path, events_path, output, force)
@@ -197,6 +200,8 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, events_path)
             integers = _integer_columns(df)
+            if event_id is None and "id" in df.columns:  # as ``pbtree match`` labels them
+                event_id = "id"
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")

@@ -418,7 +418,13 @@ def file_fields(file: str) -> list[pa.Field]:
     local (``s3a://``: pyarrow would need that file system's client, so Spark's types
     stand)."""
     path = input_path(file)
-    return [] if "://" in path else list(pq.read_schema(path))
+    if "://" in path:
+        return []
+    try:
+        return list(pq.read_schema(path))
+    except (pa.ArrowException, OSError) as exc:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"{path}: not a Parquet file ({reason})") from None
 
 
 def _by_file(files: list[str]) -> Iterator[tuple[str, pa.Field]]:

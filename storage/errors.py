@@ -1,4 +1,4 @@
-"""The errors storage raises, and how a user's value is shown in a message.
+"""The errors storage raises, and how a user's value and a count are shown in a message.
 
 They are pbtree's own error classes: ``PbtreeError`` is the base of every error pbtree
 raises, so it is defined here, at the bottom layer, with the four storage raises.
@@ -20,6 +20,14 @@ def shown(value: object, limit: int = SHOWN) -> str:
             return f"<an integer of about {int(value.bit_length() * 0.30103)} digits>"
         return f"<a {type(value).__name__} holding an integer too long to print>"
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def plural(n: int, noun: str) -> str:
+    """A count with its noun, as messages and summaries say it: ``1 event``, ``2 events``,
+    ``3 matches``, ``5,000 rows``."""
+    if n == 1:
+        return f"1 {noun}"
+    return f"{n:,} {noun}{'es' if noun.endswith('ch') else 's'}"
 
 
 class PbtreeError(Exception):

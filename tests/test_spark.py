@@ -580,9 +580,21 @@ def test_shard_attempts_never_leave_a_half_shard(tmp_path):
         assert ix.match({"a": 2}) == [3] and ix.verify()["ok"]
 
 
-def test_unreadable_input_and_layout(spark, tmp_path):
+def test_unreadable_input_and_layout(spark, tmp_path, capsys):
+    """A missing input, a file of the input that is no Parquet (an index given as input,
+    say) named, and columns of no layout: an error, nothing written; the command's error
+    line names the command."""
     with pytest.raises(session.InputError):
         _build(spark, tmp_path / "missing.parquet", tmp_path / "ix")
+    bulk.build(tmp_path / "index", [(1, "a = 1")])
+    assert pbtree_cli.main(["build", str(tmp_path / "index"), "-o", str(tmp_path / "ix"),
+                            "-q"]) == 1
+    assert capsys.readouterr().err.startswith(
+        f"pbtree build: error: {tmp_path / 'index'}/")
+    (tmp_path / "text.parquet").write_text("no Parquet\n")
+    with pytest.raises(session.InputError, match=r"text.parquet: not a Parquet file \("):
+        match.run(spark, str(tmp_path / "index"), str(tmp_path / "text.parquet"),
+                  str(tmp_path / "m"))
     pq.write_table(pa.table({"key": [1], "expr": ["a = 1"]}), tmp_path / "x.parquet")
     with pytest.raises(pbtree.PbtreeError, match="neither"):
         _build(spark, tmp_path / "x.parquet", tmp_path / "ix")
@@ -792,6 +804,19 @@ def test_match_batch_reads_a_directory_as_the_api_reads_its_files(spark, tmp_pat
         want = ix.match_many(first.to_pylist() + second.to_pylist())
     assert _match_batch(spark, tmp_path / "ix", events) == want == [
         [1], [7], [1, 2, 3, 4]]
+
+
+def test_match_batch_labels_events_by_their_id_column_as_match_does(spark, tmp_path):
+    """Without --event-id, events with an ``id`` column are labelled by it, as ``pbtree
+    match`` labels them (and ``id`` is an attribute too)."""
+    bulk.build(tmp_path / "ix", [(1, "x = 1"), (2, "id = 'b'")])
+    pq.write_table(pa.table({"id": ["a", "b"], "x": [1, 1]}), tmp_path / "ev.parquet")
+    match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"), str(tmp_path / "m"))
+    assert sorted(pq.read_table(tmp_path / "m").to_pylist(), key=lambda r: (r["event_id"],
+                                                                          r["subscription_id"])
+                  ) == [{"event_id": "a", "subscription_id": 1},
+                        {"event_id": "b", "subscription_id": 1},
+                        {"event_id": "b", "subscription_id": 2}]
 
 
 def test_match_batch_names_an_event_value_python_cannot_hold(spark, tmp_path):

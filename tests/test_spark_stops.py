@@ -156,8 +156,8 @@ def test_a_jvm_that_dies_is_one_line_and_a_killed_job_is_swept(inputs: Path) -> 
     assert len(java) == 1
     os.kill(java[0], signal.SIGKILL)
     err = proc.communicate(timeout=600)[1]
-    assert proc.returncode == 1 and err == "pbtree: error: the Spark JVM died (killed by " \
-                                           "SIGKILL)\n", err
+    assert proc.returncode == 1 and err == "pbtree match-batch: error: the Spark JVM died " \
+                                           "(killed by SIGKILL)\n", err
     assert not (inputs / "out").exists()
     proc = subprocess.Popen(job, stderr=subprocess.PIPE, text=True, start_new_session=True)
     _started(proc, inputs, "out")

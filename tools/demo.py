@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pbtree
+from pbtree.errors import plural
 from pbtree.samples import ecommerce, write_events, write_subscriptions
 
 DATA = Path("demo-data")
@@ -28,7 +29,8 @@ def build_with_spark(subs: Path, index: Path) -> str:
     with session.running(None, {}, "pbtree demo", timings) as spark:
         result = build.run(spark, build.BuildOptions(str(subs), str(index), shards=2,
                                                      force=True), timings)
-    return f"with Spark ({result.layout} layout, {result.shards} shards): {timings.line()}"
+    shards = plural(result.shards, "shard")
+    return f"with Spark ({result.layout} layout, {shards}): {timings.line()}"
 
 
 def describe(event: dict) -> str:

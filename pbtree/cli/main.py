@@ -38,7 +38,7 @@ from pbtree.cli.streams import (
     sample_events,
 )
 from pbtree.cli.subscribing import Item, Saved
-from pbtree.errors import EventError, IdError, PbtreeError, shown
+from pbtree.errors import EventError, IdError, PbtreeError, plural, shown
 from pbtree.ids import encode_id
 from pbtree.nested import flattened
 from pbtree.normalize import normalize
@@ -50,13 +50,6 @@ _INT_RE = re.compile(r"-?(0|[1-9][0-9]*)")
 
 class UsageError(Exception):
     """The command line is wrong (exit status 2)."""
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 event``, ``2 events``, ``3 matches``."""
-    if n == 1:
-        return f"1 {noun}"
-    return f"{n:,} {noun}{'es' if noun.endswith('ch') else 's'}"
 
 
 def parse_id(text: str, string_id: bool = False) -> int | str:
@@ -471,8 +464,13 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
             for ids in _unsubscribe_ids(args, source):
                 unique = [i for i in dict.fromkeys(ids) if i not in seen]
                 seen.update(unique)
-                if len(missing) < 10:  # enough to name in the error
+                if len(missing) < 10 or source is None:  # enough to name in the error
                     missing += index.missing(unique)
+                if missing and source is None and not args.missing_ok:
+                    raise CliError(f"{plural(len(missing), 'id')} not in the index: "
+                                   f"{', '.join(map(shown, missing[:10]))}"
+                                   f"{', ...' if len(missing) > 10 else ''}; nothing removed "
+                                   f"(--missing-ok removes the others)")
                 with stops.batch():  # one transaction per shard: a stop waits for all
                     removed += index.unsubscribe_many(unique)
                 asked += len(unique)
@@ -565,7 +563,7 @@ def cmd_match(args: argparse.Namespace) -> int:
                                                        f"answered)"
                     raise CliError(bad + answered)
     took = time.monotonic() - start
-    extra = f"; skipped {skipped:,} bad events" if skipped else ""
+    extra = f"; skipped {plural(skipped, 'bad event')}" if skipped else ""
     note(args, f"matched {plural(seen, 'event')} in {took:.2f} s "
                f"({seen / max(took, 1e-9):,.0f} events/s): {plural(matched, 'match')}{extra}")
     return 0

@@ -344,7 +344,8 @@ def _tokenize(src: str) -> list[Token]:
         elif kind == "bad":
             if text in "'\"":
                 raise ExpressionError(
-                    f"at position {start}: unterminated string (no closing {text})"
+                    f"at position {start}: unterminated string (no closing {text}; a {text} "
+                    f"inside a string is written \\{text})"
                 )
             if text == "`":
                 raise ExpressionError(
@@ -548,7 +549,10 @@ class _TextParser:
                 self.i += 2
                 return self.check(-nxt[1] if value == "-" else nxt[1], tok, attr)
             raise self.fail(f"a number or inf after '{value}'", nxt)
-        raise self.fail(after if full else f"a value after {after}")
+        error = self.fail(after if full else f"a value after {after}")
+        if kind == _NAME:  # a bare word: most often a string left unquoted
+            error = ExpressionError(f"{error}; a string is quoted: {format_value(value)}")
+        raise error
 
     def value_list(self, what: str, attr: str) -> tuple[object, ...]:
         if self.toks[self.i][:2] != (_PUNCT, "("):

@@ -308,6 +308,11 @@ def test_prefix_successor_too_long_for_a_key() -> None:
         ("a = 'abc", r"at position 4: unterminated string"),
         ('a = "abc', r"at position 4: unterminated string"),
         ("a = 'abc\\'", r"at position 4: unterminated string"),
+        ("b = 'O'Reilly'", r"at position 13: unterminated string \(no closing '; a ' inside a "
+                           r"string is written \\'\)$"),
+        ("category = shoes", r"expected a value after 'category =', found 'shoes'; a string is "
+                             r"quoted: 'shoes'$"),
+        ("b in (a, 'b')", r"expected a value in 'b in \(…\)', found 'a'; a string is quoted"),
         ("`abc = 1", r"at position 0: unterminated back-quoted name"),
         ("a = 'x\\q'", r"at position 6: invalid escape '\\q'"),
         ("a = 'x\\x4'", r"at position 6: invalid escape '\\x'"),

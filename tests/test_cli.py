@@ -106,8 +106,12 @@ def test_file_errors_name_the_line(index: Path, tmp_path: Path) -> None:
     assert f"{bad}:3: subscription 11: at position" in err
     assert run("get", index, 10, status=1)  # the failing batch was rolled back whole
     bad.write_text('{"id": 12, "expr": "a = 1"}\nnot json\n')
-    assert f"{bad}:2: not valid JSON (Expecting value at column 1)" in \
+    assert f"{bad}:2: not valid JSON (Expecting value at column 1) (" in \
         run("subscribe", index, "-f", bad, status=1).stderr
+    csv = tmp_path / "subs.csv"  # no JSON from its first line on: another kind of file
+    csv.write_text("id,expr\n1,a = 1\n")
+    assert f"{csv}:1: not valid JSON (Expecting value at column 1); files are JSON Lines " \
+           f"or Parquet (" in run("subscribe", index, "-f", csv, status=1).stderr
     bad.write_text('{"id": 13 "expr": "a = 1"}\n')
     assert f"{bad}:1: not valid JSON (Expecting ',' delimiter at column 11)" in \
         run("subscribe", index, "-f", bad, status=1).stderr

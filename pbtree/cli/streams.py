@@ -220,7 +220,10 @@ class Source:
             try:
                 yield n, decode_json(line, self.events)
             except ValueError as exc:
-                yield n, Bad(f"not valid JSON ({exc})")
+                # a first line that is no JSON at all: most often a file of another kind
+                other = "; files are JSON Lines or Parquet" if n == 1 and \
+                    not line.lstrip().startswith((b"{", b"[", b'"')) else ""
+                yield n, Bad(f"not valid JSON ({exc}){other}")
 
     def _parquet_rows(self) -> Iterator[Record]:
         import pyarrow as pa

@@ -668,9 +668,13 @@ class Rows:
             if at < 0:
                 self.pos[part] = self.length[part] = 0
                 continue
-            ends = self.words[at:at + ROW_CHUNK].astype(np.int64)
+            words = int(self.span.ends[n]) - at  # the record's, offsets then sids
+            ends = self.words[at:at + min(ROW_CHUNK, words)].astype(np.int64)
             starts = np.concatenate(([0], ends[:-1]))
             lengths = ends - starts
+            if words < ROW_CHUNK or int(ends[-1]) != words - ROW_CHUNK or lengths.min() < 0:
+                raise CorruptIndexError(f"check rows record {n} is damaged: its offsets do "
+                                        f"not cut its {max(words - ROW_CHUNK, 0):,} sids")
             longest = int(lengths.max())
             if longest > np.iinfo(self.length.dtype).max:
                 self.length = self.length.astype(np.min_scalar_type(longest))

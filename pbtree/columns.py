@@ -14,6 +14,7 @@ import lmdb
 import numpy as np
 
 from pbtree import config
+from pbtree.errors import CorruptIndexError
 from storage.chunks import Chunks, chunk_key
 
 
@@ -27,6 +28,14 @@ class Column:
     def chunk_key(self, number: int) -> bytes:
         return chunk_key(number)
 
+    def decoded(self, number: int, raw: bytes | memoryview) -> np.ndarray:
+        """A stored chunk as a read-only array; CorruptIndexError when it is not a whole
+        chunk (every stored one is)."""
+        if len(raw) != self.nbytes:
+            raise CorruptIndexError(f"chunk {number} of the {self.db} column is "
+                                    f"{len(raw):,} bytes, not {self.nbytes:,}")
+        return np.frombuffer(raw, self.dtype)
+
     def read(self, txn: lmdb.Transaction,
              dbs: dict) -> tuple[np.ndarray, list[np.ndarray | None] | None]:
         """The whole column as one array indexed by sid (missing chunks read as zeros), and
@@ -39,7 +48,7 @@ class Column:
         records = Chunks(txn, dbs[self.db]).by_number()
         out = np.zeros(self.size * (max(records) + 1 if records else 0), self.dtype)
         for number, raw in records.items():
-            out[number * self.size:(number + 1) * self.size] = np.frombuffer(raw, self.dtype)
+            out[number * self.size:(number + 1) * self.size] = self.decoded(number, raw)
         return out, None
 
     def views(self, txn: lmdb.Transaction, dbs: dict) -> list[np.ndarray | None] | None:
@@ -101,7 +110,7 @@ class Column:
 
     def chunks(self, txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
         """Every stored chunk by number (for verify and stats)."""
-        return {number: np.frombuffer(bytes(raw), self.dtype)
+        return {number: self.decoded(number, bytes(raw))
                 for number, raw in Chunks(txn, dbs[self.db]).by_number().items()}
 
 
@@ -153,7 +162,7 @@ class ColumnWriter:
         if chunk is None:
             col = self.column
             raw = self.chunks.get(number)
-            chunk = np.frombuffer(raw, col.dtype) if raw is not None else np.zeros(
+            chunk = col.decoded(number, raw) if raw is not None else np.zeros(
                 col.size, col.dtype)
         return chunk
 

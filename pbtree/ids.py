@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from pbtree.errors import IdError, shown
+from pbtree.errors import CorruptIndexError, IdError, shown
 from storage.keys import element_bytes
 
 MAX_ID_BYTES = 500
@@ -61,10 +61,17 @@ def encode_ids(ids: list) -> list[bytes] | None:
 
 
 def decode_id(data: bytes | memoryview) -> int | str:
+    """The id an encoded id stands for (``encode_id``); CorruptIndexError for bytes no
+    id encodes to (a stored one damaged)."""
     data = bytes(data)
-    if data[:1] == _INT:
+    if data[:1] == _INT and len(data) == 9:
         return int.from_bytes(data[1:], "big", signed=True)
-    return data[1:].decode("utf-8")
+    try:
+        if data[:1] == _STR:
+            return data[1:].decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    raise CorruptIndexError(f"a stored id {data[:40]!r} is damaged: no id encodes to it")
 
 
 def shard_of(id_bytes: bytes, shards: int) -> int:

@@ -49,8 +49,10 @@ def read_manifest(path: str) -> dict:
             manifest = json.load(src)
     except FileNotFoundError:
         raise NotAnIndexError(f"{path}: not a pbtree index (no {MANIFEST})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSON, UTF-8, a number of 4,300+ digits
         raise CorruptIndexError(f"{path}: {MANIFEST} is damaged ({exc})") from None
+    except IsADirectoryError:
+        raise CorruptIndexError(f"{path}: {MANIFEST} is a directory, not a file") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise NotAnIndexError(f"{path}: {MANIFEST} is not a pbtree manifest")
     version = manifest.get("version")

@@ -34,6 +34,7 @@ from pbtree.subtable import Columns
 from pbtree.write.writer import Writer
 from pbtree.write.writes import ShardWrites
 from storage.env import Environment
+from storage.lists import MAX_NODE_BYTES, MIN_NODE_BYTES
 from storage.meta import (
     CONJUNCTIONS,
     ESTIMATES,
@@ -102,6 +103,10 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
             self.env.close()
             raise CorruptIndexError(f"{path}: not a pbtree shard (format record missing)")
         _, version, self.node_bytes = header
+        if not MIN_NODE_BYTES <= self.node_bytes <= MAX_NODE_BYTES:
+            self.env.close()
+            raise CorruptIndexError(f"{path}: the shard's node size {self.node_bytes:,} is "
+                                    f"outside {MIN_NODE_BYTES:,} to {MAX_NODE_BYTES:,} bytes")
         if version != VERSION and version not in UPGRADES:
             self.env.close()
             if version > VERSION:

@@ -21,6 +21,7 @@ import numpy as np
 
 from pbtree import config
 from pbtree.columns import grown
+from pbtree.errors import CorruptIndexError
 from storage.chunks import Chunks, chunk_key
 
 DB = "strids"
@@ -51,9 +52,21 @@ def encode_chunk(ids: list[bytes]) -> bytes:
 def decode_chunk(raw: bytes | memoryview) -> list[bytes]:
     """The ``SIZE`` ids of a chunk's record, as bytes (``b""`` where there is none)."""
     data = bytes(raw)
-    ends = np.frombuffer(data, _ENDS, SIZE).tolist()
+    ends = _ends(np.frombuffer(data, np.uint8)).tolist()
     body = data[SIZE * _ENDS.itemsize:]
     return [body[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def _ends(view: np.ndarray) -> np.ndarray:
+    """The end offsets of a chunk record's ids (int64, a view of its bytes);
+    CorruptIndexError when they do not cut the bytes after them."""
+    head = SIZE * _ENDS.itemsize
+    ends = view[:head].view(_ENDS).astype(np.int64) if view.size >= head else None
+    if ends is None or int(ends[-1]) != view.size - head or (np.diff(ends) < 0).any() \
+            or ends[0] < 0:
+        raise CorruptIndexError(f"a string id chunk of {view.size:,} bytes is damaged: its "
+                                f"offsets do not cut its ids")
+    return ends
 
 
 def chunk_records(idkeys: Iterable[tuple[int, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -117,7 +130,7 @@ def read_views(txn: lmdb.Transaction, dbs: dict) -> dict[int, np.ndarray]:
 
 def _split(view: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A chunk record's id starts and lengths (int64), and its bytes."""
-    ends = view[:SIZE * _ENDS.itemsize].view(_ENDS).astype(np.int64)
+    ends = _ends(view)
     starts = np.concatenate(([0], ends[:-1]))
     return starts, ends - starts, view[SIZE * _ENDS.itemsize:]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 
@@ -34,6 +35,9 @@ from storage.meta import (
     CONJUNCTIONS,
     ESTIMATES,
     LEVELS,
+    MAX_SID,
+    REWRITES,
+    TREE_GEN,
     read_counter,
     read_encoded,
     read_folded,
@@ -95,7 +99,7 @@ def shard_stats(shard) -> dict:
             # access predicate twice: its entry is in its row too; an interval as its
             # bounds and its interval entry)
             "predicates": read_counter(txn, meta, CONJUNCTIONS) + sum(
-                int(np.frombuffer(raw, "<u4", 1, 4 * (ROW_CHUNK - 1))[0])
+                int(decode_rows(raw)[0].sum())
                 for raw in Chunks(txn, dbs[clusters.DB]).by_number().values()),
             # distinct predicates of the check rows, each stored once
             "predicate_entries": records.entry_count(),
@@ -501,8 +505,32 @@ class _Checker:
                     self.fail(f"the estimates of attribute {attr!r}, family {family}: the "
                               f"payloads are not sorted and distinct, each counted")
 
+    def counters(self) -> None:
+        """Every meta counter 8 bytes (``read_counter`` names one that is not); the sid
+        counter within a shard's sids, its last sid's kinds chunk there (kept, whatever
+        was freed); the attribute counter above every attribute id (ids are never
+        reused)."""
+        txn, meta = self.txn, self.dbs["meta"]
+        for name in (b"next_sid", b"folded", b"merged", b"next_node", b"next_attr", NEXT_SET,
+                     TREE_GEN, CONJUNCTIONS, REWRITES):
+            read_counter(txn, meta, name)
+        next_sid = read_counter(txn, meta, b"next_sid")
+        if next_sid > MAX_SID + 1:
+            self.fail(f"the sid counter {next_sid:,} is beyond the 2^32 sids of a shard")
+        if next_sid and Chunks(txn, self.dbs[KINDS.db]).get((next_sid - 1) // KINDS.size) \
+                is None:
+            self.fail(f"the sid counter {next_sid:,} is past the kinds column, which ends "
+                      f"before its last sid")
+        next_attr = read_counter(txn, meta, b"next_attr")
+        ids = self.pages.all_attr_ids()
+        if ids and max(ids.values()) >= next_attr:
+            name, aid = max(ids.items(), key=lambda item: item[1])
+            self.fail(f"attribute {name.decode('utf-8', 'replace')!r} has id {aid}, not below "
+                      f"the attribute counter {next_attr}")
+
     def run(self) -> None:
         txn, dbs = self.txn, self.dbs
+        self.counters()
         self.estimates()
         expected = self.subscriptions()
         trees = {}
@@ -601,8 +629,17 @@ def sound_run(run: staged.StagedRun) -> bool:
 
 
 def verify_shard(shard, number: int, shards: int) -> None:
+    """Check one shard; a CorruptIndexError names the first broken invariant, or the
+    record too damaged to read (any error reading it is damage to report, not a crash)."""
     with shard.read() as txn:
-        _Checker(shard, number, shards, txn).run()
+        try:
+            _Checker(shard, number, shards, txn).run()
+        except CorruptIndexError:
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                MemoryError, UnicodeDecodeError, struct.error) as exc:
+            raise CorruptIndexError(f"{shard.path}: a record is too damaged to read "
+                                    f"({type(exc).__name__}: {exc})") from exc
 
 
 def _sound_interval(pred: list) -> bool:

@@ -81,9 +81,14 @@ def write_encoded(txn: lmdb.Transaction, meta: lmdb._Database, name: bytes,
 
 
 def read_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes) -> int:
-    """The meta counter ``name`` (0 when absent)."""
+    """The meta counter ``name`` (0 when absent); CorruptIndexError when it is not 8 bytes."""
     raw = txn.get(name, db=db)
-    return COUNTER.unpack(raw)[0] if raw is not None else 0
+    if raw is None:
+        return 0
+    if len(raw) != COUNTER.size:
+        raise CorruptIndexError(f"the meta counter {name.decode('ascii', 'replace')!r} is "
+                                f"{len(raw)} bytes, not {COUNTER.size}")
+    return COUNTER.unpack(raw)[0]
 
 
 def write_counter(txn: lmdb.Transaction, db: lmdb._Database, name: bytes, value: int) -> None:

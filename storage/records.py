@@ -41,7 +41,10 @@ def sid_keys(first: int, n: int) -> list[bytes]:
 
 
 def listed_sids(value: bytes | memoryview) -> list[int]:
-    """The sids an ``ids`` value lists: one per conjunction of the subscription."""
+    """The sids an ``ids`` value lists: one per conjunction of the subscription;
+    CorruptIndexError when it is not whole sids."""
+    if len(value) % 4:
+        raise CorruptIndexError(f"an ids record of {len(value)} bytes is not whole sids")
     return np.frombuffer(value, ">u4").tolist()
 
 

@@ -11,12 +11,17 @@ import struct
 
 import numpy as np
 
+from storage.errors import CorruptIndexError
+
 DTYPE = np.dtype("<u4")
 EMPTY = np.zeros(0, dtype=DTYPE)
 
 
 def decode(buf: bytes | memoryview, offset: int = 0, count: int = -1) -> np.ndarray:
-    """View ``count`` sids (all when -1) of ``buf`` starting at byte ``offset``."""
+    """View ``count`` sids (all when -1) of ``buf`` starting at byte ``offset``;
+    CorruptIndexError when they are not whole sids."""
+    if count < 0 and (len(buf) - offset) % DTYPE.itemsize:
+        raise CorruptIndexError(f"a SidSet of {len(buf) - offset} bytes is not whole sids")
     return np.frombuffer(buf, dtype=DTYPE, count=count, offset=offset)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import lmdb
 
 from storage.errors import CorruptIndexError
+from storage.leaf import HEADER
 from storage.lists import node_key
 
 #: the bytes of a tree's prefix, which begins each of its leaf keys (``keys.tree_prefix``)
@@ -35,8 +36,13 @@ class TreePages:
 
     # --- leaf items -------------------------------------------------------------------
     def leaf(self, key: bytes) -> bytes | memoryview | None:
-        """The leaf item of ``key`` (a tree's prefix and a payload), or None."""
-        return self.txn.get(key, db=self._leaf)
+        """The leaf item of ``key`` (a tree's prefix and a payload), or None;
+        CorruptIndexError for one shorter than its header."""
+        found = self.txn.get(key, db=self._leaf)
+        if found is not None and len(found) < HEADER.size:
+            raise CorruptIndexError(f"leaf item {bytes(key).hex()} is {len(found)} bytes, "
+                                    f"shorter than its {HEADER.size}-byte header")
+        return found
 
     def put_leaf(self, key: bytes, value: bytes) -> None:
         self.txn.put(key, value, db=self._leaf)

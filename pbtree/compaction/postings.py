@@ -11,7 +11,7 @@ constant once.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from typing import NamedTuple
 
 import lmdb
@@ -80,17 +80,19 @@ _DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError
 
 def read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingColumns:
     """The postings, unsorted, of the subs records of sids ``first .. end`` that exist,
-    decoded ``config.GROUP_RECORDS`` at a time (each caller sorts them its own way, once). A record
+    decoded ``config.GROUP_RECORDS`` records at a time, read by one cursor (each caller sorts
+    them its own way, once); the work follows the records, not the span of sids. A record
     that does not decode to predicates is a CorruptIndexError naming its sid."""
-    return concatenated([_read_postings(txn, db, lo, min(lo + config.GROUP_RECORDS, end))
-                         for lo in range(first, end, config.GROUP_RECORDS)] or [NOTHING])
+    records = sid_records(txn, db, first, end)
+    pieces = []
+    while group := list(islice(records, config.GROUP_RECORDS)):
+        pieces.append(_read_postings(txn, db, group))
+    return concatenated(pieces or [NOTHING])
 
 
-def _read_postings(txn: lmdb.Transaction, db, first: int, end: int) -> PostingColumns:
-    """``read_postings``'s postings of one piece, unsorted."""
-    found = list(sid_records(txn, db, first, end))
-    if not found:
-        return NOTHING
+def _read_postings(txn: lmdb.Transaction, db, found: list) -> PostingColumns:
+    """``read_postings``'s postings of one piece of (sid, record), unsorted."""
+    first, end = found[0][0], found[-1][0] + 1
     try:
         unpack = msgpack.unpackb
         lists = []

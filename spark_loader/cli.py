@@ -66,8 +66,8 @@ def register(subparsers, parents: Sequence[argparse.ArgumentParser] = ()) -> Non
     match.add_argument("-o", "--output", required=True, metavar="MATCHES",
                        help="Parquet directory to write")
     match.add_argument("--event-id", metavar="COLUMN",
-                       help="column holding the event id (default: id if there is one, else "
-                            "the row number)")
+                       help="column holding the event id (default, or '': the row number, which "
+                            "every event has)")
     match.add_argument("--force", action="store_true", help="replace an existing MATCHES")
     _spark_options(match)
     match.set_defaults(func=match_command, command=match.prog)

@@ -143,9 +143,17 @@ def _values(batch: pa.RecordBatch, name: str, event_ids: pa.Array) -> list:
             try:
                 scalar.as_py()
             except (OverflowError, ValueError) as exc:
-                raise PbtreeError(f"event {event_ids[n].as_py()!r}: column {name!r}: "
+                raise PbtreeError(f"{_event(event_ids, n)}: column {name!r}: "
                                   f"{unheld(column.type, exc)}") from None
         raise
+
+
+def _event(event_ids: pa.Array, n: int) -> str:
+    """Event ``n`` of a batch, by its label as an error names it."""
+    try:
+        return f"event {event_ids[n].as_py()!r}"
+    except (OverflowError, ValueError):  # the label is the value Python cannot hold
+        return "an event whose label Python cannot hold"
 
 
 def _integer_columns(df) -> dict[str, pa.DataType]:
@@ -185,12 +193,12 @@ def check(index_path: str, events_path: str, output: str, force: bool) -> None:
 def run(spark, index_path: str, events_path: str, output: str, *, event_id: str | None = None,
         force: bool = False, timings: Timings | None = None) -> MatchResult:
     """Write the matches of every event in ``events_path`` to Parquet at ``output``, each
-    labelled by the event's ``event_id`` column: by default ``id`` where the events have
-    one, as ``pbtree match`` labels them, else the event's row over the files in path
-    order."""
+    labelled by the event's ``event_id`` column, or with none (None or ``""``) by its row
+    over the files in path order: a label every event has."""
     from pyspark.sql.pandas.types import from_arrow_type
 
     check(index_path, events_path, output, force)
+    event_id = event_id or None
     result = MatchResult(timings=timings or Timings())
     with pbtree.open(index_path, readonly=True) as index:
         id_type = subscription_id_type(index)
@@ -200,8 +208,6 @@ def run(spark, index_path: str, events_path: str, output: str, *, event_id: str 
             spark.conf.set(NANOS_AS_LONG, "true")
             df = read_parquet(spark, events_path)
             integers = _integer_columns(df)
-            if event_id is None and "id" in df.columns:  # as ``pbtree match`` labels them
-                event_id = "id"
             if event_id is not None and event_id not in df.columns:
                 raise InputError(f"{events_path}: no event id column {event_id!r}; the columns "
                                  f"are {df.columns}")

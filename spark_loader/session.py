@@ -438,11 +438,23 @@ def _by_file(files: list[str]) -> Iterator[tuple[str, pa.Field]]:
 def input_fields(files: list[str]) -> list[pa.Field]:
     """The columns of the input ``files`` as ``file_fields`` types them, each from the
     first file in path order that has it (the files of one input may have different
-    columns: Spark reads them by their merged schema)."""
-    found: dict[str, pa.Field] = {}
-    for _, column in _by_file(files):
-        found.setdefault(column.name, column)
-    return list(found.values())
+    columns: Spark reads them by their merged schema). An InputError names two files
+    that type a column differently where one of the types is read as integers
+    (``read_as_integers``), uint64 too: Spark would merge them unnoticed, and the values
+    be read as one of them."""
+    found: dict[str, tuple[str, pa.Field]] = {}
+    for path, column in _by_file(files):
+        first, seen = found.setdefault(column.name, (path, column))
+        if seen.type != column.type and any(
+                read_as_integers(kind) or kind == pa.uint64() for kind in (seen.type, column.type)):
+            raise _typed_apart(column.name, first, seen.type, path, column.type)
+    return [column for _, column in found.values()]
+
+
+def _typed_apart(name: str, first: str, kind: pa.DataType, path: str, other: pa.DataType
+                 ) -> InputError:
+    return InputError(f"column {name!r} is {kind} in {first} and {other} in {path}: Spark "
+                      f"reads the files of one input by one schema; give them one type")
 
 
 @contextmanager
@@ -464,9 +476,7 @@ def _check_typed_alike(files: list[str]) -> None:
     for path, field in _by_file(files):
         seen = first.setdefault(field.name, (path, field.type))
         if seen[1] != field.type:
-            raise InputError(f"column {field.name!r} is {seen[1]} in {seen[0]} and "
-                             f"{field.type} in {path}: Spark reads the files of one input "
-                             f"by one schema; give them one type") from None
+            raise _typed_apart(field.name, *seen, path, field.type) from None
 
 
 def _local_files(path: str) -> list[str]:

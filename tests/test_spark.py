@@ -806,17 +806,21 @@ def test_match_batch_reads_a_directory_as_the_api_reads_its_files(spark, tmp_pat
         [1], [7], [1, 2, 3, 4]]
 
 
-def test_match_batch_labels_events_by_their_id_column_as_match_does(spark, tmp_path):
-    """Without --event-id, events with an ``id`` column are labelled by it, as ``pbtree
-    match`` labels them (and ``id`` is an attribute too)."""
+def test_match_batch_labels_events_by_row_or_by_the_column_asked(spark, tmp_path):
+    """Events are numbered by row, a label every event has, unless --event-id names a
+    column ('' numbers them too, as ``pbtree match --event-id ''`` does); ``id`` is an
+    attribute as any other."""
     bulk.build(tmp_path / "ix", [(1, "x = 1"), (2, "id = 'b'")])
     pq.write_table(pa.table({"id": ["a", "b"], "x": [1, 1]}), tmp_path / "ev.parquet")
-    match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"), str(tmp_path / "m"))
-    assert sorted(pq.read_table(tmp_path / "m").to_pylist(), key=lambda r: (r["event_id"],
-                                                                          r["subscription_id"])
-                  ) == [{"event_id": "a", "subscription_id": 1},
-                        {"event_id": "b", "subscription_id": 1},
-                        {"event_id": "b", "subscription_id": 2}]
+
+    def labelled(**asked) -> list:
+        match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
+                  str(tmp_path / "m"), force=True, **asked)
+        return sorted((r["event_id"], r["subscription_id"])
+                      for r in pq.read_table(tmp_path / "m").to_pylist())
+
+    assert labelled() == labelled(event_id="") == [(0, 1), (1, 1), (1, 2)]
+    assert labelled(event_id="id") == [("a", 1), ("b", 1), ("b", 2)]
 
 
 def test_match_batch_names_an_event_value_python_cannot_hold(spark, tmp_path):
@@ -829,7 +833,33 @@ def test_match_batch_names_an_event_value_python_cannot_hold(spark, tmp_path):
                                                 "cannot hold"):
         match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
                   str(tmp_path / "m"), event_id="n")
+    with pytest.raises(session.TaskError, match="an event whose label Python cannot hold: "
+                                                "column 's'"):
+        match.run(spark, str(tmp_path / "ix"), str(tmp_path / "ev.parquet"),
+                  str(tmp_path / "m"), event_id="s")
     assert not (tmp_path / "m").exists()
+
+
+def test_files_that_spark_would_read_alike_as_integers_are_named(spark, tmp_path):
+    """A column of durations (or nanosecond timestamps) in one file and of plain integers
+    in another: Spark reads both as integers and merges them unnoticed; the jobs name the
+    two files before they start, instead of reading one file's values as the other's."""
+    events = tmp_path / "events"
+    events.mkdir()
+    pq.write_table(pa.table({"wait": pa.array([5], pa.duration("s"))}), events / "a.parquet")
+    pq.write_table(pa.table({"wait": pa.array([5], pa.int64())}), events / "b.parquet")
+    bulk.build(tmp_path / "ix", [(1, "wait = 5")])
+    with pytest.raises(session.InputError, match=f"column 'wait' is duration\\[s\\] in "
+                                                 f"{events / 'a.parquet'} and int64 in "):
+        match.run(spark, str(tmp_path / "ix"), str(events), str(tmp_path / "m"))
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    for name, kind in (("a", pa.timestamp("ns")), ("b", pa.int64())):
+        pq.write_table(pa.table({"id": [name], "attr": ["t"], "op": ["="],
+                                 "value": pa.array([5], kind)}), subs / f"{name}.parquet")
+    with pytest.raises(session.InputError, match="column 'value' is timestamp\\[ns\\] in "):
+        _build(spark, subs, tmp_path / "built")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "built").exists()
 
 
 def test_a_build_reads_every_file_whole_in_its_own_types(spark, tmp_path):
@@ -972,8 +1002,8 @@ def test_input_types_are_read_only_where_pyarrow_can(tmp_path):
     or a file: URI), each column's from the first file in path order that has it; a file
     on another file system, or none, leaves Spark's."""
     pq.write_table(pa.table({"id": pa.array([1], pa.uint64())}), tmp_path / "a b.parquet")
-    pq.write_table(pa.table({"id": [2], "t": pa.array([1], pa.timestamp("ns"))}),
-                   tmp_path / "c.parquet")
+    pq.write_table(pa.table({"id": pa.array([2], pa.uint64()),
+                             "t": pa.array([1], pa.timestamp("ns"))}), tmp_path / "c.parquet")
     uri = (tmp_path / "a b.parquet").as_uri()
     assert [(f.name, f.type) for f in session.input_fields([str(tmp_path / "c.parquet"), uri])
             ] == [("id", pa.uint64()), ("t", pa.timestamp("ns"))]

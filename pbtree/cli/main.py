@@ -455,6 +455,13 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     missing: list = []
     seen: set = set()  # an id given again, in a later batch, is not missing
     with pbtree.open(args.index) as index, Stops() as stops:
+        if source is None and not args.missing_ok:  # the ids given go together or not at all
+            absent = index.missing(list(dict.fromkeys(next(_unsubscribe_ids(args, None)))))
+            if absent:
+                raise CliError(f"{plural(len(absent), 'id')} not in the index: "
+                               f"{', '.join(map(shown, absent[:10]))}"
+                               f"{', ...' if len(absent) > 10 else ''}; nothing removed "
+                               f"(--missing-ok removes the others)")
         total = source.total if source else None
         with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
               _stopped_after(lambda: removed, "removed"),
@@ -464,13 +471,8 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
             for ids in _unsubscribe_ids(args, source):
                 unique = [i for i in dict.fromkeys(ids) if i not in seen]
                 seen.update(unique)
-                if len(missing) < 10 or source is None:  # enough to name in the error
+                if len(missing) < 10:  # enough to name in the error
                     missing += index.missing(unique)
-                if missing and source is None and not args.missing_ok:
-                    raise CliError(f"{plural(len(missing), 'id')} not in the index: "
-                                   f"{', '.join(map(shown, missing[:10]))}"
-                                   f"{', ...' if len(missing) > 10 else ''}; nothing removed "
-                                   f"(--missing-ok removes the others)")
                 with stops.batch():  # one transaction per shard: a stop waits for all
                     removed += index.unsubscribe_many(unique)
                 asked += len(unique)

@@ -64,12 +64,31 @@ FILES_SPARE = 16
 _PLAIN_IDS = frozenset((int, str))
 
 
-def _many(ids: Iterable) -> Iterable:
-    """``ids``, refused when it is one string, whose characters are no ids meant."""
-    if isinstance(ids, str | bytes):
-        raise IdError(f"expected several ids, not one {type(ids).__name__} "
-                      f"({shown(ids)}): pass a list of them")
+def _many(ids: Iterable, what: str = "ids") -> Iterable:
+    """``ids`` (or other items: ``what``), refused when it is one string, whose characters
+    are no ids meant, or anything that is not several."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        error = IdError if what == "ids" else PbtreeError
+        raise error(f"expected several {what}, not one {type(ids).__name__} "
+                    f"({shown(ids)}): pass a list of them")
     return ids
+
+
+def _flag(name: str, value: object) -> bool:
+    """A True/False argument, refused when it is anything else (a string "no" is true)."""
+    if not isinstance(value, bool | np.bool_):
+        raise PbtreeError(f"{name} must be True or False, not {shown(value)}")
+    return bool(value)
+
+
+def _path(path: object) -> str:
+    """An index path as a str; PbtreeError for what names no directory."""
+    if isinstance(path, bytes) or not isinstance(path, str | os.PathLike):
+        raise PbtreeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    found = os.fspath(path)
+    if not isinstance(found, str) or not found:
+        raise PbtreeError(f"path must name a directory, not {shown(found)}")
+    return found
 
 _NO_IDS = np.zeros(0, np.int64)
 
@@ -113,6 +132,8 @@ def check_options(fold_at: int | None, map_size: int) -> None:
     if map_size < MIN_MAP_SIZE:
         raise PbtreeError(f"map_size must be at least {MIN_MAP_SIZE:,} bytes, not "
                           f"{map_size:,}: the map grows from there as needed")
+    if map_size >= 1 << 63:
+        raise PbtreeError(f"map_size must be below 2^63 bytes, not {map_size:,}")
 
 
 #: stored operators whose value MessagePack gives back as a list
@@ -133,6 +154,7 @@ class Index:
                  identity: tuple[int, int] | None = None, options: dict | None = None
                  ) -> None:
         self.path = path
+        self._dir = os.path.abspath(path)  # the one opened, wherever the process moves to
         self.shards = shards
         self.manifest = manifest
         self.readonly = readonly
@@ -177,11 +199,11 @@ class Index:
         shards; one that cannot be opened is warned of once (IndexReplacedWarning) and
         the old one kept. No directory at the path (between the two renames of a
         replacement) keeps the old one too."""
-        identity = _identity(self.path)
+        identity = _identity(self._dir)
         if identity is None or identity in (self._identity, self._refused):
             return
         try:
-            new = open(self.path, self.readonly, **self._options)
+            new = open(self._dir, self.readonly, **self._options)
         except PbtreeError as exc:
             self._refused = identity
             warnings.warn(f"{self.path}: the index directory was replaced, but the new one "
@@ -200,7 +222,7 @@ class Index:
         normalised together where it can (``normalize_many``)."""
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
-        pairs = list(pairs)
+        pairs = list(_many(pairs, "(id, expression) pairs"))
         if len(pairs) < config.BATCH_AT:
             fast = [None] * len(pairs)
         else:
@@ -240,17 +262,22 @@ class Index:
     def subscribe_many(self, pairs: Iterable[tuple[int | str, Expr]], *,
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
+        replace = _flag("replace", replace)
         groups = self._prepare(pairs)
+        shards = self._live()
+        if len(shards) != len(groups):  # replaced by an index of other shards meanwhile
+            raise PbtreeError(f"{self.path}: the index was replaced during the call; "
+                              f"nothing was written")
         if replace:
             groups = [list({item[1]: item for item in items}.values()) for items in groups]
         else:
-            for shard, items in zip(self.shards, groups, strict=True):
+            for shard, items in zip(shards, groups, strict=True):
                 keys = [item[1] for item in items]
                 stored = shard.existing(keys) if items else set()
                 if stored or len(set(keys)) < len(keys):
                     _first_duplicate(items, stored)
         return sum(shard.subscribe(items, replace)
-                   for shard, items in zip(self.shards, groups, strict=True) if items)
+                   for shard, items in zip(shards, groups, strict=True) if items)
 
     def unsubscribe(self, sub_id: int | str) -> bool:
         """Remove a subscription; False when the id is unknown."""
@@ -301,7 +328,7 @@ class Index:
         clustered by the same estimates. Rewrites each shard in one transaction."""
         shards = self._live()
         if events is not None:
-            estimates = Estimates.of_events(list(events))
+            estimates = Estimates.of_events(list(_many(events, "events")))
         else:
             estimates = Estimates.of_predicates(
                 decoded(sid, raw)[1] for shard in shards for sid, raw in shard.records())
@@ -322,6 +349,7 @@ class Index:
         With ``as_arrays`` each event's ids come as a sorted int64 numpy array, which
         spares making a Python int per match; IdError if a matched id is a string.
         """
+        as_arrays = _flag("as_arrays", as_arrays)
         prepared = self._prepared(events, return_errors)
         ints: list[list[np.ndarray]] = [[] for _ in prepared]
         strings: list[list[str]] = [[] for _ in prepared]
@@ -359,7 +387,8 @@ class Index:
                   return_errors: bool) -> list[PreparedEvent | EventError]:
         """Each event prepared for search, or (``return_errors``) its EventError."""
         prepared: list[PreparedEvent | EventError] = []
-        for event in events:
+        return_errors = _flag("return_errors", return_errors)
+        for event in _many(events, "events"):
             try:
                 prepared.append(prepare_event(event))
             except EventError as exc:
@@ -449,7 +478,7 @@ class Index:
         total["shards"] = len(self.shards)
         total["node_bytes"] = self.manifest["node_bytes"]
         total["bytes"] = sum(os.path.getsize(os.path.join(d, f))
-                             for d, _, files in os.walk(self.path) for f in files)
+                             for d, _, files in os.walk(self._dir) for f in files)
         total.update(_oldest_snapshot(self.shards))
         return total
 
@@ -501,7 +530,8 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = config.NO
     more. An expression with 'or' may expand to at most ``max_conjunctions``
     conjunctions (``expr.dnf``), each stored and matched as a subscription of its own.
     """
-    path = os.fspath(path)
+    path = _path(path)
+    durable = _flag("durable", durable)
     check_layout(shards, node_bytes)
     check_options(fold_at, map_size)
     check_positive("max_conjunctions", max_conjunctions)
@@ -511,9 +541,9 @@ def create(path: str | os.PathLike, shards: int = 1, node_bytes: int = config.NO
         raise IndexExistsError(f"{path}: already exists and is not empty")
     check_open_files(path, shards, FILES_PER_SHARD)
     made = not os.path.exists(path)
-    os.makedirs(path, exist_ok=True)
     opened: list[Shard] = []
     try:
+        os.makedirs(path, exist_ok=True)
         for n in range(shards):
             opened.append(Shard(shard_dir(path, n), create=True, node_bytes=node_bytes,
                                 map_size=map_size, durable=durable, fold_at=fold_at))
@@ -553,10 +583,8 @@ def open(path: str | os.PathLike, readonly: bool = False, *,  # noqa: A001
     LocklessReadWarning: writers then cannot see the reader, so its answers are only sure
     while nobody writes the index.
     """
-    path = os.fspath(path)
-    if not isinstance(readonly, bool | np.bool_):
-        raise PbtreeError(f"readonly must be True or False, not {readonly!r}")
-    readonly = bool(readonly)
+    path = _path(path)
+    readonly, durable = _flag("readonly", readonly), _flag("durable", durable)
     check_options(fold_at, map_size)
     check_positive("max_conjunctions", max_conjunctions)
     recover(path)  # an old index a killed ``build --force`` set aside, where it left none

@@ -264,7 +264,8 @@ class Shard(ShardWrites, ShardFolds, ShardReads, SnapshotPinning):
         self.env.sync()
 
     def close(self) -> None:
+        """Close the shard, once a write running in another thread has committed."""
         idle.forget(self)
         with self._lock:
             self._release()
-        self.env.close()
+            self.env.close()

@@ -356,4 +356,6 @@ class Environment:
         return os.path.getsize(os.path.join(self.path, DATA_FILE))
 
     def close(self) -> None:
+        """Close the environment; a later use is a StorageError saying so, not LMDB's."""
+        self.broken = f"{self.path}: the index is closed"
         self.env.close()

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from decimal import Decimal
 from fractions import Fraction
 
@@ -362,3 +363,92 @@ def test_stats_count_the_sids_given_until_a_recluster(tmp_path):
         assert index.stats()["sids"] == 110
         index.recluster()
         assert index.stats()["sids"] == len(index) == 20
+
+
+def test_arguments_that_are_not_what_they_must_be_are_named(tmp_path):
+    """Flags must be True or False (a string "no" is true), batches several items, paths
+    a str or os.PathLike naming a directory, map sizes below 2^63: each mistake is a
+    PbtreeError naming the argument, and nothing changes."""
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe(1, "a = 1")
+        for call, name in [(lambda: ix.subscribe(1, "a = 2", replace="no"), "replace"),
+                           (lambda: ix.match_many([{}], as_arrays="no"), "as_arrays"),
+                           (lambda: ix.match_many([None], return_errors="no"),
+                            "return_errors"),
+                           (lambda: ix.subscribe_many(None), "pairs"),
+                           (lambda: ix.unsubscribe_many(99), "ids"),
+                           (lambda: ix.match_many(None), "events"),
+                           (lambda: ix.recluster(5), "events")]:
+            with pytest.raises(pbtree.PbtreeError, match=name):
+                call()
+        assert ix.get(1) == "a = 1" and ix.match({"a": 1}) == [1]
+    for path, why in [(None, "str or os.PathLike"), (b"x", "str or os.PathLike"),
+                      ("", "name a directory")]:
+        with pytest.raises(pbtree.PbtreeError, match=why):
+            pbtree.create(path)
+        with pytest.raises(pbtree.PbtreeError, match=why):
+            pbtree.open(path)
+    for option in ({"durable": "no"}, {"map_size": 2**70}):
+        with pytest.raises(pbtree.PbtreeError, match=next(iter(option))):
+            pbtree.create(tmp_path / "other", **option)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(pbtree.StorageError, match="nothing was left there"):
+        pbtree.create(tmp_path / "afile" / "ix")
+    assert sorted(os.listdir(tmp_path)) == ["afile", "ix"]
+
+
+def test_an_index_opened_by_a_relative_path_stays_that_index(tmp_path, monkeypatch):
+    """The directory opened is the one used after the process changes its working
+    directory, where another index may lie at the same relative path."""
+    monkeypatch.setattr(config, "REPLACED_CHECK_SECONDS", 0.0)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "b")
+    with pbtree.create("alerts.pbt") as other:
+        other.subscribe("b", "price < 1000")
+    monkeypatch.chdir(tmp_path / "a")
+    with pbtree.create("alerts.pbt") as ix:
+        ix.subscribe("a", "price < 1000")
+        monkeypatch.chdir(tmp_path / "b")
+        assert ix.match({"price": 5}) == ["a"] and ix.reopened == 0
+        ix.subscribe("new", "price < 1000")
+        assert ix.stats()["bytes"] > 0
+    with pbtree.open(tmp_path / "a" / "alerts.pbt") as ix, pbtree.open("alerts.pbt") as other:
+        assert sorted(ix) == ["a", "new"] and sorted(other) == ["b"]
+
+
+def test_close_waits_for_a_write_in_another_thread(tmp_path, monkeypatch):
+    """close() from another thread lets a running write commit whole, and a later call
+    is a PbtreeError saying the index is closed (not LMDB's error)."""
+    ix = pbtree.create(tmp_path / "ix")
+    shard = ix.shards[0]
+    started, go = threading.Event(), threading.Event()
+    write = shard.env.write
+
+    def held(fn, *args, **kwargs):
+        def inside(txn):
+            started.set()
+            go.wait(30)
+            return fn(txn)
+        return write(inside, *args, **kwargs)
+
+    monkeypatch.setattr(shard.env, "write", held)
+    writer = threading.Thread(target=ix.subscribe_many, args=([(1, "a = 1"), (2, "a = 2")],))
+    writer.start()
+    assert started.wait(30)
+    closer = threading.Thread(target=ix.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive()  # it waits for the write's commit
+    go.set()
+    writer.join(30)
+    closer.join(30)
+    with pytest.raises(pbtree.PbtreeError, match="closed"):
+        ix.subscribe(3, "a = 3")
+    with pbtree.open(tmp_path / "ix") as again:
+        assert sorted(again) == [1, 2] and again.verify()["ok"]
+    # a write that reached the shard's environment just after it closed: no LMDB error
+    with pytest.raises(pbtree.StorageError, match="the index is closed"):
+        write(lambda txn: None)
+    with pytest.raises(pbtree.StorageError, match="the index is closed"):
+        shard.env.begin_read()

@@ -33,6 +33,7 @@ from pbtree.errors import (
     IndexReplacedWarning,
     LocklessReadWarning,
     PbtreeError,
+    ReadOnlyError,
     StorageError,
     UnknownIdError,
     shown,
@@ -263,6 +264,8 @@ class Index:
                        replace: bool = False) -> int:
         """Add many subscriptions, one transaction per shard; all are checked first."""
         replace = _flag("replace", replace)
+        if self.readonly:  # before any id is looked up: a stored one is no duplicate here
+            raise ReadOnlyError(f"{self.path}: the index is open read-only")
         groups = self._prepare(pairs)
         shards = self._live()
         if len(shards) != len(groups):  # replaced by an index of other shards meanwhile

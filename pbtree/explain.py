@@ -68,10 +68,13 @@ def explain(sub_id: object, preds: list, event: Mapping,
 
 
 def _shown(value: object) -> object:
-    """An event value as explain reports it: an array (tuple, numpy array) as a list."""
-    if isinstance(value, tuple) or hasattr(value, "tolist") and not isinstance(value, str):
+    """An event value as explain reports it: an array (tuple, numpy array) as a list, a
+    numpy scalar as the Python value (so that the report is plain JSON)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if hasattr(value, "tolist") and not isinstance(value, str):
         try:
-            return list(value)  # type: ignore[call-overload]
+            return value.tolist()  # type: ignore[union-attr]
         except TypeError:
             return value
     return value

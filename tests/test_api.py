@@ -452,3 +452,15 @@ def test_close_waits_for_a_write_in_another_thread(tmp_path, monkeypatch):
         write(lambda txn: None)
     with pytest.raises(pbtree.StorageError, match="the index is closed"):
         shard.env.begin_read()
+
+
+def test_a_read_only_index_refuses_writes_before_it_looks_at_ids(tmp_path):
+    with pbtree.create(tmp_path / "ix") as ix:
+        ix.subscribe(1, "a < 5")
+    with pbtree.open(tmp_path / "ix", readonly=True) as ix:
+        for sub_id in (1, 2):  # a stored id is no duplicate: nothing is written here
+            with pytest.raises(pbtree.ReadOnlyError, match="open read-only"):
+                ix.subscribe(sub_id, "a < 1")
+        report = ix.explain(1, {"a": np.int64(3), "b": np.array([1.5])})
+        assert json.loads(json.dumps(report)) == report  # numpy values as plain ones
+        assert report["conjunctions"][0]["predicates"][0]["value"] == 3

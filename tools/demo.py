@@ -26,7 +26,9 @@ def build_with_spark(subs: Path, index: Path) -> str:
     from spark_loader.timings import Timings
 
     timings = Timings()
-    with session.running(None, {}, "pbtree demo", timings) as spark:
+    # the JVM's own output goes to a log in a scratch directory, as the pbtree command's
+    with session.scratch_beside(str(index)) as scratch, \
+            session.running(None, {}, "pbtree demo", timings, scratch) as spark:
         result = build.run(spark, build.BuildOptions(str(subs), str(index), shards=2,
                                                      force=True), timings)
     shards = plural(result.shards, "shard")

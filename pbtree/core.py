@@ -65,14 +65,13 @@ FILES_SPARE = 16
 _PLAIN_IDS = frozenset((int, str))
 
 
-def _many(ids: Iterable, what: str = "ids") -> Iterable:
-    """``ids`` (or other items: ``what``), refused when it is one string, whose characters
-    are no ids meant, or anything that is not several."""
-    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        error = IdError if what == "ids" else PbtreeError
-        raise error(f"expected several {what}, not one {type(ids).__name__} "
-                    f"({shown(ids)}): pass a list of them")
-    return ids
+def _many(items: Iterable, what: str = "ids", error: type[PbtreeError] = IdError) -> Iterable:
+    """``items`` (ids, or ``what``), refused as ``error`` when it is one string, whose
+    characters are no items meant, or anything that is not several."""
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise error(f"expected several {what}, not one {type(items).__name__} "
+                    f"({shown(items)}): pass a list of them")
+    return items
 
 
 def _flag(name: str, value: object) -> bool:
@@ -223,7 +222,7 @@ class Index:
         normalised together where it can (``normalize_many``)."""
         shards = self._live()
         groups: list[list] = [[] for _ in shards]
-        pairs = list(_many(pairs, "(id, expression) pairs"))
+        pairs = list(_many(pairs, "(id, expression) pairs", PbtreeError))
         if len(pairs) < config.BATCH_AT:
             fast = [None] * len(pairs)
         else:
@@ -331,7 +330,7 @@ class Index:
         clustered by the same estimates. Rewrites each shard in one transaction."""
         shards = self._live()
         if events is not None:
-            estimates = Estimates.of_events(list(_many(events, "events")))
+            estimates = Estimates.of_events(list(_many(events, "events", EventError)))
         else:
             estimates = Estimates.of_predicates(
                 decoded(sid, raw)[1] for shard in shards for sid, raw in shard.records())
@@ -391,7 +390,7 @@ class Index:
         """Each event prepared for search, or (``return_errors``) its EventError."""
         prepared: list[PreparedEvent | EventError] = []
         return_errors = _flag("return_errors", return_errors)
-        for event in _many(events, "events"):
+        for event in _many(events, "events", EventError):
             try:
                 prepared.append(prepare_event(event))
             except EventError as exc:

@@ -145,13 +145,11 @@ def expressions(table: pa.Table) -> tuple[Columns, list[Reject]]:
     rest = np.delete(rows, good)
     slow: list[Sub] = []
     for row, sub_id, key, text in zip(
-            rest.tolist(), _values(id_column.take(pa.array(rest))),
+            rest.tolist(), id_column.take(pa.array(rest)).to_pylist(),  # encoded: held
             keys.take(pa.array(rest)).to_pylist(), _values(texts.take(pa.array(rest))),
             strict=True):
-        if isinstance(sub_id, _Unheld) or isinstance(text, _Unheld):
-            what, unheld_one = ("id", sub_id) if isinstance(sub_id, _Unheld) else ("expr", text)
-            rejects.append((row, None if what == "id" else sub_id,
-                            f"{what}: {unheld_one.why}"))
+        if isinstance(text, _Unheld):
+            rejects.append((row, sub_id, f"expr: {text.why}"))
             continue
         try:
             slow.append((sub_id, key, normalize(text)))

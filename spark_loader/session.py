@@ -427,34 +427,24 @@ def file_fields(file: str) -> list[pa.Field]:
         raise InputError(f"{path}: not a Parquet file ({reason})") from None
 
 
-def _by_file(files: list[str]) -> Iterator[tuple[str, pa.Field]]:
-    """Each column of each of the input ``files`` (``file_fields``) with its file's path,
-    the files in input (path) order."""
-    for path in sorted(map(input_path, files)):
-        for column in file_fields(path):
-            yield path, column
-
-
-def input_fields(files: list[str]) -> list[pa.Field]:
+def input_fields(files: list[str], *, every_type: bool = False) -> list[pa.Field]:
     """The columns of the input ``files`` as ``file_fields`` types them, each from the
     first file in path order that has it (the files of one input may have different
-    columns: Spark reads them by their merged schema). An InputError names two files
-    that type a column differently where one of the types is read as integers
-    (``read_as_integers``), uint64 too: Spark would merge them unnoticed, and the values
-    be read as one of them."""
+    columns: Spark reads them by their merged schema). An InputError names the first two
+    files that type a column differently where one of the types is read as integers
+    (``read_as_integers``), uint64 too: Spark would merge them unnoticed, and read the
+    values as one of them; with ``every_type``, wherever the types differ."""
     found: dict[str, tuple[str, pa.Field]] = {}
-    for path, column in _by_file(files):
-        first, seen = found.setdefault(column.name, (path, column))
-        if seen.type != column.type and any(
-                read_as_integers(kind) or kind == pa.uint64() for kind in (seen.type, column.type)):
-            raise _typed_apart(column.name, first, seen.type, path, column.type)
+    for path in sorted(map(input_path, files)):
+        for column in file_fields(path):
+            first, seen = found.setdefault(column.name, (path, column))
+            kinds = (seen.type, column.type)
+            if kinds[0] != kinds[1] and (every_type or any(
+                    read_as_integers(kind) or kind == pa.uint64() for kind in kinds)):
+                raise InputError(f"column {column.name!r} is {kinds[0]} in {first} and "
+                                 f"{kinds[1]} in {path}: Spark reads the files of one "
+                                 f"input by one schema; give them one type")
     return [column for _, column in found.values()]
-
-
-def _typed_apart(name: str, first: str, kind: pa.DataType, path: str, other: pa.DataType
-                 ) -> InputError:
-    return InputError(f"column {name!r} is {kind} in {first} and {other} in {path}: Spark "
-                      f"reads the files of one input by one schema; give them one type")
 
 
 @contextmanager
@@ -465,18 +455,8 @@ def typed_alike(files: list[str]) -> Iterator[None]:
     try:
         yield
     except Exception:
-        _check_typed_alike(files)
+        input_fields(files, every_type=True)
         raise
-
-
-def _check_typed_alike(files: list[str]) -> None:
-    """An InputError naming the first two of ``files`` (in input order) that type a
-    column differently, its name and its types; None when they agree."""
-    first: dict[str, tuple[str, pa.DataType]] = {}
-    for path, field in _by_file(files):
-        seen = first.setdefault(field.name, (path, field.type))
-        if seen[1] != field.type:
-            raise _typed_apart(field.name, *seen, path, field.type) from None
 
 
 def _local_files(path: str) -> list[str]:
@@ -526,7 +506,7 @@ def read_parquet(spark, path: str):
     except (CapturedException, Py4JJavaError) as exc:  # AnalysisException; an Arithmetic-
         # Exception for a type Spark cannot hold (a decimal of more than 38 digits); a
         # SparkException for files that type a column differently: worded while the JVM lives
-        _check_typed_alike(_local_files(path))
+        input_fields(_local_files(path), every_type=True)
         text = str(exc.java_exception if isinstance(exc, Py4JJavaError) else exc)
         message = text.splitlines()[0] if text else type(exc).__name__
         raise InputError(f"{path}: cannot read the input as Parquet ({message})") from None

@@ -427,10 +427,8 @@ def _stopped_after(done: Callable[[], int], what: str) -> Iterator[None]:
                        f"{'was' if done() == 1 else 'were'} {what})") from None
 
 
-def _unsubscribe_ids(args: argparse.Namespace, source: Source | None) -> Iterator[list]:
-    if source is None:
-        yield [parse_id(i, args.string_id) for i in args.ids]
-        return
+def _file_ids(args: argparse.Namespace, source: Source) -> Iterator[list]:
+    """The ids of a file to remove, a batch at a time."""
     for batch in batches(source.records(), args.batch):
         ids = []
         for n, row in batch:
@@ -454,13 +452,13 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
     removed = asked = 0
     missing: list = []
     seen: set = set()  # an id given again, in a later batch, is not missing
+    given = None if source else [parse_id(i, args.string_id) for i in args.ids]
     with pbtree.open(args.index) as index, Stops() as stops:
-        if source is None and not args.missing_ok:  # the ids given go together or not at all
-            absent = index.missing(list(dict.fromkeys(next(_unsubscribe_ids(args, None)))))
+        if given is not None and not args.missing_ok:  # the ids given go together or not at all
+            absent = index.missing(list(dict.fromkeys(given)))
             if absent:
                 raise CliError(f"{plural(len(absent), 'id')} not in the index: "
-                               f"{', '.join(map(shown, absent[:10]))}"
-                               f"{', ...' if len(absent) > 10 else ''}; nothing removed "
+                               f"{_first_ten(absent, len(absent))}; nothing removed "
                                f"(--missing-ok removes the others)")
         total = source.total if source else None
         with (closing(Progress("unsubscribe", "ids", total, args.quiet)) as bar,
@@ -468,7 +466,7 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
               _stopped_saying(lambda: f"{plural(removed, 'subscription')} removed, every "
                                       f"batch whole; rerun with --missing-ok to remove the "
                                       f"rest")):
-            for ids in _unsubscribe_ids(args, source):
+            for ids in [given] if given is not None else _file_ids(args, source):
                 unique = [i for i in dict.fromkeys(ids) if i not in seen]
                 seen.update(unique)
                 if len(missing) < 10:  # enough to name in the error
@@ -478,12 +476,16 @@ def cmd_unsubscribe(args: argparse.Namespace) -> int:
                 asked += len(unique)
                 bar.update(asked, source.done if source else None)
     if removed < asked and not args.missing_ok:
-        first = "the first ten: " if asked - removed > 10 else ""
-        named = f": {first}{', '.join(map(shown, missing[:10]))}" if missing else ""
+        named = f": {_first_ten(missing, asked - removed)}" if missing else ""
         raise CliError(f"removed {plural(removed, 'subscription')}; {asked - removed:,} of the "
                        f"ids were not in the index{named} (--missing-ok to ignore)")
     note(args, f"removed {plural(removed, 'subscription')}")
     return 0
+
+
+def _first_ten(ids: list, count: int) -> str:
+    """Up to ten of ``count`` ids, as an error names them."""
+    return ("the first ten: " if count > 10 else "") + ", ".join(map(shown, ids[:10]))
 
 
 # ---------------------------------------------------------------------------------------
